@@ -1,0 +1,328 @@
+"""The database-independent part of an adapter.
+
+An adapter builds load sessions (read-only, one snapshot at a time) and
+store sessions (vote and commit) out of the shared mover, locker and
+schema, with the pieces a database overrides.
+"""
+import logging
+import time
+
+from ZODB.TimeStamp import TimeStamp
+from ZODB.utils import p64
+from ZODB.utils import u64
+from zope.interface import implementer
+
+from ..exceptions import DatabaseDisconnected
+from ..exceptions import ReadOnlyError
+from ..exceptions import RelStorageError
+from ..exceptions import SchemaError
+from .dbiter import HistoryFreeIterator
+from .dbiter import HistoryPreservingIterator
+from .interfaces import ILoadSession
+from .interfaces import IRelStorageAdapter
+from .interfaces import IStoreSession
+from .mover import HistoryFreeMover
+from .mover import HistoryPreservingMover
+from .packer import HistoryFreePacker
+from .packer import HistoryPreservingPacker
+from .schema import Schema
+from .schema import Types
+
+log = logging.getLogger(__name__)
+
+#: Oids handed out per trip to the database.
+OID_BLOCK = 16
+
+
+def tid_for_now(last_tid):
+    """A tid for the current time that is greater than *last_tid*."""
+    now = time.time()
+    ts = TimeStamp(*time.gmtime(now)[:5] + (now % 60,))
+    if last_tid:
+        ts = ts.laterThan(TimeStamp(p64(last_tid)))
+    return u64(ts.raw())
+
+
+class _SessionWrapper:
+    """What load and store sessions share: the connection, reconnecting at
+    transaction boundaries, and the history, iteration and undo-log queries
+    of the iterator module, run on this session (a snapshot for loads; the
+    latest, locked view while an undo is prepared)."""
+
+    for_store = False
+
+    def __init__(self, adapter):
+        self.adapter = adapter
+        self.mover = adapter.mover
+        self._open()
+
+    def _open(self):
+        self.session = self.adapter.connect(for_store=self.for_store)
+        if self.for_store:
+            self.adapter.prepare_store_session(self.session)
+
+    def at_boundary(self, func, *args):
+        """Run *func* at a point where no transaction of ours is pending
+        on the connection; if the connection turns out to be lost (server
+        restarted, connection killed), reconnect once and run it again."""
+        try:
+            return func(*args)
+        except DatabaseDisconnected as e:
+            log.info('%s; reconnecting', e)
+            self.session.close()
+            self._open()
+            return func(*args)
+
+    def load_current(self, oid):
+        return self.mover.load_current(self.session, oid)
+
+    def load_revision(self, oid, tid):
+        return self.mover.load_revision(self.session, oid, tid)
+
+    def __getattr__(self, name):
+        method = getattr(self.adapter.iterator, name)
+
+        def call(*args, **kw):
+            return method(self.session, *args, **kw)
+        return call
+
+    def close(self):
+        self.session.close()
+
+
+@implementer(ILoadSession)
+class LoadSession(_SessionWrapper):
+
+    def restart(self):
+        return self.at_boundary(self._restart)
+
+    def _restart(self):
+        session = self.session
+        session.restart(self.adapter.load_begin_sql)
+        return session.scalar(self.mover.last_tid_sql) or 0
+
+    def changes(self, after_tid, upto_tid):
+        return self.session.fetchall(self.mover.changes_sql,
+                                     (after_tid, upto_tid))
+
+    def load_many(self, oids):
+        return self.mover.load_many(self.session, oids)
+
+    def load_before(self, oid, tid):
+        return self.mover.load_before(self.session, oid, tid)
+
+
+@implementer(IStoreSession)
+class StoreSession(_SessionWrapper):
+
+    for_store = True
+
+    def __init__(self, adapter):
+        super().__init__(adapter)
+        self.locker = adapter.locker
+
+    def _outside_commit(self, func, *args):
+        """Like at_boundary, but reconnect only when no commit transaction
+        of ours is open (then a lost connection means a lost commit)."""
+        if self.session.in_transaction:
+            return func(*args)
+        return self.at_boundary(func, *args)
+
+    def lock_and_read_current(self, store_oids, read_oids):
+        return self._outside_commit(self._lock, store_oids, read_oids)
+
+    def _lock(self, store_oids, read_oids):
+        if not self.session.in_transaction:
+            self.session.begin(self.adapter.store_begin_sql)
+        return self.locker.lock_rows(self.session, store_oids, read_oids)
+
+    def new_oid_block(self):
+        return self._outside_commit(
+            lambda: self.adapter.oids.new_block(self.session))
+
+    def current_tids(self, oids):
+        return self.mover.current_tids(self.session, oids)
+
+    def upload(self, rows):
+        if not self.adapter.temp_store_emptied_by_commit:
+            self.mover.clear_temp(self.session)
+        if rows:
+            self.mover.upload(self.session, rows)
+
+    def commit(self, meta, restore_tid=None, packed=False, empty=False,
+               max_oid=None):
+        session = self.session
+        if not session.in_transaction:
+            session.begin(self.adapter.store_begin_sql)
+        last = self.locker.hold_commit_lock(session,
+                                            self.mover.last_tid_sql) or 0
+        if restore_tid is not None:
+            if restore_tid <= last:
+                raise RelStorageError(
+                    'cannot restore transaction %016x: the database already '
+                    'holds transaction %016x, and transaction ids must '
+                    'increase' % (restore_tid, last))
+            tid = restore_tid
+        else:
+            tid = tid_for_now(last)
+        script = self.mover.add_transaction(tid, meta, packed, empty)
+        script += self.mover.move_into_place(tid)
+        if max_oid is not None:
+            script += self.adapter.oids.raise_to(max_oid)
+        script.append(('COMMIT', ()))
+        script += self.locker.release_commit_lock()
+        try:
+            session.execute_script(script)
+        except Exception:
+            # Nothing of it became visible; leave the connection usable.
+            self.rollback()
+            raise
+        session.in_transaction = False
+        session.holds_commit_lock = False
+        return tid
+
+    def rollback(self):
+        ok = True
+        if self.session.in_transaction:
+            ok = self.session.rollback_quietly()
+        self.locker.after_rollback(self.session)
+        return ok
+
+
+
+@implementer(IRelStorageAdapter)
+class Adapter:
+    """Base of every database adapter."""
+
+    types = Types
+    schema_class = Schema
+    hp_mover_class = HistoryPreservingMover
+    hf_mover_class = HistoryFreeMover
+    hp_packer_class = HistoryPreservingPacker
+    hf_packer_class = HistoryFreePacker
+    locker_class = None
+    oid_allocator_class = None
+    #: Starts the snapshot transaction of a load session.
+    load_begin_sql = 'BEGIN'
+    #: Starts the commit transaction of a store session.
+    store_begin_sql = 'BEGIN'
+    #: Whether temp_store loses its rows when the transaction ends.
+    temp_store_emptied_by_commit = True
+
+    def __init__(self, options):
+        self.options = options
+        self.keep_history = options.keep_history
+        self.mover = (self.hp_mover_class if self.keep_history
+                      else self.hf_mover_class)(self)
+        self.locker = self.locker_class(self, self.mover)
+        self.iterator = (HistoryPreservingIterator if self.keep_history
+                         else HistoryFreeIterator)(self)
+        self.packer = (self.hp_packer_class if self.keep_history
+                       else self.hf_packer_class)(self)
+        self.schema = self.schema_class(self, self.types)
+        self.oids = self.oid_allocator_class(self)
+        self._prepared = False
+        #: The highest oid this process knows to be allocated or stored;
+        #: storing above it means raising the allocator first.
+        self.max_known_oid = 0
+
+    # Connections: the database module supplies connect() and describe().
+
+    def connect(self, for_store):
+        raise NotImplementedError
+
+    def describe(self):
+        raise NotImplementedError
+
+    def prepare_store_session(self, session):
+        """Per-connection setup of a store session (temp tables...)."""
+
+    def prepare_pack_session(self, session):
+        """Per-connection setup of the session a pack removes with."""
+
+    def before_pack(self, session):
+        """Refresh what the query planner knows before the pre-pack's
+        big reads (a nightly pack often follows heavy writes)."""
+
+    # Schema
+
+    def prepare(self):
+        if self._prepared:
+            return
+        session = self.connect(for_store=True)
+        try:
+            session.begin()
+            meta = self.schema.read_meta(session)
+            if meta is None:
+                if self.options.read_only or not self.options.create_schema:
+                    raise SchemaError(
+                        '%s holds no relstorage schema, and %s'
+                        % (self.describe(),
+                           'the storage is read-only' if self.options.read_only
+                           else 'create-schema is false'))
+                log.info('creating the relstorage schema in %s',
+                         self.describe())
+                self.schema.create(session)
+            else:
+                self.schema.verify(meta)
+            session.commit()
+        finally:
+            session.rollback_quietly()
+            session.close()
+        self._prepared = True
+
+    def _in_transaction(self, func):
+        if self.options.read_only:
+            raise ReadOnlyError()
+        session = self.connect(for_store=True)
+        try:
+            session.begin()
+            func(session)
+            session.commit()
+        finally:
+            session.rollback_quietly()
+            session.close()
+
+    def zap_all(self):
+        self._in_transaction(self.empty_tables)
+
+    def drop_all(self):
+        """Remove the relstorage schema entirely (both modes' tables)."""
+        self._in_transaction(self.schema.drop)
+        self._prepared = False
+        self.oids.reset_after_drop()
+
+    def empty_tables(self, session):
+        for table in self.schema.tables:
+            session.execute('DELETE FROM %s' % table)
+        if not self.keep_history:
+            session.execute(
+                'INSERT INTO last_transaction (id, tid) VALUES (0, 0)')
+        self.oids.reset(session)
+        self.max_known_oid = 0
+
+    # Sessions
+
+    def open_load_session(self):
+        return LoadSession(self)
+
+    def open_store_session(self):
+        if self.options.read_only:
+            raise ReadOnlyError()
+        return StoreSession(self)
+
+    def new_oid_block(self, store_session):
+        first, count = store_session.new_oid_block()
+        self.note_oid(first + count - 1)
+        return first, count
+
+    def is_disconnect(self, session, error):
+        """Whether a driver error means the connection is gone."""
+        return False
+
+    def note_oid(self, oid):
+        if oid > self.max_known_oid:
+            self.max_known_oid = oid
+
+    def close(self):
+        """Release resources held by the adapter itself (not sessions)."""

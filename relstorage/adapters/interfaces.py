@@ -1,0 +1,91 @@
+"""The contract between ``relstorage.storage`` (which speaks ZODB) and a
+database adapter (which speaks SQL).
+
+Oids and tids cross this boundary as Python ints; pickles as ``bytes``.
+The storage never sees a cursor: it asks an adapter for a *load session*
+(one consistent snapshot, read only) and a *store session* (the connection
+that votes and commits), and calls the methods below on them.
+"""
+from zope.interface import Attribute
+from zope.interface import Interface
+
+
+class IRelStorageAdapter(Interface):
+    """Everything the storage needs from one database."""
+
+    keep_history = Attribute("True when every revision is kept.")
+    options = Attribute("The relstorage.options.Options in force.")
+
+    def prepare():
+        """Create the schema if allowed and missing, then verify it.
+
+        Raises SchemaError / HistoryModeMismatch for a foreign or
+        other-mode schema, DatabaseUnavailable when it cannot connect.
+        """
+
+    def open_load_session():
+        """Return a new ILoadSession."""
+
+    def open_store_session():
+        """Return a new IStoreSession."""
+
+    def new_oid_block():
+        """Reserve a block of fresh oids; return ``(first, count)``."""
+
+    def zap_all():
+        """Remove every object and transaction (tests, zodbconvert --clear)."""
+
+    def describe():
+        """A short text naming the database, without any password."""
+
+
+class ILoadSession(Interface):
+    """A read-only connection that sees one snapshot at a time."""
+
+    def restart():
+        """End the current snapshot, begin a new one, return its tid
+        (the newest committed tid it sees, 0 for an empty database)."""
+
+    def changes(after_tid, upto_tid):
+        """``[(oid, tid)]`` for every object changed in (after, upto]."""
+
+    def load_current(oid):
+        """``(state, tid)`` in the snapshot, or ``(None, None)`` when the
+        object does not exist (or was deleted: state None, tid set)."""
+
+    def load_many(oids):
+        """``{oid: (state, tid)}`` for those of *oids* that exist."""
+
+    def load_revision(oid, tid):
+        """The state written by *tid* for *oid*, or None."""
+
+    def load_before(oid, tid):
+        """``(state, start_tid, end_tid)`` of the revision current just
+        before *tid*, or None."""
+
+    def close():
+        """Close the connection; never raises."""
+
+
+class IStoreSession(Interface):
+    """The connection that takes locks at vote and commits at finish."""
+
+    def lock_and_read_current(store_oids, read_oids):
+        """Begin the commit transaction; lock rows in oid order (exclusive
+        for *store_oids*, shared for *read_oids*); return
+        ``{oid: current_tid}`` for those that exist."""
+
+    def upload(rows):
+        """Send ``[(oid, prev_tid, state)]`` to the server (still
+        invisible to others)."""
+
+    def commit(tid_hint, meta, restore_tid=None):
+        """Take the commit lock, choose the tid (> every earlier one; the
+        given *restore_tid* when restoring), make the uploaded rows current,
+        commit and release the lock. Return the tid."""
+
+    def rollback():
+        """Abandon the commit transaction and every lock it holds."""
+
+    def close():
+        """Close the connection; never raises."""

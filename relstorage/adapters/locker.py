@@ -1,0 +1,88 @@
+"""Row locks taken at vote, and the short global commit lock.
+
+Rows are locked in oid order so two committers can never wait for each
+other in a cycle over the rows they change; readCurrent rows get shared
+locks after that. The commit lock serialises only the choice of the
+transaction id and the moment new rows become current.
+"""
+from ..exceptions import CommitLockTimeout
+from ..exceptions import UnableToLockRows
+from .session import chunks
+from .session import in_list
+
+
+class Locker:
+
+    #: Appended to the row-lock SELECTs; empty where the database has a
+    #: single writer and locking happened when the transaction began.
+    exclusive_clause = ' FOR UPDATE'
+    shared_clause = ' FOR SHARE'
+    def is_lock_error(self, error):
+        """Whether a driver error means "waited too long" or "deadlock"
+        while locking rows; both mean the transaction may be retried."""
+        return False
+
+    def __init__(self, adapter, mover):
+        self.adapter = adapter
+        self.mover = mover
+
+    def lock_rows(self, session, store_oids, read_oids):
+        """Lock rows; return ``{oid: current_tid}`` for all that exist."""
+        current = {}
+        table = self.mover.lock_table
+        for oids, clause in ((sorted(store_oids), self.exclusive_clause),
+                             (sorted(set(read_oids) - set(store_oids)),
+                              self.shared_clause)):
+            for chunk in chunks(oids):
+                sql = ('SELECT zoid, tid FROM %s WHERE zoid IN %s '
+                       'ORDER BY zoid%s' % (table, in_list(chunk), clause))
+                try:
+                    current.update(session.fetchall(sql, chunk))
+                except Exception as e:
+                    if not self.is_lock_error(e):
+                        raise
+                    raise UnableToLockRows(
+                        'could not lock %d object(s) among oids %s... of %s '
+                        'within commit-lock-timeout (%ss): %s'
+                        % (len(chunk), ', '.join('0x%x' % o for o in chunk[:5]),
+                           self.adapter.describe(),
+                           self.adapter.options.commit_lock_timeout,
+                           str(e).strip().splitlines()[0])) from None
+        return current
+
+    def hold_commit_lock(self, session, last_tid_sql):
+        """Take the commit lock for the rest of the session's transaction;
+        then run *last_tid_sql* and return its value."""
+        raise NotImplementedError
+
+    #: What try_commit_lock returns when the lock is taken.
+    BUSY = object()
+
+    def try_commit_lock(self, session, last_tid_sql):
+        """Like hold_commit_lock, but without waiting: BUSY when another
+        transaction holds the lock."""
+        raise NotImplementedError
+
+    def release_commit_lock(self):
+        """Statements that release the commit lock after COMMIT, for
+        databases whose lock outlives the transaction."""
+        return []
+
+    def try_pack_lock(self, session):
+        """Take the pack lock for the life of *session* (released when it
+        closes, whatever happens); False when another pack holds it."""
+        raise NotImplementedError
+
+    def release_pack_lock(self, session):
+        """Release the pack lock before *session* closes. Closing alone
+        would do, but a server ends a closed connection asynchronously, so
+        a pack started right after this one could still find it held."""
+
+    def after_rollback(self, session):
+        """Release what a rollback does not (session-level locks)."""
+
+    def timeout_error(self):
+        return CommitLockTimeout(
+            'could not take the commit lock of %s within '
+            'commit-lock-timeout (%ss)'
+            % (self.adapter.describe(), self.adapter.options.commit_lock_timeout))

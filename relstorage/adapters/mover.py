@@ -1,0 +1,160 @@
+"""Moving object states between Python and the tables, per history mode.
+
+``HistoryPreservingMover`` and ``HistoryFreeMover`` hold the statements for
+loading, uploading into the per-connection ``temp_store`` table and making
+uploaded rows current. Adapters subclass them only where their SQL differs
+(for example the upsert spelling).
+"""
+from .session import chunks
+from .session import in_list
+
+
+class Mover:
+    """What both modes share."""
+
+    #: Ends an ``INSERT ... SELECT`` that replaces on key conflict;
+    #: ``{sets}`` becomes one ``upsert_set`` per column to overwrite.
+    upsert_suffix = ' ON CONFLICT ({key}) DO UPDATE SET {sets}'
+    upsert_set = '{col} = excluded.{col}'
+    #: Some databases need a WHERE before ON CONFLICT in INSERT ... SELECT.
+    insert_select_where = ' WHERE TRUE'
+
+    temp_store_ddl = None  # set by the adapter
+
+    def __init__(self, adapter):
+        self.adapter = adapter
+
+    def upsert(self, key, cols):
+        sets = ', '.join(self.upsert_set.format(col=c) for c in cols)
+        return self.upsert_suffix.format(key=key, sets=sets)
+
+    # Loading
+
+    def load_current(self, session, oid):
+        row = session.fetchone(self.load_current_sql, (oid,))
+        if row is None:
+            return None, None
+        state, tid = row
+        return (bytes(state) if state is not None else None), tid
+
+    def load_many(self, session, oids):
+        result = {}
+        for chunk in chunks(oids):
+            sql = self.load_many_sql % in_list(chunk)
+            for oid, state, tid in session.fetchall(sql, chunk):
+                result[oid] = (bytes(state) if state is not None else None,
+                               tid)
+        return result
+
+    def current_tids(self, session, oids):
+        """``{oid: tid}`` of the current revisions of *oids*, unlocked."""
+        result = {}
+        for chunk in chunks(oids):
+            sql = self.current_tids_sql % in_list(chunk)
+            result.update(session.fetchall(sql, chunk))
+        return result
+
+    def load_revision(self, session, oid, tid):
+        row = session.fetchone(
+            'SELECT state FROM object_state WHERE zoid = %s AND tid = %s',
+            (oid, tid))
+        if row is None:
+            return None, False
+        return (bytes(row[0]) if row[0] is not None else None), True
+
+    # Storing
+
+    def upload(self, session, rows):
+        """Put ``(oid, prev_tid, state)`` rows into temp_store."""
+        session.executemany(
+            'INSERT INTO temp_store (zoid, prev_tid, state) '
+            'VALUES (%s, %s, %s)', rows)
+
+    def clear_temp(self, session):
+        session.execute('DELETE FROM temp_store')
+
+
+class HistoryPreservingMover(Mover):
+
+    load_current_sql = (
+        'SELECT s.state, s.tid FROM current_object c '
+        'JOIN object_state s ON s.zoid = c.zoid AND s.tid = c.tid '
+        'WHERE c.zoid = %s')
+    load_many_sql = (
+        'SELECT s.zoid, s.state, s.tid FROM current_object c '
+        'JOIN object_state s ON s.zoid = c.zoid AND s.tid = c.tid '
+        'WHERE c.zoid IN %s')
+    current_tids_sql = 'SELECT zoid, tid FROM current_object WHERE zoid IN %s'
+    changes_sql = ('SELECT zoid, tid FROM current_object '
+                   'WHERE tid > %s AND tid <= %s')
+    last_tid_sql = 'SELECT COALESCE(MAX(tid), 0) FROM transactions'
+    lock_table = 'current_object'
+
+    def load_before(self, session, oid, tid):
+        row = session.fetchone(
+            'SELECT state, tid FROM object_state WHERE zoid = %s AND tid < %s '
+            'ORDER BY tid DESC LIMIT 1', (oid, tid))
+        if row is None:
+            return None
+        state, start = row
+        end = session.scalar(
+            'SELECT MIN(tid) FROM object_state WHERE zoid = %s AND tid > %s',
+            (oid, start))
+        return (bytes(state) if state is not None else None), start, end
+
+    def move_into_place(self, tid):
+        """Statements that make the uploaded rows current as *tid* (a row
+        with a NULL state records that the object is gone)."""
+        return [
+            ('INSERT INTO object_state '
+             '(zoid, tid, prev_tid, state_size, state) '
+             'SELECT zoid, %s, prev_tid, COALESCE(LENGTH(state), 0), state '
+             'FROM temp_store', (tid,)),
+            ('INSERT INTO current_object (zoid, tid) '
+             'SELECT zoid, %s FROM temp_store' + self.insert_select_where
+             + self.upsert('zoid', ('tid',)), (tid,)),
+        ]
+
+    def add_transaction(self, tid, meta, packed=False, empty=False):
+        """Statements that record transaction *tid*."""
+        return [
+            ('INSERT INTO transactions '
+             '(tid, packed, is_empty, username, description, extension) '
+             'VALUES (%s, %s, %s, %s, %s, %s)',
+             (tid, packed, empty, meta[0], meta[1], meta[2])),
+        ]
+
+
+class HistoryFreeMover(Mover):
+
+    load_current_sql = 'SELECT state, tid FROM object_state WHERE zoid = %s'
+    load_many_sql = ('SELECT zoid, state, tid FROM object_state '
+                     'WHERE zoid IN %s')
+    current_tids_sql = 'SELECT zoid, tid FROM object_state WHERE zoid IN %s'
+    changes_sql = ('SELECT zoid, tid FROM object_state '
+                   'WHERE tid > %s AND tid <= %s')
+    last_tid_sql = 'SELECT tid FROM last_transaction WHERE id = 0'
+    lock_table = 'object_state'
+
+    def load_before(self, session, oid, tid):
+        row = session.fetchone(
+            'SELECT state, tid FROM object_state WHERE zoid = %s AND tid < %s',
+            (oid, tid))
+        if row is None:
+            return None
+        state, start = row
+        return (bytes(state) if state is not None else None), start, None
+
+    def move_into_place(self, tid):
+        # A deleted object keeps its row, with a NULL state, as a tombstone:
+        # polls by other processes see the deletion at its tid and drop
+        # their cached state (pack removes tombstones).
+        return [
+            ('INSERT INTO object_state (zoid, tid, state_size, state) '
+             'SELECT zoid, %s, COALESCE(LENGTH(state), 0), state '
+             'FROM temp_store' + self.insert_select_where
+             + self.upsert('zoid', ('tid', 'state_size', 'state')), (tid,)),
+        ]
+
+    def add_transaction(self, tid, meta, packed=False, empty=False):
+        return [('UPDATE last_transaction SET tid = %s WHERE id = 0', (tid,))]

@@ -1,0 +1,2 @@
+"""MySQL and MariaDB adapter (mysqlclient, or PyMySQL as a fallback)."""
+from .adapter import MySQLAdapter  # noqa: F401

@@ -1,0 +1,300 @@
+"""What MySQL and MariaDB do differently: InnoDB tables, an AUTO_INCREMENT
+table for oids, GET_LOCK as the commit lock (released right after COMMIT
+and on every rollback), ON DUPLICATE KEY upserts, and a consistent-snapshot
+read-only transaction for loads."""
+import logging
+import re
+
+from ...exceptions import DatabaseUnavailable
+from ..adapter import OID_BLOCK
+from ..adapter import Adapter
+from ..locker import Locker
+from ..mover import HistoryFreeMover
+from ..mover import HistoryPreservingMover
+from ..oidallocator import OIDAllocator
+from ..packer import HistoryFreePacker
+from ..packer import HistoryPreservingPacker
+from ..schema import Schema
+from ..schema import Types
+from ..session import Session
+from .drivers import CONNECT_ERRORS
+from .drivers import DISCONNECT_ERRORS
+from .drivers import LOCK_ERRORS
+from .drivers import error_code
+from .drivers import select_driver
+
+log = logging.getLogger(__name__)
+
+#: GET_LOCK names are global to the server: include the database, hashed to
+#: stay under MySQL's 64-character limit.
+COMMIT_LOCK = "CONCAT('relstorage.commit.', LEFT(MD5(DATABASE()), 16))"
+PACK_LOCK = "CONCAT('relstorage.pack.', LEFT(MD5(DATABASE()), 16))"
+
+TEMP_STORE_DDL = """
+CREATE TEMPORARY TABLE IF NOT EXISTS temp_store (
+    zoid        BIGINT NOT NULL PRIMARY KEY,
+    prev_tid    BIGINT NOT NULL,
+    state       LONGBLOB
+) ENGINE = InnoDB
+"""
+
+
+class ServerInfo:
+    """Flavour and version of the server, read from ``VERSION()``."""
+
+    def __init__(self, version_string):
+        self.version_string = version_string
+        self.mariadb = 'mariadb' in version_string.lower()
+        numbers = re.match(r'(\d+)\.(\d+)\.(\d+)', version_string)
+        self.version = (tuple(int(n) for n in numbers.groups())
+                        if numbers else (0, 0, 0))
+
+    @property
+    def flavour(self):
+        return 'MariaDB' if self.mariadb else 'MySQL'
+
+    @property
+    def has_for_share(self):
+        # MySQL 8.0.1 added FOR SHARE; MariaDB spells it LOCK IN SHARE MODE.
+        return not self.mariadb and self.version >= (8, 0, 1)
+
+
+class MySQLTypes(Types):
+    blob = 'LONGBLOB'
+    table_suffix = ' ENGINE = InnoDB'
+
+
+class MySQLSession(Session):
+
+    def execute_script(self, statements):
+        # The connection allows several statements per message; every
+        # result set must be consumed before the next command.
+        with self.lock:
+            sql = '; '.join(stmt for stmt, _ in statements)
+            params = [p for _, ps in statements for p in ps]
+            cursor = self.execute(sql, params)
+            while cursor.nextset():
+                pass
+
+    def table_exists(self, name):
+        return self.scalar(
+            'SELECT COUNT(*) FROM information_schema.tables '
+            'WHERE table_schema = DATABASE() AND table_name = %s',
+            (name,)) > 0
+
+
+class MySQLSchema(Schema):
+    extra_ddl = (
+        'CREATE TABLE new_oid (zoid BIGINT NOT NULL AUTO_INCREMENT '
+        'PRIMARY KEY) ENGINE = InnoDB',
+    )
+    drop_extra_ddl = ('DROP TABLE IF EXISTS new_oid',)
+
+
+class MySQLLocker(Locker):
+
+    def __init__(self, adapter, mover):
+        super().__init__(adapter, mover)
+        self.shared_clause = (' FOR SHARE' if adapter.server.has_for_share
+                              else ' LOCK IN SHARE MODE')
+
+    def is_lock_error(self, error):
+        return error_code(error) in LOCK_ERRORS
+
+    def hold_commit_lock(self, session, last_tid_sql):
+        timeout = self.adapter.options.commit_lock_timeout
+        # Flagged first: if the wait is interrupted after the server granted
+        # the lock, the rollback still releases it (releasing a lock one
+        # does not hold is harmless).
+        session.holds_commit_lock = True
+        got = session.scalar('SELECT GET_LOCK(%s, %%s)' % COMMIT_LOCK,
+                             (timeout,))
+        if got != 1:
+            raise self.timeout_error()
+        return session.scalar(last_tid_sql)
+
+    def try_commit_lock(self, session, last_tid_sql):
+        session.holds_commit_lock = True
+        if session.scalar('SELECT GET_LOCK(%s, 0)' % COMMIT_LOCK) != 1:
+            session.holds_commit_lock = False
+            return self.BUSY
+        return session.scalar(last_tid_sql)
+
+    def release_commit_lock(self):
+        return [('DO RELEASE_LOCK(%s)' % COMMIT_LOCK, ())]
+
+    def try_pack_lock(self, session):
+        # Session-level: the server releases it when the connection ends.
+        return session.scalar('SELECT GET_LOCK(%s, 0)' % PACK_LOCK) == 1
+
+    def release_pack_lock(self, session):
+        session.execute('DO RELEASE_LOCK(%s)' % PACK_LOCK)
+
+    def after_rollback(self, session):
+        if session.holds_commit_lock:
+            session.holds_commit_lock = False
+            try:
+                session.execute('DO RELEASE_LOCK(%s)' % COMMIT_LOCK)
+            except Exception:  # noqa: BLE001 -- a lost connection has
+                pass           # released it already
+
+
+class MySQLMoverMixin:
+    upsert_suffix = ' ON DUPLICATE KEY UPDATE {sets}'
+    # MySQL 8.0.20 deprecated VALUES(col) here (with a warning) in favour
+    # of row aliases, which MariaDB lacks; VALUES() works on both.
+    upsert_set = '{col} = VALUES({col})'
+    insert_select_where = ''
+
+    #: Bytes of state per multi-row INSERT: well under the server's
+    #: default max_allowed_packet (16 MB; quoting can double binary data).
+    upload_bytes = 4000000
+
+    def upload(self, session, rows):
+        chunk, size = [], 0
+        for row in rows:
+            chunk.append(row)
+            size += len(row[2] or b'') + 32
+            if size >= self.upload_bytes or len(chunk) >= 1000:
+                self._insert(session, chunk)
+                chunk, size = [], 0
+        if chunk:
+            self._insert(session, chunk)
+
+    @staticmethod
+    def _insert(session, chunk):
+        session.execute(
+            'INSERT INTO temp_store (zoid, prev_tid, state) VALUES '
+            + ', '.join(['(%s, %s, %s)'] * len(chunk)),
+            [v for row in chunk for v in row])
+
+
+class MySQLHPMover(MySQLMoverMixin, HistoryPreservingMover):
+    pass
+
+
+class MySQLHFMover(MySQLMoverMixin, HistoryFreeMover):
+    pass
+
+
+class MySQLPackerMixin:
+    """InnoDB may answer ``DELETE ... WHERE zoid IN (...)`` on a small
+    table with a full scan, which waits for every row a voting committer
+    has locked -- while the pack holds the commit lock that committer
+    waits for. Deleting by primary key, one row at a time, touches only
+    the garbage rows."""
+
+    def delete_objects(self, session, oids):
+        params = [(oid,) for oid in oids]
+        for table in self.object_tables:
+            session.executemany('DELETE FROM %s WHERE zoid = %%s' % table,
+                                params)
+
+
+class MySQLHPPacker(MySQLPackerMixin, HistoryPreservingPacker):
+    pass
+
+
+class MySQLHFPacker(MySQLPackerMixin, HistoryFreePacker):
+    pass
+
+
+class MySQLOIDAllocator(OIDAllocator):
+    """Each row inserted into ``new_oid`` reserves OID_BLOCK oids; the
+    AUTO_INCREMENT counter is the only shared state, and InnoDB hands out
+    its values without waiting for other transactions."""
+
+    def new_block(self, session):
+        with session.lock:
+            session.execute('INSERT INTO new_oid VALUES ()')
+            n = session.scalar('SELECT LAST_INSERT_ID()')
+            session.execute('DELETE FROM new_oid WHERE zoid < %s', (n,))
+        return (n - 1) * OID_BLOCK + 1, OID_BLOCK
+
+    def raise_to(self, max_oid):
+        # The next block must start above max_oid.
+        n = max_oid // OID_BLOCK + 1
+        return [('INSERT IGNORE INTO new_oid (zoid) VALUES (%s)', (n,))]
+
+    def reset(self, session):
+        session.execute('DELETE FROM new_oid')
+        session.execute('ALTER TABLE new_oid AUTO_INCREMENT = 1')
+
+
+class MySQLAdapter(Adapter):
+
+    types = MySQLTypes
+    schema_class = MySQLSchema
+    hp_mover_class = MySQLHPMover
+    hf_mover_class = MySQLHFMover
+    hp_packer_class = MySQLHPPacker
+    hf_packer_class = MySQLHFPacker
+    locker_class = MySQLLocker
+    oid_allocator_class = MySQLOIDAllocator
+    load_begin_sql = 'START TRANSACTION WITH CONSISTENT SNAPSHOT, READ ONLY'
+    store_begin_sql = 'START TRANSACTION'
+    temp_store_emptied_by_commit = False
+
+    def __init__(self, driver='auto', options=None, **params):
+        from ...options import Options
+        self.driver = select_driver(driver)
+        self.params = {k: v for k, v in params.items() if v is not None}
+        self.driver.translate(self.params)  # refuse unsupported options now
+        self.server = None
+        options = options if options is not None else Options()
+        self.options = options
+        # The server's flavour decides some SQL; learn it before building
+        # the shared pieces.
+        probe = self._connect_raw()
+        try:
+            cursor = probe.cursor()
+            cursor.execute('SELECT VERSION()')
+            self.server = ServerInfo(cursor.fetchone()[0])
+        finally:
+            probe.close()
+        super().__init__(options)
+
+    def describe(self):
+        p = self.params
+        where = ('socket=%s' % p['unix_socket'] if p.get('unix_socket')
+                 else 'host=%s port=%s' % (p.get('host', 'localhost'),
+                                           p.get('port', 3306)))
+        flavour = self.server.flavour if self.server else 'MySQL'
+        return '%s database (db=%s %s user=%s)' % (
+            flavour, p.get('db', '<default>'), where, p.get('user', '<default>'))
+
+    def _connect_raw(self):
+        driver = self.driver
+        try:
+            return driver.connect(self.params)
+        except driver.module.Error as e:
+            if error_code(e) in CONNECT_ERRORS or isinstance(
+                    e, driver.module.OperationalError):
+                raise DatabaseUnavailable(
+                    'cannot connect to the %s: %s' % (self.describe(), e)
+                ) from None
+            raise
+
+    def connect(self, for_store):
+        conn = self._connect_raw()
+        conn.autocommit(True)
+        session = MySQLSession(self, conn)
+        session.execute('SET SESSION TRANSACTION ISOLATION LEVEL %s'
+                        % ('READ COMMITTED' if for_store
+                           else 'REPEATABLE READ'))
+        if for_store:
+            session.execute('SET SESSION innodb_lock_wait_timeout = %s',
+                            (max(1, int(self.options.commit_lock_timeout)),))
+        return session
+
+    def prepare_store_session(self, session):
+        session.execute(TEMP_STORE_DDL)
+
+    def before_pack(self, session):
+        session.fetchall('ANALYZE TABLE %s'
+                         % ', '.join(self.packer.object_tables))
+
+    def is_disconnect(self, session, error):
+        module = self.driver.module
+        return (isinstance(error, module.InterfaceError)
+                or error_code(error) in DISCONNECT_ERRORS)

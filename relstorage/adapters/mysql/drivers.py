@@ -1,0 +1,99 @@
+"""The two MySQL drivers: mysqlclient (``MySQLdb``) and PyMySQL.
+
+Each takes the ``<mysql>`` options under the names it expects; an option
+a driver cannot honour is refused by name rather than ignored.
+"""
+from ...exceptions import ConfigurationError
+
+#: Error codes that mean "the server could not be reached or refused us".
+CONNECT_ERRORS = (1044, 1045, 1049, 2002, 2003, 2005, 2006, 2013)
+#: Server gone away, connection lost, killed, or closed for inactivity.
+DISCONNECT_ERRORS = (2006, 2013, 2055, 1927, 4031)
+#: Lock wait timeout and deadlock.
+LOCK_ERRORS = (1205, 1213)
+
+
+class Driver:
+    name = None
+    module = None
+
+    def connect(self, params):
+        return self.module.connect(**self.translate(params))
+
+    def translate(self, params):
+        return dict(params)
+
+
+class MySQLdbDriver(Driver):
+    name = 'MySQLdb'
+
+    def __init__(self):
+        import MySQLdb
+        from MySQLdb.constants import CLIENT
+        self.module = MySQLdb
+        self.multi_statements = CLIENT.MULTI_STATEMENTS
+
+    def translate(self, params):
+        params = dict(params)
+        params['client_flag'] = (params.get('client_flag', 0)
+                                 | self.multi_statements)
+        return params
+
+
+class PyMySQLDriver(Driver):
+    name = 'PyMySQL'
+    #: mysqlclient's names -> PyMySQL's
+    renames = {'passwd': 'password', 'db': 'database'}
+    unsupported = ('named_pipe', 'compress')
+
+    def __init__(self):
+        import pymysql
+        from pymysql.constants import CLIENT
+        self.module = pymysql
+        self.multi_statements = CLIENT.MULTI_STATEMENTS
+
+    def translate(self, params):
+        result = {}
+        for key, value in params.items():
+            if key in self.unsupported:
+                if value:
+                    raise ConfigurationError(
+                        '%s: not supported by the PyMySQL driver (install '
+                        'mysqlclient, or remove the option)'
+                        % key.replace('_', '-'))
+                continue
+            result[self.renames.get(key, key)] = value
+        result['client_flag'] = self.multi_statements
+        return result
+
+
+DRIVERS = {'MySQLdb': MySQLdbDriver, 'PyMySQL': PyMySQLDriver}
+
+
+def select_driver(name):
+    """The driver for the ``driver`` option: auto, MySQLdb or PyMySQL."""
+    if name in (None, '', 'auto'):
+        candidates = ('MySQLdb', 'PyMySQL')
+    elif name in DRIVERS:
+        candidates = (name,)
+    else:
+        raise ConfigurationError(
+            'driver: unknown MySQL driver %r (use auto, MySQLdb or PyMySQL)'
+            % name)
+    problems = []
+    for candidate in candidates:
+        try:
+            return DRIVERS[candidate]()
+        except ImportError as e:
+            problems.append('%s: %s' % (candidate, e))
+    raise ConfigurationError(
+        'driver: no MySQL driver could be imported (pip install '
+        'relstorage[mysql]): %s' % '; '.join(problems))
+
+
+def error_code(error):
+    """The MySQL error number of a driver exception, or None."""
+    args = getattr(error, 'args', ())
+    if args and isinstance(args[0], int):
+        return args[0]
+    return None

@@ -1,0 +1,24 @@
+"""Handing out new oids in blocks, without a global bottleneck."""
+
+
+class OIDAllocator:
+    """Base: ``new_block`` reserves OID_BLOCK consecutive oids."""
+
+    def __init__(self, adapter):
+        self.adapter = adapter
+
+    def new_block(self, session):
+        """Return ``(first_oid, count)``."""
+        raise NotImplementedError
+
+    def raise_to(self, max_oid):
+        """Statements that make sure no oid <= *max_oid* is handed out
+        later (after objects were stored with explicit oids, e.g. by
+        restore); they run in the commit's transaction."""
+        raise NotImplementedError
+
+    def reset(self, session):
+        raise NotImplementedError
+
+    def reset_after_drop(self):
+        """Forget anything kept outside the main tables."""

@@ -1,0 +1,134 @@
+"""SQL for packing, per history mode.
+
+Every method takes the session to run on. The pre-pack reads run on a
+snapshot without any lock; the removals run in short transactions that
+hold the commit lock (see relstorage.storage.pack)."""
+from .session import chunks
+from .session import in_list
+
+
+def _b(value):
+    return bytes(value) if value is not None else None
+
+
+class Packer:
+
+    def __init__(self, adapter):
+        self.adapter = adapter
+
+    def states_at(self, session, pack_tid, after_oid, limit):
+        """``[(oid, state)]`` current as of *pack_tid*, oid order, a page."""
+        return [(oid, _b(state)) for oid, state in session.fetchall(
+            self.states_at_sql, (pack_tid, after_oid, limit))]
+
+    def states_after(self, session, after_tid):
+        """``[(oid, state)]`` of every revision committed after
+        *after_tid* (their references keep objects alive)."""
+        return [(oid, _b(state)) for oid, state in session.fetchall(
+            'SELECT zoid, state FROM object_state WHERE tid > %s',
+            (after_tid,))]
+
+    def remove_objects(self, session, oids):
+        """Remove every revision of *oids*; return ``(revisions, bytes)``
+        removed."""
+        revisions = size = 0
+        for chunk in chunks(oids):
+            n, b = session.fetchone(
+                'SELECT COUNT(*), COALESCE(SUM(state_size), 0) '
+                'FROM object_state WHERE zoid IN %s' % in_list(chunk), chunk)
+            revisions += int(n)
+            size += int(b)
+        self.delete_objects(session, oids)
+        return revisions, size
+
+    def delete_objects(self, session, oids):
+        for chunk in chunks(oids):
+            for table in self.object_tables:
+                session.execute('DELETE FROM %s WHERE zoid IN %s'
+                                % (table, in_list(chunk)), chunk)
+
+
+class HistoryPreservingPacker(Packer):
+
+    object_tables = ('object_state', 'current_object')
+    # The page is chosen inside the aggregate, so each query reads only its
+    # own oids (by the primary key), not the whole table.
+    states_at_sql = (
+        'SELECT s.zoid, s.state FROM object_state s JOIN '
+        '(SELECT zoid, MAX(tid) AS tid FROM object_state WHERE tid <= %s '
+        'AND zoid > %s GROUP BY zoid ORDER BY zoid LIMIT %s) k '
+        'ON s.zoid = k.zoid AND s.tid = k.tid ORDER BY s.zoid')
+
+    def last_pack_tid(self, session):
+        return session.scalar(
+            'SELECT MAX(tid) FROM transactions WHERE packed = %s', (True,))
+
+    def objects_with_old_revisions(self, session, pack_tid):
+        """Oids with more than one revision at or before *pack_tid*."""
+        return [oid for (oid,) in session.fetchall(
+            'SELECT zoid FROM object_state WHERE tid <= %s '
+            'GROUP BY zoid HAVING COUNT(*) > 1 ORDER BY zoid', (pack_tid,))]
+
+    def remove_old_revisions(self, session, oids, pack_tid):
+        """Drop the revisions of *oids* older than the one current at
+        *pack_tid*; return ``(revisions, bytes)`` removed."""
+        revisions = size = 0
+        for chunk in chunks(oids):
+            rows = session.fetchall(
+                'SELECT zoid, tid, state_size FROM object_state '
+                'WHERE zoid IN %s AND tid <= %%s' % in_list(chunk),
+                list(chunk) + [pack_tid])
+            keep = {}
+            for oid, tid, _ in rows:
+                keep[oid] = max(tid, keep.get(oid, tid))
+            for oid, tid, state_size in rows:
+                if tid < keep[oid]:
+                    revisions += 1
+                    size += state_size
+            if keep:
+                session.executemany(
+                    'DELETE FROM object_state WHERE zoid = %s AND tid < %s',
+                    sorted(keep.items()))
+        return revisions, size
+
+    def finish(self, session, pack_tid):
+        """Mark transactions up to *pack_tid* packed and drop those left
+        without any revision (never the newest one); return how many
+        transactions went."""
+        newest = session.scalar('SELECT MAX(tid) FROM transactions')
+        session.execute(
+            'UPDATE transactions SET packed = %s WHERE tid <= %s',
+            (True, pack_tid))
+        empty = ('FROM transactions WHERE tid <= %s AND tid < %s AND NOT '
+                 'EXISTS (SELECT 1 FROM object_state s '
+                 'WHERE s.tid = transactions.tid)')
+        count = int(session.scalar('SELECT COUNT(*) ' + empty,
+                                   (pack_tid, newest)))
+        session.execute('DELETE ' + empty, (pack_tid, newest))
+        return count
+
+
+class HistoryFreePacker(Packer):
+
+    object_tables = ('object_state',)
+    states_at_sql = (
+        'SELECT zoid, state FROM object_state WHERE tid <= %s '
+        'AND zoid > %s ORDER BY zoid LIMIT %s')
+
+    def last_pack_tid(self, session):
+        return None
+
+    def objects_with_old_revisions(self, session, pack_tid):
+        return []
+
+    def remove_old_revisions(self, session, oids, pack_tid):
+        return 0, 0
+
+    def finish(self, session, pack_tid):
+        # Tombstones of deleted objects are no longer needed by polls. They
+        # are found first and removed by key, like other garbage (this runs
+        # under the commit lock, so none can be resurrected meanwhile).
+        self.delete_objects(session, [oid for (oid,) in session.fetchall(
+            'SELECT zoid FROM object_state WHERE state IS NULL '
+            'AND tid <= %s', (pack_tid,))])
+        return 0

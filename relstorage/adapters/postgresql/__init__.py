@@ -1,0 +1,2 @@
+"""PostgreSQL adapter (psycopg2)."""
+from .adapter import PostgreSQLAdapter  # noqa: F401

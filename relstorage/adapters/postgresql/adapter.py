@@ -1,0 +1,186 @@
+"""What PostgreSQL does differently: psycopg2 connections, advisory locks,
+a sequence for oids, bulk upload with execute_values."""
+import logging
+
+from ...exceptions import ConfigurationError
+from ...exceptions import DatabaseUnavailable
+from ..adapter import OID_BLOCK
+from ..adapter import Adapter
+from ..locker import Locker
+from ..mover import HistoryFreeMover
+from ..mover import HistoryPreservingMover
+from ..oidallocator import OIDAllocator
+from ..schema import Schema
+from ..session import Session
+from .dsn import describe_dsn
+
+log = logging.getLogger(__name__)
+
+#: The advisory lock keys used as the commit lock and the pack lock (any
+#: constants will do; these spell "RelS" and "RelP").
+COMMIT_LOCK_KEY = 0x52656c53
+PACK_LOCK_KEY = 0x52656c50
+
+TEMP_STORE_DDL = """
+CREATE TEMPORARY TABLE IF NOT EXISTS temp_store (
+    zoid        BIGINT NOT NULL PRIMARY KEY,
+    prev_tid    BIGINT NOT NULL,
+    state       BYTEA
+) ON COMMIT DELETE ROWS
+"""
+
+
+def _import_driver(name):
+    if name not in ('auto', 'psycopg2'):
+        raise ConfigurationError(
+            'driver: unknown PostgreSQL driver %r (use auto or psycopg2)'
+            % name)
+    try:
+        import psycopg2
+        import psycopg2.errors  # noqa: F401
+        import psycopg2.extras  # noqa: F401
+    except ImportError as e:  # pragma: no cover -- depends on the install
+        raise ConfigurationError(
+            'driver: psycopg2 is not installed (pip install '
+            'relstorage[postgresql]): %s' % e) from None
+    return psycopg2
+
+
+class PostgreSQLSession(Session):
+
+    defers_verbs = True
+
+    def execute_script(self, statements):
+        # psycopg2 interpolates parameters on the client, so a whole script
+        # travels to the server in one message.
+        with self.lock:
+            mogrify = self.cursor.mogrify
+            script = b'; '.join(mogrify(stmt, params)
+                                for stmt, params in statements)
+            self.execute(script.decode('utf-8', 'surrogateescape')
+                         .replace('%', '%%'))
+
+    def table_exists(self, name):
+        return self.scalar(
+            "SELECT to_regclass(%s) IS NOT NULL", (name,))
+
+
+class PostgreSQLSchema(Schema):
+    extra_ddl = (
+        'CREATE SEQUENCE zoid_seq INCREMENT BY %d START WITH 1' % OID_BLOCK,
+    )
+    drop_extra_ddl = ('DROP SEQUENCE IF EXISTS zoid_seq',)
+
+
+class PostgreSQLLocker(Locker):
+
+    def try_commit_lock(self, session, last_tid_sql):
+        if not session.scalar('SELECT pg_try_advisory_xact_lock(%s)',
+                              (COMMIT_LOCK_KEY,)):
+            return self.BUSY
+        return session.scalar(last_tid_sql)
+
+    def try_pack_lock(self, session):
+        # A session-level advisory lock: the server drops it with the
+        # connection.
+        return session.scalar('SELECT pg_try_advisory_lock(%s)',
+                              (PACK_LOCK_KEY,))
+
+    def release_pack_lock(self, session):
+        session.execute('SELECT pg_advisory_unlock(%s)', (PACK_LOCK_KEY,))
+
+    def is_lock_error(self, error):
+        errors = self.adapter.driver.errors
+        return isinstance(error, (errors.LockNotAvailable,
+                                  errors.DeadlockDetected))
+
+    def hold_commit_lock(self, session, last_tid_sql):
+        try:
+            # One message; the second statement's snapshot is taken after
+            # the lock is granted, so it sees the newest commit.
+            return session.scalar(
+                'SELECT pg_advisory_xact_lock(%s); ' + last_tid_sql,
+                (COMMIT_LOCK_KEY,))
+        except self.adapter.driver.errors.LockNotAvailable:
+            raise self.timeout_error() from None
+
+
+class PostgreSQLMoverMixin:
+
+    def upload(self, session, rows):
+        with session.lock, session.guarded():
+            session.flush()
+            session.round_trips += (len(rows) + 999) // 1000
+            self.adapter.driver.extras.execute_values(
+                session.cursor,
+                'INSERT INTO temp_store (zoid, prev_tid, state) VALUES %s',
+                rows, page_size=1000)
+
+
+class PostgreSQLHPMover(PostgreSQLMoverMixin, HistoryPreservingMover):
+    pass
+
+
+class PostgreSQLHFMover(PostgreSQLMoverMixin, HistoryFreeMover):
+    pass
+
+
+class PostgreSQLOIDAllocator(OIDAllocator):
+
+    def new_block(self, session):
+        return session.scalar("SELECT nextval('zoid_seq')"), OID_BLOCK
+
+    def raise_to(self, max_oid):
+        # Only ever moves the sequence forward.
+        return [("SELECT setval('zoid_seq', %s) FROM zoid_seq "
+                 "WHERE last_value < %s", (max_oid, max_oid))]
+
+    def reset(self, session):
+        session.execute("ALTER SEQUENCE zoid_seq RESTART WITH 1")
+
+
+class PostgreSQLAdapter(Adapter):
+
+    schema_class = PostgreSQLSchema
+    hp_mover_class = PostgreSQLHPMover
+    hf_mover_class = PostgreSQLHFMover
+    locker_class = PostgreSQLLocker
+    oid_allocator_class = PostgreSQLOIDAllocator
+    load_begin_sql = 'BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY'
+    store_begin_sql = 'BEGIN ISOLATION LEVEL READ COMMITTED'
+
+    def __init__(self, dsn='', driver='auto', options=None):
+        from ...options import Options
+        self.dsn = dsn or ''
+        self.driver = _import_driver(driver)
+        super().__init__(options if options is not None else Options())
+
+    def describe(self):
+        return 'PostgreSQL database (%s)' % describe_dsn(self.dsn)
+
+    def connect(self, for_store):
+        psycopg2 = self.driver
+        try:
+            conn = psycopg2.connect(self.dsn)
+        except psycopg2.OperationalError as e:
+            raise DatabaseUnavailable(
+                'cannot connect to the %s: %s'
+                % (self.describe(), str(e).strip())) from None
+        conn.autocommit = True
+        session = PostgreSQLSession(self, conn)
+        timeout_ms = int(self.options.commit_lock_timeout * 1000)
+        session.execute('SET lock_timeout = %s', (timeout_ms,))
+        return session
+
+    def prepare_store_session(self, session):
+        session.execute(TEMP_STORE_DDL)
+
+    def before_pack(self, session):
+        session.execute('ANALYZE %s' % ', '.join(self.packer.object_tables))
+
+    def is_disconnect(self, session, error):
+        psycopg2 = self.driver
+        if isinstance(error, psycopg2.InterfaceError):
+            return True
+        return (isinstance(error, psycopg2.OperationalError)
+                and bool(session.conn.closed))

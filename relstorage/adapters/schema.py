@@ -1,0 +1,155 @@
+"""Table definitions shared by every database, per history mode.
+
+Each adapter supplies its column types (``Types``); the statements here name
+them with ``{bigint}``, ``{blob}``, ``{bool}`` and ``{text}`` placeholders,
+which are filled once when the adapter is built -- never with user data.
+"""
+from ..exceptions import HistoryModeMismatch
+from ..exceptions import SchemaError
+
+#: Bumped whenever a table changes shape; stored in ``relstorage_meta``.
+SCHEMA_VERSION = 1
+
+
+class Types:
+    bigint = 'BIGINT'
+    blob = 'BYTEA'
+    bool = 'BOOLEAN'
+    text = 'TEXT'
+    true = 'TRUE'
+    false = 'FALSE'
+    # Appended to CREATE TABLE (MySQL uses it for the engine).
+    table_suffix = ''
+
+
+META_TABLE = """
+CREATE TABLE relstorage_meta (
+    name    VARCHAR(64) NOT NULL PRIMARY KEY,
+    value   VARCHAR(255) NOT NULL
+){table_suffix}
+"""
+
+HISTORY_PRESERVING_TABLES = (
+    """
+    CREATE TABLE transactions (
+        tid         {bigint} NOT NULL PRIMARY KEY,
+        packed      {bool} NOT NULL DEFAULT {false},
+        is_empty    {bool} NOT NULL DEFAULT {false},
+        username    {blob} NOT NULL,
+        description {blob} NOT NULL,
+        extension   {blob}
+    ){table_suffix}
+    """,
+    """
+    CREATE TABLE object_state (
+        zoid        {bigint} NOT NULL,
+        tid         {bigint} NOT NULL,
+        prev_tid    {bigint} NOT NULL,
+        state_size  {bigint} NOT NULL,
+        state       {blob},
+        PRIMARY KEY (zoid, tid)
+    ){table_suffix}
+    """,
+    "CREATE INDEX object_state_tid ON object_state (tid)",
+    """
+    CREATE TABLE current_object (
+        zoid        {bigint} NOT NULL PRIMARY KEY,
+        tid         {bigint} NOT NULL
+    ){table_suffix}
+    """,
+    "CREATE INDEX current_object_tid ON current_object (tid)",
+)
+
+HISTORY_FREE_TABLES = (
+    """
+    CREATE TABLE object_state (
+        zoid        {bigint} NOT NULL PRIMARY KEY,
+        tid         {bigint} NOT NULL,
+        state_size  {bigint} NOT NULL,
+        state       {blob}
+    ){table_suffix}
+    """,
+    "CREATE INDEX object_state_tid ON object_state (tid)",
+    """
+    CREATE TABLE last_transaction (
+        id          {bigint} NOT NULL PRIMARY KEY,
+        tid         {bigint} NOT NULL
+    ){table_suffix}
+    """,
+    "INSERT INTO last_transaction (id, tid) VALUES (0, 0)",
+)
+
+
+#: Every table either mode may have created.
+ALL_TABLES = ('relstorage_meta', 'transactions', 'object_state',
+              'current_object', 'last_transaction')
+
+
+class Schema:
+    """Creates, verifies, empties and drops the tables of one mode."""
+
+    #: Statements an adapter adds after the tables (sequences, ...).
+    extra_ddl = ()
+    #: Statements that undo extra_ddl.
+    drop_extra_ddl = ()
+
+    def __init__(self, adapter, types):
+        self.adapter = adapter
+        self.keep_history = adapter.keep_history
+        fmt = {k: getattr(types, k) for k in (
+            'bigint', 'blob', 'bool', 'text', 'true', 'false', 'table_suffix')}
+        tables = (HISTORY_PRESERVING_TABLES if self.keep_history
+                  else HISTORY_FREE_TABLES)
+        self.ddl = [META_TABLE.format(**fmt)]
+        self.ddl.extend(stmt.format(**fmt) for stmt in tables)
+        self.tables = (('transactions', 'object_state', 'current_object')
+                       if self.keep_history
+                       else ('object_state', 'last_transaction'))
+
+    def read_meta(self, session):
+        """``{name: value}`` from relstorage_meta, or None when the
+        database holds no relstorage schema at all."""
+        if not session.table_exists('relstorage_meta'):
+            if any(session.table_exists(t) for t in (
+                    'object_state', 'current_object', 'transactions')):
+                raise SchemaError(
+                    '%s holds relstorage-like tables but no relstorage_meta '
+                    'table: it was created by another tool or another '
+                    'version; refusing to use it'
+                    % self.adapter.describe())
+            return None
+        rows = session.fetchall('SELECT name, value FROM relstorage_meta')
+        return dict(rows)
+
+    def verify(self, meta):
+        where = self.adapter.describe()
+        version = meta.get('schema_version')
+        if version != str(SCHEMA_VERSION):
+            raise SchemaError(
+                'unknown schema version %r in %s (this release uses %d)'
+                % (version, where, SCHEMA_VERSION))
+        kept = meta.get('keep_history')
+        wanted = 'true' if self.keep_history else 'false'
+        if kept != wanted:
+            raise HistoryModeMismatch(
+                '%s was created with keep-history %s, but the configuration '
+                'says keep-history %s; use a database made for that mode '
+                '(or convert with zodbconvert)'
+                % (where, kept, wanted))
+
+    def create(self, session):
+        for stmt in self.ddl:
+            session.execute(stmt)
+        for stmt in self.extra_ddl:
+            session.execute(stmt)
+        session.executemany(
+            'INSERT INTO relstorage_meta (name, value) VALUES (%s, %s)',
+            [('schema_version', str(SCHEMA_VERSION)),
+             ('keep_history', 'true' if self.keep_history else 'false')])
+
+    def drop(self, session):
+        """Remove every relstorage table of either mode."""
+        for table in ALL_TABLES:
+            session.execute('DROP TABLE IF EXISTS %s' % table)
+        for stmt in self.drop_extra_ddl:
+            session.execute(stmt)

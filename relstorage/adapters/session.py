@@ -1,0 +1,193 @@
+"""A thin wrapper around one DB-API connection.
+
+All SQL in relstorage is written with ``%s`` placeholders; values always
+travel as parameters. Drivers with another paramstyle translate the
+statement once (``Session.translate``) and cache it.
+"""
+import contextlib
+import logging
+import threading
+
+from ..exceptions import DatabaseDisconnected
+
+log = logging.getLogger(__name__)
+
+
+class Session:
+    """One connection and one cursor, in explicit-transaction mode.
+
+    Subclasses may override ``translate``, ``table_exists`` and, where the
+    driver can send several statements at once, ``execute_script`` and the
+    deferral of transaction verbs (``defers_verbs``).
+    """
+
+    begin_sql = 'BEGIN'
+    #: When true, BEGIN (and a ROLLBACK directly followed by BEGIN) are
+    #: sent together with the next statement instead of on their own,
+    #: saving a round trip each.
+    defers_verbs = False
+
+    def __init__(self, adapter, conn):
+        self.adapter = adapter
+        self.conn = conn
+        self.cursor = conn.cursor()
+        self.in_transaction = False
+        # A session may be shared by threads (a storage used directly, not
+        # through ZODB connections); a statement and the fetch of its
+        # results must not interleave with another thread's.
+        self.lock = threading.RLock()
+        #: Transaction verbs waiting to go out with the next statement.
+        self.pending = ''
+        #: Statements (or scripts) sent to the server: round trips.
+        self.round_trips = 0
+        #: Whether a session-level commit lock may be held (MySQL).
+        self.holds_commit_lock = False
+        #: Callables run when the session closes (releasing file locks).
+        self.on_close = []
+
+    # Statement execution
+
+    def translate(self, stmt):
+        return stmt
+
+    @contextlib.contextmanager
+    def guarded(self):
+        """Turn the driver's "connection lost" errors into
+        DatabaseDisconnected, naming the database."""
+        try:
+            yield
+        except DatabaseDisconnected:
+            raise
+        except Exception as e:
+            if not self.adapter.is_disconnect(self, e):
+                raise
+            self.in_transaction = False
+            self.pending = ''
+            raise DatabaseDisconnected(
+                'lost the connection to the %s: %s'
+                % (self.adapter.describe(),
+                   str(e).strip().splitlines()[0] if str(e).strip()
+                   else type(e).__name__)) from e
+
+    def execute(self, stmt, params=()):
+        with self.lock, self.guarded():
+            self.round_trips += 1
+            if self.pending:
+                stmt = self.pending + self.translate(stmt)
+                self.pending = ''
+            else:
+                stmt = self.translate(stmt)
+            self.cursor.execute(stmt, params)
+        return self.cursor
+
+    def flush(self):
+        """Send deferred transaction verbs now."""
+        with self.lock, self.guarded():
+            if self.pending:
+                self.round_trips += 1
+                self.cursor.execute(self.pending)
+                self.pending = ''
+
+    def executemany(self, stmt, seq):
+        with self.lock, self.guarded():
+            self.flush()
+            self.round_trips += 1
+            self.cursor.executemany(self.translate(stmt), seq)
+
+    def execute_script(self, statements):
+        """Run ``[(stmt, params)]`` in order; drivers that can send them in
+        one message override this."""
+        with self.lock:
+            for stmt, params in statements:
+                self.execute(stmt, params)
+
+    def fetchone(self, stmt, params=()):
+        with self.lock, self.guarded():
+            return self.execute(stmt, params).fetchone()
+
+    def fetchall(self, stmt, params=()):
+        with self.lock, self.guarded():
+            return self.execute(stmt, params).fetchall()
+
+    def scalar(self, stmt, params=()):
+        row = self.fetchone(stmt, params)
+        return row[0] if row is not None else None
+
+    def table_exists(self, name):
+        raise NotImplementedError
+
+    # Transactions
+
+    def begin(self, sql=None):
+        sql = sql or self.begin_sql
+        if self.defers_verbs:
+            with self.lock:
+                self.pending += sql + '; '
+        else:
+            self.execute(sql)
+        self.in_transaction = True
+
+    def commit(self):
+        self.in_transaction = False
+        with self.lock:
+            if self.pending:
+                # Nothing ran since BEGIN: there is nothing to commit.
+                self.pending = ''
+                return
+            self.execute('COMMIT')
+
+    def rollback(self):
+        self.in_transaction = False
+        with self.lock:
+            if self.pending:
+                self.pending = ''
+                return
+            self.execute('ROLLBACK')
+
+    def restart(self, begin_sql):
+        """End the current transaction (holding no locks: a read-only
+        snapshot) and begin another, in as few round trips as possible."""
+        if self.defers_verbs and self.in_transaction:
+            with self.lock:
+                if not self.pending:
+                    self.pending = 'ROLLBACK; '
+        elif self.in_transaction:
+            self.rollback()
+        self.begin(begin_sql)
+
+    def rollback_quietly(self):
+        """Roll back, swallowing (and logging) errors from a broken
+        connection; used on abort paths that must not raise."""
+        try:
+            self.rollback()
+        except Exception:  # noqa: BLE001 -- an abort path must not raise
+            log.debug('rollback failed on %s', self.adapter.describe(),
+                      exc_info=True)
+            return False
+        return True
+
+    def close(self):
+        for func in self.on_close:
+            func()
+        self.on_close = []
+        for thing in (self.cursor, self.conn):
+            try:
+                thing.close()
+            except Exception:  # noqa: BLE001 -- closing must not raise
+                pass
+        self.cursor = self.conn = None
+
+    @property
+    def closed(self):
+        return self.conn is None
+
+
+def in_list(values):
+    """``'(%s, %s, ...)'`` with one placeholder per value."""
+    return '(' + ', '.join(['%s'] * len(values)) + ')'
+
+
+def chunks(seq, size=500):
+    seq = list(seq)
+    for i in range(0, len(seq), size):
+        yield seq[i:i + size]

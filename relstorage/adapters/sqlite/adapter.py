@@ -1,0 +1,256 @@
+"""What SQLite does differently: one file per database in a data
+directory, WAL so readers never block the writer, the single writer as the
+lock taken at vote, and a separate small file for handing out oids so that
+allocating an oid never waits for a committing transaction."""
+import fcntl
+import logging
+import os
+import re
+import sqlite3
+
+from ...exceptions import CommitLockTimeout
+from ...exceptions import ConfigurationError
+from ...exceptions import DatabaseUnavailable
+from ..adapter import OID_BLOCK
+from ..adapter import Adapter
+from ..locker import Locker
+from ..mover import HistoryFreeMover
+from ..mover import HistoryPreservingMover
+from ..oidallocator import OIDAllocator
+from ..schema import Types
+from ..session import Session
+
+log = logging.getLogger(__name__)
+
+MAIN_FILE = 'relstorage.sqlite3'
+OID_FILE = 'oids.sqlite3'
+
+#: Pragma names a user may set; values are checked before use because
+#: PRAGMA statements cannot take bound parameters.
+_PRAGMA_NAME = re.compile(r'^[a-z_]+$')
+_PRAGMA_VALUE = re.compile(r'^[A-Za-z0-9_\-.]+$')
+
+DEFAULT_PRAGMAS = {
+    'journal_mode': 'wal',
+    'synchronous': 'normal',
+    'foreign_keys': 'off',
+    'temp_store': 'memory',
+    'cache_size': '-16000',
+}
+
+TEMP_STORE_DDL = """
+CREATE TEMP TABLE IF NOT EXISTS temp_store (
+    zoid        INTEGER NOT NULL PRIMARY KEY,
+    prev_tid    INTEGER NOT NULL,
+    state       BLOB
+)
+"""
+
+
+class SQLiteTypes(Types):
+    bigint = 'INTEGER'
+    blob = 'BLOB'
+    bool = 'BOOLEAN'
+    true = '1'
+    false = '0'
+
+
+class SQLiteSession(Session):
+
+    _cache = {}
+
+    def translate(self, stmt):
+        try:
+            return self._cache[stmt]
+        except KeyError:
+            result = self._cache[stmt] = stmt.replace('%s', '?')
+            return result
+
+    def table_exists(self, name):
+        return self.scalar(
+            "SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' "
+            "AND name = %s", (name,)) > 0
+
+    def execute(self, stmt, params=()):
+        try:
+            return super().execute(stmt, params)
+        except sqlite3.OperationalError as e:
+            if 'locked' in str(e) or 'busy' in str(e):
+                raise CommitLockTimeout(
+                    'the SQLite database %s stayed locked by another writer '
+                    'longer than commit-lock-timeout (%ss)'
+                    % (self.adapter.describe(),
+                       self.adapter.options.commit_lock_timeout)) from None
+            raise
+
+
+class SQLiteLocker(Locker):
+    # BEGIN IMMEDIATE at vote already made this connection the only writer.
+    exclusive_clause = ''
+    shared_clause = ''
+
+    def hold_commit_lock(self, session, last_tid_sql):
+        return session.scalar(last_tid_sql)
+
+    def try_commit_lock(self, session, last_tid_sql):
+        # BEGIN IMMEDIATE already made this the writer, or raised when the
+        # slot was taken (the pack session does not wait for it).
+        return session.scalar(last_tid_sql)
+
+    def try_pack_lock(self, session):
+        # An exclusive lock on a file beside the database, held by an open
+        # descriptor that is closed with the session (or by the kernel
+        # when the process dies).
+        path = os.path.join(self.adapter.data_dir, 'pack.lock')
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            return False
+        session.on_close.append(lambda: os.close(fd))
+        return True
+
+
+class SQLiteMoverMixin:
+    # SQLite's parser needs a WHERE before ON CONFLICT in INSERT ... SELECT;
+    # the history-free statement has one of its own.
+    insert_select_where = ' WHERE 1'
+
+
+class SQLiteHPMover(SQLiteMoverMixin, HistoryPreservingMover):
+    pass
+
+
+class SQLiteHFMover(SQLiteMoverMixin, HistoryFreeMover):
+    pass
+
+
+class SQLiteOIDAllocator(OIDAllocator):
+    """Oids come from a one-row table in a file of their own."""
+
+    def __init__(self, adapter):
+        super().__init__(adapter)
+        self._conn = None
+
+    def _connection(self):
+        if self._conn is None:
+            path = os.path.join(self.adapter.data_dir, OID_FILE)
+            conn = sqlite3.connect(
+                path, timeout=self.adapter.options.commit_lock_timeout,
+                isolation_level=None, check_same_thread=False)
+            conn.execute('PRAGMA journal_mode = wal')
+            conn.execute(
+                'CREATE TABLE IF NOT EXISTS next_oid '
+                '(id INTEGER PRIMARY KEY, next INTEGER NOT NULL)')
+            self._conn = conn
+        return self._conn
+
+    def _ensure_row(self, conn, session):
+        if conn.execute('SELECT COUNT(*) FROM next_oid').fetchone()[0] == 0:
+            # A new (or lost) oid file starts above every stored oid.
+            start = (session.scalar('SELECT MAX(zoid) FROM object_state')
+                     or 0) + 1
+            conn.execute('INSERT OR IGNORE INTO next_oid (id, next) '
+                         'VALUES (0, ?)', (start,))
+
+    def new_block(self, session):
+        conn = self._connection()
+        with self.adapter.oid_lock:
+            self._ensure_row(conn, session)
+            first = conn.execute(
+                'UPDATE next_oid SET next = next + ? WHERE id = 0 '
+                'RETURNING next', (OID_BLOCK,)).fetchone()[0] - OID_BLOCK
+        return first, OID_BLOCK
+
+    def raise_to(self, max_oid):
+        # The counter lives in its own file, so it is raised at once rather
+        # than in the commit's transaction; raising it early is harmless.
+        conn = self._connection()
+        with self.adapter.oid_lock:
+            if conn.execute('SELECT COUNT(*) FROM next_oid').fetchone()[0]:
+                conn.execute('UPDATE next_oid SET next = MAX(next, ?) '
+                             'WHERE id = 0', (max_oid + 1,))
+            else:
+                conn.execute('INSERT INTO next_oid (id, next) VALUES (0, ?)',
+                             (max_oid + 1,))
+        return []
+
+    def reset(self, session):
+        conn = self._connection()
+        with self.adapter.oid_lock:
+            conn.execute('DELETE FROM next_oid')
+
+    def reset_after_drop(self):
+        self.reset(None)
+
+    def close(self):
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+
+class SQLiteAdapter(Adapter):
+
+    types = SQLiteTypes
+    hp_mover_class = SQLiteHPMover
+    hf_mover_class = SQLiteHFMover
+    locker_class = SQLiteLocker
+    oid_allocator_class = SQLiteOIDAllocator
+    load_begin_sql = 'BEGIN DEFERRED'
+    store_begin_sql = 'BEGIN IMMEDIATE'
+    temp_store_emptied_by_commit = False
+
+    def __init__(self, data_dir, pragmas=None, driver='auto', options=None):
+        import threading
+
+        from ...options import Options
+        if driver not in ('auto', 'sqlite3'):
+            raise ConfigurationError(
+                'driver: unknown SQLite driver %r (use auto or sqlite3)'
+                % driver)
+        if not data_dir:
+            raise ConfigurationError('data-dir: an SQLite data directory '
+                                     'is required')
+        self.data_dir = os.path.abspath(os.path.expanduser(data_dir))
+        self.pragmas = dict(DEFAULT_PRAGMAS)
+        for name, value in (pragmas or {}).items():
+            name = name.lower().replace('-', '_')
+            value = str(value)
+            if not _PRAGMA_NAME.match(name) or not _PRAGMA_VALUE.match(value):
+                raise ConfigurationError(
+                    'pragmas: invalid SQLite pragma %s = %r' % (name, value))
+            self.pragmas[name] = value
+        self.oid_lock = threading.Lock()
+        super().__init__(options if options is not None else Options())
+
+    def describe(self):
+        return 'SQLite database in %s' % self.data_dir
+
+    def connect(self, for_store):
+        path = os.path.join(self.data_dir, MAIN_FILE)
+        try:
+            if not os.path.isdir(self.data_dir):
+                if self.options.read_only:
+                    raise DatabaseUnavailable(
+                        'the SQLite data directory %s does not exist'
+                        % self.data_dir)
+                os.makedirs(self.data_dir, mode=0o700, exist_ok=True)
+            conn = sqlite3.connect(
+                path, timeout=self.options.commit_lock_timeout,
+                isolation_level=None, check_same_thread=False)
+            for name, value in self.pragmas.items():
+                conn.execute('PRAGMA %s = %s' % (name, value))
+        except (OSError, sqlite3.Error) as e:
+            raise DatabaseUnavailable(
+                'cannot open the %s: %s' % (self.describe(), e)) from None
+        return SQLiteSession(self, conn)
+
+    def prepare_store_session(self, session):
+        session.execute(TEMP_STORE_DDL)
+
+    def prepare_pack_session(self, session):
+        session.execute('PRAGMA busy_timeout = 0')
+
+    def close(self):
+        self.oids.close()

@@ -1,0 +1,186 @@
+"""The change index: which objects changed, and when, in a tid interval.
+
+The index covers the interval ``(p0, cmax]`` of transaction ids and is
+*complete* for it, in this sense: every change of every object committed in
+that interval is either recorded, or lies strictly inside the *uncertainty
+window* of a recorded, later change of the same object.
+
+Why windows: a poll (or a query filling a gap) over ``(lo, hi]`` reports, for
+each changed object, only its newest tid ``t`` in that range; a
+history-free database cannot report more.  Any earlier change of the object
+in ``(lo, t)`` stays unknown.  Folding the report into an index that already
+covers ``(p0, lo']`` with ``lo <= lo'`` only adds what lies beyond ``lo'``,
+so each record gets the window ``(lo', t)``.  Without windows, a connection
+whose view falls inside one would be told "no change since p0" and served a
+state that was replaced in the meantime.  When the caller knows its report
+lists every revision (history-preserving polls can), the window is empty.
+
+A record for an object is a flat list ``[t1, a1, t2, a2, ...]`` sorted by
+tid, where ``a`` is the exclusive lower edge of the window below ``t``
+(``a == t`` for no window).  Most objects have one record.
+
+The class does no locking; :class:`~.storage_cache.StorageCache` owns it
+and calls it under its lock.
+"""
+from bisect import bisect_right
+from bisect import insort
+
+
+def is_current(rec, tid, view, p0):
+    """Whether the revision ``tid`` is the newest one at ``view``.
+
+    ``rec`` is the object's record (or None if it has none) in an index
+    covering ``(p0, cmax]`` with ``p0 <= view <= cmax``.  The answer is
+    True only when the index proves it: ``tid`` is the newest recorded
+    change not after ``view`` (or, with none recorded, ``tid <= p0``), and no
+    window of a later change reaches down to ``view``.
+    """
+    if rec is None:
+        return tid <= p0
+    i = len(rec) - 2
+    while i >= 0:
+        t = rec[i]
+        if t <= view:
+            return tid == t
+        if rec[i + 1] < view:
+            # An unrecorded change may lie in (rec[i+1], view].
+            return False
+        i -= 2
+    return tid <= p0
+
+
+class ChangeIndex:
+    """Changes of objects in ``(p0, cmax]``; see the module docstring.
+
+    ``p0`` and ``cmax`` are None while the index is uninitialised.
+    ``by_oid`` maps oid to record; it is cleared in place, never replaced,
+    so a caller may keep a reference to it.
+    """
+
+    __slots__ = ('p0', 'cmax', 'by_oid', 'nrecords', '_tids', '_oids_at')
+
+    def __init__(self):
+        self.p0 = None
+        self.cmax = None
+        self.by_oid = {}
+        self.nrecords = 0
+        self._tids = []       # sorted, distinct tids that have records
+        self._oids_at = {}    # tid -> list of oids changed at that tid
+
+    def __len__(self):
+        return len(self.by_oid)
+
+    def clear(self):
+        """Forget everything; the index becomes uninitialised."""
+        self.start(None)
+
+    def start(self, tid):
+        """Drop all records and cover the empty interval ``(tid, tid]``."""
+        self.p0 = self.cmax = tid
+        self.by_oid.clear()
+        self._tids.clear()
+        self._oids_at.clear()
+        self.nrecords = 0
+
+    def covers(self, view):
+        p0 = self.p0
+        return p0 is not None and view is not None and p0 <= view <= self.cmax
+
+    def extend(self, lo, hi, changes, complete=False, min_floor=None):
+        """Fold in the changes of the interval ``(lo, hi]``.
+
+        ``changes`` holds ``(oid, tid)`` pairs: for every object changed in
+        ``(lo, hi]`` at least its newest tid there, or every tid when
+        ``complete`` is true.  Pairs with a tid the index already covers are
+        skipped, so a caller may drop them beforehand: ``min_floor`` says up
+        to which tid it did so, and the fold is refused if the index now
+        ends below that point (it was cleared meanwhile).
+
+        Returns False, changing nothing, if the fold would leave a hole: the
+        index ends before ``lo`` (or below ``min_floor``).  An uninitialised
+        index starts at ``lo``.
+        """
+        if self.p0 is None:
+            if min_floor is not None and min_floor > lo:
+                return False
+            self.p0 = self.cmax = lo
+        floor = self.cmax
+        if lo > floor or (min_floor is not None and floor < min_floor):
+            return False
+        if hi <= floor:
+            return True
+        add = self._add
+        for oid, tid in changes:
+            if tid > floor:
+                add(oid, tid, tid if complete else floor)
+        self.cmax = hi
+        return True
+
+    def _add(self, oid, tid, low):
+        by_oid = self.by_oid
+        rec = by_oid.get(oid)
+        if rec is None:
+            by_oid[oid] = [tid, low]
+        elif rec[-2] < tid:
+            rec.append(tid)
+            rec.append(low)
+        else:
+            for i in range(0, len(rec), 2):
+                if rec[i] == tid:
+                    if low < rec[i + 1]:
+                        rec[i + 1] = low
+                    return
+            pairs = list(zip(rec[::2], rec[1::2]))
+            pairs.append((tid, low))
+            pairs.sort()
+            rec[:] = [x for pair in pairs for x in pair]
+        self.nrecords += 1
+        oids_at = self._oids_at
+        at = oids_at.get(tid)
+        if at is None:
+            oids_at[tid] = [oid]
+            tids = self._tids
+            if not tids or tids[-1] < tid:
+                tids.append(tid)
+            else:
+                insort(tids, tid)
+        else:
+            at.append(oid)
+
+    def latest(self, oid):
+        """The newest recorded change of ``oid``, or None."""
+        rec = self.by_oid.get(oid)
+        return None if rec is None else rec[-2]
+
+    def between(self, old, new):
+        """The oids that may have changed in ``(old, new]``.
+
+        None when the index does not cover that interval.  The answer never
+        misses a change; it may name an object whose only possible change
+        there is an unrecorded one inside a window.
+        """
+        p0 = self.p0
+        if p0 is None or old is None or new is None or old < p0 \
+                or new > self.cmax:
+            return None
+        result = set()
+        if new <= old:
+            return result
+        tids = self._tids
+        oids_at = self._oids_at
+        by_oid = self.by_oid
+        for i in range(bisect_right(tids, old), len(tids)):
+            t = tids[i]
+            if t <= new:
+                result.update(oids_at[t])
+                continue
+            for oid in oids_at[t]:
+                if oid in result:
+                    continue
+                rec = by_oid[oid]
+                j = len(rec) - 2
+                while rec[j] != t:
+                    j -= 2
+                if rec[j + 1] < new:
+                    result.add(oid)
+        return result

@@ -1,0 +1,332 @@
+"""ZConfig factories for ``%import relstorage``.
+
+``component.xml`` declares the ``<relstorage>`` section and the adapter
+sections; ZConfig turns each of them into one of the factory objects
+below. Nothing here touches a database until ``RelStorageFactory.open()``.
+
+The schema gives no defaults: a key the user did not write stays None and
+`relstorage.options.Options` supplies the default.
+"""
+import io
+import os
+import pathlib
+
+import ZConfig
+import ZConfig.datatypes
+import ZODB.config
+
+from relstorage.exceptions import ConfigurationError
+from relstorage.exceptions import NotSupportedYet
+from relstorage.options import OPTIONS
+from relstorage.options import Options
+from relstorage.options import option_spec
+
+__all__ = [
+    'RelStorageFactory',
+    'PostgreSQLAdapterFactory',
+    'MySQLAdapterFactory',
+    'OracleAdapterFactory',
+    'SQLite3AdapterFactory',
+    'options_from_section',
+    'default_sqlite_data_dir',
+    'pragmas_from_section',
+    'storage_from_string',
+    'storage_from_file',
+    'checked',
+]
+
+
+def default_sqlite_data_dir(name):
+    """Where a ``<relstorage>`` without an adapter section keeps its SQLite
+    files: ``$XDG_DATA_HOME/relstorage/<name>``, with ``~/.local/share``
+    when XDG_DATA_HOME is unset or empty, and ``default`` when the storage
+    has no name.
+
+    Path separators in *name* become '_' so a name cannot point outside
+    that directory.
+    """
+    base = (os.environ.get('XDG_DATA_HOME')
+            or os.path.expanduser('~/.local/share'))
+    name = name or 'default'
+    for sep in (os.sep, os.altsep, '/', '\\'):
+        if sep:
+            name = name.replace(sep, '_')
+    if name in ('.', '..'):
+        name = 'default'
+    return os.path.join(base, 'relstorage', name)
+
+
+# -- datatypes that name the option in their errors -------------------------
+
+# How each Options kind is written in zope.conf.
+_TEXT_TYPES = {
+    'bool': 'boolean',
+    'int': 'integer',
+    'bytes': 'byte-size',
+    'float': 'float',
+    'str': 'string',
+    'strings': 'string-list',
+    'choice': 'string',
+}
+
+# Typed keys of the adapter sections and their stock ZConfig datatype.
+_ADAPTER_KEY_TYPES = {
+    'port': 'port-number',
+    'connect_timeout': 'integer',
+    'compress': 'boolean',
+    'named_pipe': 'boolean',
+}
+
+
+def _number(text):
+    """An int when the text is one, otherwise a float."""
+    try:
+        return int(text)
+    except ValueError:
+        try:
+            return float(text)
+        except ValueError:
+            raise ValueError('expected a number, got %r' % (text,)) from None
+
+
+class _CheckedDatatypes:
+    """ZConfig datatypes, one per key, whose errors start with the key name.
+
+    ZConfig's stock datatypes report only the bad value and its line
+    ("not a valid boolean value: 'maybe'"). component.xml refers to
+    ``relstorage.config.checked.<attribute>`` instead, which converts with
+    the same stock datatype, then lets Options validate the result, and
+    prefixes any error with the option name.
+    """
+
+    def __init__(self):
+        self._cache = {}
+
+    def __getattr__(self, attr):
+        if attr.startswith('_'):
+            raise AttributeError(attr)
+        if attr not in self._cache:
+            self._cache[attr] = self._make(attr)
+        return self._cache[attr]
+
+    @staticmethod
+    def _make(attr):
+        stock = ZConfig.datatypes.stock_datatypes
+        if attr in _ADAPTER_KEY_TYPES:
+            name, spec = attr, None
+            parse = stock[_ADAPTER_KEY_TYPES[attr]]
+        else:
+            try:
+                spec = option_spec(attr)
+            except ConfigurationError:
+                raise AttributeError(attr) from None
+            name = spec.name
+            if spec.kind == 'number':
+                parse = _number
+            else:
+                parse = stock[_TEXT_TYPES[spec.kind]]
+
+        def convert(text):
+            try:
+                value = parse(text)
+            except ConfigurationError:
+                raise
+            except ValueError as e:
+                raise ConfigurationError(
+                    'invalid value for option %s: %s' % (name, e)) from e
+            if spec is not None:
+                value = spec.coerce(value)
+            return value
+
+        convert.__name__ = attr
+        return convert
+
+
+checked = _CheckedDatatypes()
+
+
+# -- <relstorage> ------------------------------------------------------------
+
+def options_from_section(section):
+    """Build Options from a parsed ``<relstorage>`` section.
+
+    *section* is the ZConfig section value (or the RelStorageFactory
+    made from it). Only keys the user wrote are passed on, so everything
+    else keeps the default from options.py. The storage name is the
+    ``name`` key, else the section's own name (``<relstorage main>``).
+    """
+    if isinstance(section, ZODB.config.BaseConfig):
+        section = section.config
+    kw = {}
+    for spec in OPTIONS:
+        value = getattr(section, spec.attr, None)
+        if value is not None:
+            kw[spec.attr] = value
+    if kw.get('name') is None:
+        section_name = section.getSectionName()
+        if section_name:
+            kw['name'] = section_name
+    return Options(**kw)
+
+
+class RelStorageFactory(ZODB.config.BaseConfig):
+    """The ``<relstorage>`` section.
+
+    Options are built (and so checked) when the configuration is parsed,
+    so a bad value is reported with its line before anything is opened.
+    """
+
+    def __init__(self, config):
+        super().__init__(config)
+        self.options = options_from_section(config)
+
+    def adapter_factory(self):
+        """The adapter section's factory; embedded SQLite when there is
+        none."""
+        factory = getattr(self.config, 'adapter', None)
+        if factory is None:
+            factory = SQLite3AdapterFactory(None)
+        return factory
+
+    def open(self):
+        options = options_from_section(self.config)
+        options.check_supported()
+        adapter = self.adapter_factory().create(options)
+        from relstorage.storage import RelStorage
+        return RelStorage(adapter, name=options.name, options=options)
+
+
+# -- adapter sections --------------------------------------------------------
+
+class _AdapterFactory:
+    """Base of the adapter section factories.
+
+    ``params()`` gathers the keys the user set under the names the
+    database driver expects; ``create(options)`` builds the adapter.
+    """
+
+    #: section key attribute -> driver keyword
+    param_names = {}
+    section_name = None
+
+    def __init__(self, config):
+        self.config = config
+
+    def _get(self, attr, default=None):
+        if self.config is None:
+            return default
+        value = getattr(self.config, attr, None)
+        return default if value is None else value
+
+    @property
+    def driver(self):
+        return self._get('driver', 'auto')
+
+    def params(self):
+        params = {}
+        for attr, param in self.param_names.items():
+            value = self._get(attr)
+            if value is not None:
+                params[param] = value
+        return params
+
+    def create(self, options):
+        raise NotSupportedYet('<%s>' % self.section_name)
+
+
+class PostgreSQLAdapterFactory(_AdapterFactory):
+    """``<postgresql>``: ``dsn`` is a libpq connection string; empty means
+    libpq's own defaults (PGHOST, PGDATABASE, ...)."""
+
+    section_name = 'postgresql'
+    param_names = {'dsn': 'dsn'}
+
+    def create(self, options):
+        from relstorage.adapters.postgresql import PostgreSQLAdapter
+        return PostgreSQLAdapter(dsn=self._get('dsn', ''),
+                                 driver=self.driver,
+                                 options=options)
+
+
+class MySQLAdapterFactory(_AdapterFactory):
+    """``<mysql>``: the keys are MySQLdb's connect() keywords."""
+
+    section_name = 'mysql'
+    param_names = {name: name for name in (
+        'host', 'user', 'passwd', 'db', 'port', 'unix_socket',
+        'connect_timeout', 'compress', 'named_pipe',
+        'read_default_file', 'read_default_group')}
+
+    def create(self, options):
+        from relstorage.adapters.mysql import MySQLAdapter
+        return MySQLAdapter(driver=self.driver, options=options,
+                            **self.params())
+
+
+class OracleAdapterFactory(_AdapterFactory):
+    """``<oracle>``: user, password and an Oracle DSN (TNS name or
+    easy-connect string)."""
+
+    section_name = 'oracle'
+    param_names = {'user': 'user', 'password': 'password', 'dsn': 'dsn'}
+
+
+class SQLite3AdapterFactory(_AdapterFactory):
+    """``<sqlite3>``, and the embedded default when ``<relstorage>`` has no
+    adapter section (then *config* is None)."""
+
+    section_name = 'sqlite3'
+
+    def data_dir(self, options):
+        return self._get('data_dir') or default_sqlite_data_dir(options.name)
+
+    def pragmas(self):
+        return dict(self._get('pragmas') or {})
+
+    def params(self):
+        params = {}
+        if self._get('data_dir'):
+            params['data_dir'] = self._get('data_dir')
+        params['pragmas'] = self.pragmas()
+        return params
+
+    def create(self, options):
+        from relstorage.adapters.sqlite import SQLiteAdapter
+        return SQLiteAdapter(data_dir=self.data_dir(options),
+                             pragmas=self.pragmas(),
+                             driver=self.driver,
+                             options=options)
+
+
+def pragmas_from_section(section):
+    """``<pragmas>`` inside ``<sqlite3>``: every ``name value`` line, as a
+    {name: value string} dict. Names are lower-cased, as SQLite ignores
+    their case anyway."""
+    return dict(section.pragmas)
+
+
+# -- convenience for scripts -------------------------------------------------
+
+# Prepended to every text: a component imported twice is loaded once, so
+# texts that already say "%import relstorage" are fine.
+_IMPORT = '%import relstorage\n'
+
+
+def storage_from_string(text):
+    """Open the storage described by the one storage section in *text*.
+
+    *text* may omit ``%import relstorage``; it is added.
+    """
+    return ZODB.config.storageFromString(_IMPORT + text)
+
+
+def storage_from_file(path):
+    """Like storage_from_string, reading the configuration from *path*;
+    relative ``%include`` lines are resolved against the file's
+    directory."""
+    path = pathlib.Path(path)
+    config, _ = ZConfig.loadConfigFile(
+        ZODB.config.getStorageSchema(),
+        io.StringIO(_IMPORT + path.read_text()),
+        url=path.absolute().as_uri())
+    return ZODB.config.storageFromConfig(config.storage)

@@ -1,0 +1,62 @@
+"""Every error relstorage raises on purpose, in one place.
+
+Each class says what went wrong in words a site operator can act on; none of
+them carries a driver traceback as its only explanation.
+"""
+from transaction.interfaces import TransientError
+from ZODB.POSException import ConflictError
+from ZODB.POSException import ReadOnlyError  # noqa: F401 re-exported
+from ZODB.POSException import StorageError
+from ZODB.POSException import StorageTransactionError  # noqa: F401
+
+
+class RelStorageError(StorageError):
+    """Base class of relstorage's own errors."""
+
+
+class ConfigurationError(RelStorageError, ValueError):
+    """An option has a wrong name or value; the message names the option."""
+
+
+class NotSupportedYet(ConfigurationError):
+    """An accepted option was set to a value this release cannot honour."""
+
+    def __init__(self, option, detail=''):
+        self.option = option
+        msg = 'not supported yet: %s' % option
+        if detail:
+            msg += ' (%s)' % detail
+        super().__init__(msg)
+
+
+class DatabaseUnavailable(RelStorageError):
+    """The database server could not be reached or refused the login."""
+
+
+class DatabaseDisconnected(DatabaseUnavailable, TransientError):
+    """The connection to the database was lost in the middle of a
+    transaction that had not committed; retrying it is safe. Between
+    transactions a lost connection is reopened without an error."""
+
+
+class SchemaError(RelStorageError):
+    """The database holds no relstorage schema, another version of it, or
+    a schema made for the other history mode."""
+
+
+class HistoryModeMismatch(SchemaError):
+    """The database was created with the other ``keep-history`` setting."""
+
+
+class CommitLockTimeout(RelStorageError, TransientError):
+    """The commit lock could not be had within commit-lock-timeout."""
+
+
+class UnableToLockRows(ConflictError):
+    """Rows to change (or read-current rows) stayed locked by another
+    transaction past commit-lock-timeout, or locking them deadlocked.
+    A ConflictError, so ZODB's retry machinery tries again."""
+
+
+class CorruptRecord(RelStorageError):
+    """A stored row cannot be what it claims to be."""

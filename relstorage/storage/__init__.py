@@ -1,0 +1,197 @@
+"""RelStorage: the ZODB-facing storage. It knows ZODB and never writes SQL;
+everything database-specific happens behind ``relstorage.adapters``."""
+import logging
+import threading
+import time
+import weakref
+
+import ZODB.interfaces
+from ZODB.BaseStorage import copy as copy_transactions
+from ZODB.ConflictResolution import ConflictResolvingStorage
+from ZODB.POSException import ReadOnlyError
+from ZODB.utils import p64
+from zope.interface import alsoProvides
+from zope.interface import implementer
+
+from ..cache import StorageCache
+from .history import History
+from .iteration import Iteration
+from .load import Loader
+from .pack import Pack
+from .tpc import TPC
+
+log = logging.getLogger(__name__)
+
+
+@implementer(
+    ZODB.interfaces.IStorage,
+    ZODB.interfaces.IMVCCStorage,
+    ZODB.interfaces.IMultiCommitStorage,
+    ZODB.interfaces.IStorageRestoreable,
+    ZODB.interfaces.IStorageIteration,
+    ZODB.interfaces.IStorageCurrentRecordIteration,
+    ZODB.interfaces.IExternalGC,
+    ZODB.interfaces.ReadVerifyingStorage,
+)
+class RelStorage(Loader, TPC, History, Iteration, ConflictResolvingStorage):
+    """A ZODB storage in a relational database.
+
+    The object the application creates is the *root* storage; ZODB asks it
+    for one ``new_instance()`` per connection. All instances share the
+    adapter and the process-wide pickle cache; each has its own database
+    sessions and snapshot.
+    """
+
+    _load = None
+    _store = None
+
+    def __init__(self, adapter, name=None, options=None, _parent=None):
+        if options is None:
+            options = adapter.options
+        self._adapter = adapter
+        self._options = options
+        self._name = name or options.name or adapter.describe()
+        self._is_root = _parent is None
+        if _parent is None:
+            options.check_supported()
+            adapter.prepare()
+            self._cache = StorageCache(
+                int(options.cache_local_mb * 1000000),
+                object_max_bytes=options.cache_local_object_max,
+                delta_limit=options.cache_delta_size_limit)
+        else:
+            self._cache = _parent._cache
+        self._load_lock = threading.RLock()
+        self._tpc_lock = threading.Lock()
+        self._oid_lock = threading.Lock()
+        self._tpc = None
+        self._view_tid = None
+        self._last_poll = 0.0
+        self._poll_forced = False
+        self._poll_failed = False
+        self._store_lock = threading.Lock()
+        self._last_tid = 0
+        self._free_oids = []
+        self._seen = None if adapter.keep_history else {}
+        self._closed = False
+        self._instances = weakref.WeakSet()
+        if adapter.keep_history:
+            alsoProvides(self, ZODB.interfaces.IStorageUndoable)
+
+    # Instances
+
+    def new_instance(self):
+        instance = type(self)(self._adapter, self._name, self._options,
+                              _parent=self)
+        self._instances.add(instance)
+        return instance
+
+    def release(self):
+        """Close this instance's database sessions (ZODB is done with the
+        connection that used it)."""
+        for attr in ('_load', '_store'):
+            session = getattr(self, attr)
+            if session is not None:
+                setattr(self, attr, None)
+                session.close()
+
+    def close(self):
+        if self._closed:
+            return
+        self._closed = True
+        self.release()
+        if self._is_root:
+            # Closing the storage closes the database connections of every
+            # instance made from it, even those whose ZODB connections were
+            # never closed.
+            for instance in list(self._instances):
+                instance.release()
+            self._adapter.close()
+
+    def _store_session(self):
+        if self._store is None:
+            with self._store_lock:
+                if self._store is None:
+                    self._store = self._adapter.open_store_session()
+        return self._store
+
+    # Simple facts
+
+    def getName(self):
+        return self._name
+
+    def sortKey(self):
+        return self._adapter.describe()
+
+    def isReadOnly(self):
+        return self._options.read_only
+
+    def lastTransaction(self):
+        if self._is_root:
+            # Commits happen through instances; ask the database.
+            with self._load_lock:
+                self._ensure_view()
+        return p64(max(self._last_tid, self._view_tid or 0))
+
+    def __len__(self):
+        with self._load_lock:
+            self._ensure_view()
+            return self._load_session().object_count()
+
+    def getSize(self):
+        with self._load_lock:
+            self._ensure_view()
+            return self._load_session().size_in_bytes()
+
+    def __repr__(self):
+        return '<%s %s>' % (type(self).__name__, self._name)
+
+    # Writing helpers used by the tpc phases
+
+    def new_oid(self):
+        self._check_writable()
+        with self._oid_lock:
+            if not self._free_oids:
+                first, count = self._adapter.new_oid_block(
+                    self._store_session())
+                self._free_oids = list(range(first + count - 1, first - 1, -1))
+            return p64(self._free_oids.pop())
+
+    def _after_commit(self, tid, rows):
+        self._last_tid = tid
+        self._poll_forced = True
+        cache = self._cache
+        for oid, _prev, state in rows:
+            cache.store_committed(oid, tid, state)
+
+    # Whole-database operations
+
+    def copyTransactionsFrom(self, other, verbose=False):
+        copy_transactions(other, self, verbose)
+
+    def pack(self, t, referencesf, gc=None, progress=None):
+        """Remove revisions not current at time *t* and, with pack-gc (or
+        *gc*), objects unreachable from the root at *t*. Returns counts.
+
+        *progress*, if given, is called after every committed batch with
+        ``(done, total)`` counts of objects handled."""
+        self._check_writable()
+        if gc is None:
+            gc = self._options.pack_gc
+        result = Pack(self, t, referencesf, gc, progress).run()
+        log.info('packed %s to %s: %s', self._name, time.ctime(t),
+                 dict(result))
+        return result
+
+    def zap_all(self):
+        """Remove every object and transaction (tests, zodbconvert)."""
+        if self._options.read_only:
+            raise ReadOnlyError()
+        self._adapter.zap_all()
+        self._cache.clear()
+        with self._load_lock:
+            self._view_tid = None
+            self._last_tid = 0
+        self._free_oids = []
+
+    cleanup = zap_all

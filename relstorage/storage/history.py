@@ -1,0 +1,141 @@
+"""Object history, the undo log and undo (history-preserving only)."""
+from ZODB.POSException import POSKeyError
+from ZODB.POSException import UndoError
+from ZODB.TimeStamp import TimeStamp
+from ZODB.utils import p64
+from ZODB.utils import u64
+from ZODB._compat import loads
+
+
+def _extension(ext_bytes):
+    if not ext_bytes:
+        return {}
+    try:
+        ext = loads(ext_bytes)
+    except Exception:  # noqa: BLE001 -- metadata must never break a listing
+        return {}
+    return ext if isinstance(ext, dict) else {}
+
+
+def _describe(tid, user, description, extension):
+    d = {
+        'id': p64(tid),
+        'time': TimeStamp(p64(tid)).timeTime(),
+        'user_name': user or b'',
+        'description': description or b'',
+    }
+    for key, value in _extension(extension).items():
+        d.setdefault(key, value)
+    return d
+
+
+class History:
+    """Mixin of RelStorage: history, undoLog, undoInfo, undo."""
+
+    def history(self, oid, size=1):
+        with self._load_lock:
+            self._ensure_view()
+            rows = self._load_session().object_history(u64(oid), size or 1)
+        if not rows:
+            raise POSKeyError(oid)
+        result = []
+        for tid, state_size, user, description, ext in rows:
+            d = _describe(tid, user, description, ext)
+            del d['id']
+            d.update(tid=p64(tid), size=state_size, version='')
+            result.append(d)
+        return result
+
+    def supportsUndo(self):
+        return self._adapter.keep_history
+
+    def undoLog(self, first=0, last=-20, filter=None):
+        if last < 0:
+            last = first - last
+        if not self._adapter.keep_history:
+            return []
+        result = []
+        seen = 0
+        with self._load_lock:
+            self._ensure_view()
+            session = self._load_session()
+            upto = self._view_tid
+            # Read newest first, in pages, until enough entries passed the
+            # filter; packed transactions cannot be undone.
+            while len(result) < last - first:
+                rows = session.transactions(
+                    0, upto, newest_first=True, include_packed=False,
+                    limit=max(100, last))
+                if not rows:
+                    break
+                for tid, user, description, ext, _packed in rows:
+                    d = _describe(tid, user, description, ext)
+                    if filter is not None and not filter(d):
+                        continue
+                    if seen >= first:
+                        result.append(d)
+                        if len(result) >= last - first:
+                            break
+                    seen += 1
+                upto = rows[-1][0] - 1
+        return result
+
+    def undoInfo(self, first=0, last=-20, specification=None):
+        def match(d):
+            return all(d.get(k) == v for k, v in specification.items())
+        return self.undoLog(first, last,
+                            match if specification else None)
+
+    def undo(self, transaction_id, transaction):
+        """Prepare to undo *transaction_id* within *transaction*: every
+        object it changed gets back the state it had before, merged by
+        conflict resolution where a later transaction changed it too."""
+        self._check_writable()
+        tpc = self._buffer_for(transaction)
+        undo_tid = u64(transaction_id)
+        session = self._store_session()
+        packed = session.transaction_exists(undo_tid)
+        if packed is None:
+            raise UndoError('no such transaction: %r' % (transaction_id,))
+        if packed:
+            raise UndoError('transaction %r was packed and cannot be undone'
+                            % (transaction_id,))
+        before = session.states_before(undo_tid)
+        current = session.current_tids([oid for oid, _, _ in before])
+        oids = []
+        for oid, state, _prev_tid in before:
+            tpc.stores[oid] = self._undo_record(
+                session, tpc, oid, state, undo_tid, current.get(oid, 0))
+            oids.append(p64(oid))
+        return None, oids
+
+    def _undo_record(self, session, tpc, oid, state, undo_tid, actual):
+        """``(expected_tid, state)`` to store so that *oid* loses what
+        *undo_tid* did to it; *state* is what it held before *undo_tid*.
+
+        The object's present state is the one pending in this transaction
+        (an earlier undo of the same commit touched it) or else the current
+        revision *actual*. When that state is not what *undo_tid* wrote, a
+        later change must be merged by conflict resolution."""
+        if oid in tpc.stores:
+            expected, present = tpc.stores[oid]
+        else:
+            expected = actual
+            if actual == undo_tid:
+                return expected, state
+            present = session.load_revision(oid, actual)[0] if actual else None
+        undone = session.load_revision(oid, undo_tid)[0]
+        if present == undone:
+            return expected, state
+        if state is None or present is None:
+            raise UndoError('object %r was changed by a later transaction'
+                            % p64(oid), p64(oid))
+        try:
+            merged = self.tryToResolveConflict(
+                p64(oid), p64(expected), p64(undo_tid), state,
+                committedData=present)
+        except Exception:
+            raise UndoError(
+                'object %r was changed by a later transaction and the '
+                'changes cannot be merged' % p64(oid), p64(oid)) from None
+        return expected, merged

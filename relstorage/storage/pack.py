@@ -1,0 +1,225 @@
+"""Packing: drop revisions that are no longer current as of the pack time
+and (with pack-gc) objects no longer reachable from the root.
+
+The pre-pack reads one snapshot without any lock: it walks the states
+current at the pack time, follows their references from the root (and from
+everything committed after the pack time) and so finds the garbage. The
+removal then runs in batches, each a short transaction holding the commit
+lock for at most about ``pack-batch-timeout`` seconds, so that writers wait
+at most one batch; when the commit lock is busy the pack waits
+``pack-commit-busy-delay`` seconds and tries again, letting commits go
+first. Before each batch, commits made since the pre-pack are
+read and anything they reference is rescued from the garbage. Each batch is
+atomic, so an interrupted pack leaves a consistent database and the next
+pack finishes the job.
+"""
+import logging
+import time
+
+from ZODB.POSException import StorageError
+
+from ..exceptions import CommitLockTimeout
+from ZODB.TimeStamp import TimeStamp
+from ZODB.utils import u64
+
+log = logging.getLogger(__name__)
+
+#: States read per pre-pack query.
+PAGE = 1000
+#: Objects removed per statement group inside a batch.
+STEP = 100
+
+
+def tid_for_time(t):
+    return u64(TimeStamp(*time.gmtime(t)[:5] + (t % 60,)).raw())
+
+
+class PackResult(dict):
+    """What a pack did, for the summary of zodbpack: objects removed
+    (garbage), revisions, transactions and bytes of state removed,
+    batches, seconds."""
+
+
+class PackAlreadyRunning(StorageError):
+    """Only one pack may run per database at a time."""
+
+
+class Pack:
+    """One run of pack() over one storage's adapter."""
+
+    def __init__(self, storage, t, referencesf, gc, progress=None):
+        self.storage = storage
+        self.progress = progress
+        self.total = 0
+        self.adapter = storage._adapter
+        self.options = storage._options
+        self.referencesf = referencesf
+        self.gc = gc
+        self.packer = self.adapter.packer
+        self.pack_tid = tid_for_time(t)
+        self.result = PackResult(
+            objects_removed=0, revisions_removed=0, bytes_removed=0,
+            batches=0)
+        if self.adapter.keep_history:
+            self.result['transactions_removed'] = 0
+
+    def run(self):
+        adapter = self.adapter
+        started = time.monotonic()
+        # The session that removes also holds the pack lock throughout.
+        writer = adapter.connect(for_store=True)
+        adapter.prepare_pack_session(writer)
+        locked = False
+        try:
+            locked = adapter.locker.try_pack_lock(writer)
+            if not locked:
+                raise PackAlreadyRunning(
+                    'another pack of the %s is running; not starting a '
+                    'second one' % adapter.describe())
+            adapter.before_pack(writer)
+            self.prepack_and_remove(writer)
+        finally:
+            writer.rollback_quietly()
+            adapter.locker.after_rollback(writer)
+            if locked:
+                try:
+                    adapter.locker.release_pack_lock(writer)
+                except Exception:  # noqa: BLE001 -- a lost connection
+                    pass           # has released it already
+            writer.close()  # releases whatever is still held
+        self.result['seconds'] = time.monotonic() - started
+        return self.result
+
+    def prepack_and_remove(self, writer):
+        session = self.adapter.open_load_session()
+        try:
+            view = session.restart()
+            if not view:
+                return  # empty database
+            self.pack_tid = min(self.pack_tid, view)
+            last = self.packer.last_pack_tid(session.session)
+            if last is not None and self.pack_tid < last:
+                raise StorageError(
+                    'cannot pack to %016x: an earlier pack already went to '
+                    '%016x, so older states are gone' % (self.pack_tid, last))
+            old = self.packer.objects_with_old_revisions(
+                session.session, self.pack_tid)
+            garbage, graph = (self.find_garbage(session, view) if self.gc
+                              else (set(), {}))
+        finally:
+            session.close()
+        self.remove(writer, old, garbage, graph, view)
+        self.storage._cache.invalidate(garbage)
+
+    def references(self, state):
+        if not state:
+            return ()
+        return [u64(oid) for oid in self.referencesf(state)]
+
+    def find_garbage(self, session, view):
+        """Objects unreachable at the pack time from the root or from any
+        revision committed after it; and the reference graph among them."""
+        graph = {}
+        after = -1  # the root is oid 0
+        while True:
+            page = self.packer.states_at(session.session, self.pack_tid,
+                                         after, PAGE)
+            if not page:
+                break
+            for oid, state in page:
+                graph[oid] = self.references(state)
+            after = page[-1][0]
+        roots = {0}
+        for oid, state in self.packer.states_after(session.session,
+                                                   self.pack_tid):
+            roots.add(oid)
+            roots.update(self.references(state))
+        reachable = self.closure(roots, graph)
+        garbage = set(graph) - reachable
+        return garbage, {oid: graph[oid] for oid in garbage}
+
+    @staticmethod
+    def closure(start, graph):
+        seen = set()
+        todo = list(start)
+        while todo:
+            oid = todo.pop()
+            if oid in seen:
+                continue
+            seen.add(oid)
+            todo.extend(r for r in graph.get(oid, ()) if r not in seen)
+        return seen
+
+    def rescue(self, session, garbage, graph, since):
+        """Take out of *garbage* whatever commits after *since* touched or
+        reference (directly or through other garbage)."""
+        touched = set()
+        for oid, state in self.packer.states_after(session, since):
+            touched.add(oid)
+            touched.update(self.references(state))
+        if touched & garbage:
+            alive = self.closure(touched & garbage, graph)
+            garbage.difference_update(alive)
+
+    def remove(self, session, old, garbage, graph, checked_tid):
+        old = [oid for oid in old if oid not in garbage]
+        doomed = sorted(garbage)
+        self.total = len(old) + len(doomed)
+        while old or doomed or not self.result['batches']:
+            checked_tid = self.batch(session, old, doomed, garbage,
+                                     graph, checked_tid)
+
+    def take_commit_lock(self, session):
+        """Begin a transaction holding the commit lock, yielding to
+        committers: while the lock is busy, wait pack-commit-busy-delay
+        seconds and try again. Returns the newest tid."""
+        adapter = self.adapter
+        locker = adapter.locker
+        while True:
+            try:
+                session.begin(adapter.store_begin_sql)
+                last = locker.try_commit_lock(session,
+                                              adapter.mover.last_tid_sql)
+            except CommitLockTimeout:  # SQLite: the writer slot is taken
+                last = locker.BUSY
+            if last is not locker.BUSY:
+                return last
+            session.rollback_quietly()
+            locker.after_rollback(session)
+            time.sleep(self.options.pack_commit_busy_delay)
+
+    def batch(self, session, old, doomed, garbage, graph, checked_tid):
+        """One short transaction under the commit lock; consumes work from
+        *old* and *doomed*; the last one also marks transactions packed."""
+        adapter = self.adapter
+        packer = self.packer
+        last = self.take_commit_lock(session)
+        deadline = time.monotonic() + self.options.pack_batch_timeout
+        if self.gc and last and last > checked_tid:
+            self.rescue(session, garbage, graph, checked_tid)
+            doomed[:] = [oid for oid in doomed if oid in garbage]
+        first = True  # every batch makes progress, whatever the timeout
+        while (old or doomed) and (first or time.monotonic() < deadline):
+            first = False
+            if doomed:
+                step, doomed[:] = doomed[:STEP], doomed[STEP:]
+                revisions, size = packer.remove_objects(session, step)
+                self.result['objects_removed'] += len(step)
+            else:
+                step, old[:] = old[:STEP], old[STEP:]
+                revisions, size = packer.remove_old_revisions(
+                    session, step, self.pack_tid)
+            self.result['revisions_removed'] += revisions
+            self.result['bytes_removed'] += size
+        if not old and not doomed:
+            removed = packer.finish(session, self.pack_tid)
+            if 'transactions_removed' in self.result:
+                self.result['transactions_removed'] += removed
+        script = [('COMMIT', ())] + adapter.locker.release_commit_lock()
+        session.execute_script(script)
+        session.in_transaction = False
+        session.holds_commit_lock = False
+        self.result['batches'] += 1
+        if self.progress is not None:
+            self.progress(self.total - len(old) - len(doomed), self.total)
+        return max(checked_tid, last or 0)

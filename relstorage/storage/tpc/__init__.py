@@ -1,0 +1,137 @@
+"""Two-phase commit.
+
+``store`` and friends only buffer (``TransactionBuffer``); nothing touches
+the database before ``tpc_vote``. Vote locks rows, detects and resolves
+conflicts and uploads the states (``vote.py``); finish takes the short
+commit lock, picks the tid and makes the rows current in one database
+transaction (``finish.py``).
+"""
+from ZODB.POSException import ReadOnlyError
+from ZODB.POSException import StorageTransactionError
+from ZODB.utils import p64
+from ZODB.utils import u64
+from ZODB.utils import z64
+
+from .finish import finish
+from .vote import vote
+
+
+class TransactionBuffer:
+    """What one transaction has asked to store, before vote."""
+
+    def __init__(self, transaction, restore_tid=None, status=' '):
+        self.transaction = transaction
+        self.restore_tid = restore_tid
+        self.packed = status == 'p'
+        #: oid -> (expected current tid, state or None for a deletion)
+        self.stores = {}
+        #: oids whose states are copied as they are (restore/undo):
+        #: no conflict check.
+        self.restored = set()
+        #: oid -> tid that must still be current at vote (readCurrent)
+        self.read_current = {}
+        self.voting = False
+        self.voted = False
+        self.resolved = ()
+        #: [(oid, prev_tid, state)] as uploaded at vote
+        self.rows = ()
+
+
+class TPC:
+    """Mixin of RelStorage: the two-phase commit protocol."""
+
+    def _check_writable(self):
+        if self._options.read_only:
+            raise ReadOnlyError()
+
+    def _buffer_for(self, transaction):
+        tpc = self._tpc
+        if tpc is None or tpc.transaction is not transaction:
+            raise StorageTransactionError(self, transaction)
+        return tpc
+
+    def tpc_transaction(self):
+        tpc = self._tpc
+        return tpc.transaction if tpc is not None else None
+
+    def tpc_begin(self, transaction, tid=None, status=' '):
+        self._check_writable()
+        tpc = self._tpc
+        if tpc is not None and tpc.transaction is transaction:
+            raise StorageTransactionError(
+                'Duplicate tpc_begin calls for same transaction')
+        buffer = TransactionBuffer(
+            transaction, u64(tid) if tid is not None else None, status)
+        # A storage used directly by several threads commits one
+        # transaction at a time, like every ZODB storage.
+        self._tpc_lock.acquire()
+        self._tpc = buffer
+
+    def store(self, oid, serial, data, version, transaction):
+        self._check_writable()
+        if version:
+            raise StorageTransactionError('versions are not supported')
+        tpc = self._buffer_for(transaction)
+        tpc.stores[u64(oid)] = (u64(serial or z64), data)
+
+    def restore(self, oid, serial, data, version, prev_txn, transaction):
+        """Store a copied revision as it is (no conflict checks); *data*
+        None records that the object does not exist in this revision."""
+        self._check_writable()
+        tpc = self._buffer_for(transaction)
+        ioid = u64(oid)
+        tpc.stores[ioid] = (None, data)
+        tpc.restored.add(ioid)
+
+    def deleteObject(self, oid, oldserial, transaction):
+        self._check_writable()
+        tpc = self._buffer_for(transaction)
+        tpc.stores[u64(oid)] = (u64(oldserial), None)
+
+    def checkCurrentSerialInTransaction(self, oid, serial, transaction):
+        tpc = self._buffer_for(transaction)
+        tpc.read_current[u64(oid)] = u64(serial)
+
+    def tpc_vote(self, transaction):
+        tpc = self._buffer_for(transaction)
+        if tpc.voted:
+            return tpc.resolved
+        tpc.voting = True
+        try:
+            vote(self, tpc)
+        finally:
+            tpc.voting = False
+        tpc.voted = True
+        return tpc.resolved
+
+    def tpc_finish(self, transaction, f=None):
+        tpc = self._buffer_for(transaction)
+        try:
+            if not tpc.voted:
+                self.tpc_vote(transaction)
+            tid = finish(self, tpc)
+        except BaseException:
+            # Nothing was committed; release every lock now, since the
+            # transaction is over for this storage.
+            self.tpc_abort(transaction)
+            raise
+        try:
+            if f is not None:
+                f(p64(tid))
+        finally:
+            self._end_tpc()
+        return p64(tid)
+
+    def tpc_abort(self, transaction):
+        tpc = self._tpc
+        if tpc is None or tpc.transaction is not transaction:
+            return
+        try:
+            if self._store is not None:
+                self._store.rollback()
+        finally:
+            self._end_tpc()
+
+    def _end_tpc(self):
+        self._tpc = None
+        self._tpc_lock.release()

@@ -1,0 +1,33 @@
+"""The finish phase: commit lock, tid, rows made current, commit."""
+from ZODB._compat import dumps
+
+
+def _bytes(text):
+    if not text:
+        return b''
+    return text if isinstance(text, bytes) else text.encode('utf-8')
+
+
+def finish(storage, tpc):
+    """Commit what vote uploaded; return the new tid (an int)."""
+    session = storage._store_session()
+    meta = tpc.transaction
+    ext = getattr(meta, 'extension_bytes', None)
+    if ext is None:
+        # A plain transaction object (not TransactionMetaData) has a dict.
+        ext = dumps(meta.extension, 3) if getattr(meta, 'extension',
+                                                   None) else b''
+    # Objects new to the database may carry oids chosen elsewhere (restore,
+    # copies, explicit oids); existing ones were allocated already.
+    max_oid = max((oid for oid, actual, _ in tpc.rows if not actual),
+                  default=None)
+    if max_oid is not None and max_oid <= storage._adapter.max_known_oid:
+        max_oid = None
+    tid = session.commit(
+        (_bytes(meta.user), _bytes(meta.description), ext or b''),
+        restore_tid=tpc.restore_tid, packed=tpc.packed,
+        empty=not tpc.rows, max_oid=max_oid)
+    if max_oid is not None:
+        storage._adapter.note_oid(max_oid)
+    storage._after_commit(tid, tpc.rows)
+    return tid

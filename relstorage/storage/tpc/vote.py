@@ -1,0 +1,41 @@
+"""The vote phase: lock, detect conflicts, resolve them, upload."""
+from ZODB.POSException import ConflictError
+from ZODB.POSException import ReadConflictError
+from ZODB.utils import p64
+
+
+def vote(storage, tpc):
+    """Lock the rows *tpc* changes (and its readCurrent rows, shared), check
+    that what the transaction read is still current, resolve write
+    conflicts and upload the final states. Sets ``tpc.rows`` and
+    ``tpc.resolved``; raises ConflictError / ReadConflictError."""
+    session = storage._store_session()
+    stores = tpc.stores
+    current = session.lock_and_read_current(stores.keys(),
+                                            tpc.read_current.keys())
+
+    for oid, expected in tpc.read_current.items():
+        if oid in stores:
+            continue  # the store's own check below covers it
+        actual = current.get(oid, 0)
+        if actual != expected:
+            raise ReadConflictError(
+                oid=p64(oid), serials=(p64(actual), p64(expected)))
+
+    rows = []
+    resolved = []
+    restored = tpc.restored
+    for oid, (expected, state) in stores.items():
+        actual = current.get(oid, 0)
+        if oid not in restored and actual != expected:
+            if state is None or not actual:
+                raise ConflictError(
+                    oid=p64(oid), serials=(p64(actual), p64(expected)))
+            # Raises ConflictError when the states cannot be merged.
+            state = storage.tryToResolveConflict(
+                p64(oid), p64(actual), p64(expected), state)
+            resolved.append(p64(oid))
+        rows.append((oid, actual, state))
+    session.upload(rows)
+    tpc.rows = rows
+    tpc.resolved = resolved

@@ -1,0 +1,188 @@
+"""Builds the ZODB conformance test classes for one database and mode.
+
+ZODB ships its storage tests as mixins (``ZODB.tests``); each concrete class
+here combines the ones that apply with a base that opens a RelStorage on a
+real database. Methods named ``check*`` (the older spelling some mixins
+still use) are exposed as ``test_check*`` so that both are collected.
+Tests that cannot apply are replaced by a skip whose reason says why.
+"""
+import gc
+import unittest
+
+from ZODB.tests import BasicStorage
+from ZODB.tests import ConflictResolution
+from ZODB.tests import HistoryStorage
+from ZODB.tests import IteratorStorage
+from ZODB.tests import MTStorage
+from ZODB.tests import PackableStorage
+from ZODB.tests import PersistentStorage
+from ZODB.tests import ReadOnlyStorage
+from ZODB.tests import RecoveryStorage
+from ZODB.tests import RevisionStorage
+from ZODB.tests import Synchronization
+from ZODB.tests import TransactionalUndoStorage
+from ZODB.tests.StorageTestBase import StorageTestBase
+
+from .dbs import DatabaseFactory
+
+NO_HISTORY = 'needs earlier revisions, which a history-free storage drops'
+
+HISTORY_PRESERVING_MIXINS = (
+    BasicStorage.BasicStorage,
+    TransactionalUndoStorage.TransactionalUndoStorage,
+    RevisionStorage.RevisionStorage,
+    Synchronization.SynchronizedStorage,
+    ConflictResolution.ConflictResolvingStorage,
+    ConflictResolution.ConflictResolvingTransUndoStorage,
+    HistoryStorage.HistoryStorage,
+    IteratorStorage.IteratorStorage,
+    IteratorStorage.ExtendedIteratorStorage,
+    PersistentStorage.PersistentStorage,
+    MTStorage.MTStorage,
+    ReadOnlyStorage.ReadOnlyStorage,
+    PackableStorage.PackableStorageWithOptionalGC,
+    PackableStorage.PackableUndoStorage,
+)
+
+HISTORY_FREE_MIXINS = (
+    BasicStorage.BasicStorage,
+    Synchronization.SynchronizedStorage,
+    ConflictResolution.ConflictResolvingStorage,
+    HistoryStorage.HistoryStorage,
+    IteratorStorage.IteratorStorage,
+    IteratorStorage.ExtendedIteratorStorage,
+    PersistentStorage.PersistentStorage,
+    MTStorage.MTStorage,
+    ReadOnlyStorage.ReadOnlyStorage,
+    PackableStorage.PackableStorageWithOptionalGC,
+)
+
+#: test name -> reason, for tests that cannot apply in either mode.
+SKIP_ALWAYS = {
+    # Backpointers (data_txn) are a FileStorage layout detail: undo stores
+    # a full copy of the earlier state, so iteration reports None.
+    'testTransactionalUndoIterator': (
+        'expects FileStorage backpointers (data_txn) for undone records; '
+        'undo here stores a full copy of the earlier state'),
+}
+
+#: Extra skips for history-free storages.
+SKIP_HISTORY_FREE = {
+    'testSimpleHistory': NO_HISTORY,
+    'testSimpleIteration': NO_HISTORY,
+    'testExtendedIteration': NO_HISTORY,
+    'testUndoZombie': 'undo needs history',
+    'testTransactionExtensionFromIterator':
+        'transaction metadata is not kept without history',
+    # These read old revisions with loadSerial before packing.
+    'testPackAllRevisions': NO_HISTORY,
+    'testPackAllRevisionsNoGC': NO_HISTORY,
+    'testPackJustOldRevisions': NO_HISTORY,
+    'testPackOnlyOneObject': NO_HISTORY,
+}
+
+
+class RelStorageTestBase(StorageTestBase):
+    """Opens ``self._storage`` on an emptied database before each test."""
+
+    database = None  # set by make_classes
+    keep_history = True
+    use_extension_bytes = True
+
+    def setUp(self):
+        super().setUp()
+        self.factory = DatabaseFactory(self.database, self.keep_history)
+        self._storage = self.factory.storage(zap=True)
+        self._clients = []
+
+    def tearDown(self):
+        for client in self._clients:
+            client.close()
+        super().tearDown()
+        self.factory.cleanup()
+        # Storages the ZODB tests drop without closing hold database
+        # connections until collected; collect now, so that tests with many
+        # concurrent clients (RaceTests) do not run out of server slots.
+        gc.collect()
+
+    def open(self, **kwargs):
+        """Reopen the same database (PersistentStorage, ReadOnlyStorage)."""
+        if self._storage is not None:
+            self._storage.close()
+        self._storage = self.factory.storage(**kwargs)
+
+    def _new_storage_client(self):
+        """Another client of the same database, as a second process would
+        have (RaceTests)."""
+        client = self.factory.storage()
+        self._clients.append(client)
+        return client
+
+
+class RecoveryTestBase(RelStorageTestBase):
+
+    def setUp(self):
+        super().setUp()
+        self._dst = self.factory.storage('dst', zap=True)
+
+    def tearDown(self):
+        self._dst.close()
+        super().tearDown()
+
+    def new_dest(self):
+        return self.factory.storage('dst')
+
+
+def _skipper(reason):
+    @unittest.skip(reason)
+    def skipped(self):
+        pass  # never runs; unittest reports the reason
+    return skipped
+
+
+def _expose_check_methods(cls):
+    names = {}
+    for klass in reversed(cls.__mro__):
+        for name, value in vars(klass).items():
+            if name.startswith('check') and callable(value):
+                names['test_' + name] = value
+    for name, value in names.items():
+        if not hasattr(cls, name):
+            setattr(cls, name, value)
+
+
+def _apply_skips(cls, skips):
+    for name, reason in skips.items():
+        if hasattr(cls, name):
+            setattr(cls, name, _skipper(reason))
+
+
+def make_classes(database):
+    """``{class_name: TestCase}`` for *database* in both history modes."""
+    classes = {}
+    title = {'sqlite': 'SQLite', 'postgresql': 'PostgreSQL',
+             'mysql': 'MySQL'}[database]
+    for keep_history, mixins, skips in (
+            (True, HISTORY_PRESERVING_MIXINS, {}),
+            (False, HISTORY_FREE_MIXINS, SKIP_HISTORY_FREE)):
+        mode = 'HP' if keep_history else 'HF'
+        attrs = {'database': database, 'keep_history': keep_history,
+                 'conformance_key': '%s-%s' % (database, mode)}
+        name = '%s%sConformance' % (title, mode)
+        cls = type(name, (RelStorageTestBase,) + mixins, attrs)
+        _expose_check_methods(cls)
+        _apply_skips(cls, dict(SKIP_ALWAYS, **skips))
+        classes[name] = cls
+        if keep_history:
+            rname = '%s%sRecovery' % (title, mode)
+            rcls = type(rname, (RecoveryTestBase,
+                                RecoveryStorage.RecoveryStorage), dict(attrs))
+            _expose_check_methods(rcls)
+            _apply_skips(rcls, SKIP_ALWAYS)
+            classes[rname] = rcls
+    return classes
+
+
+def count_tests(cls):
+    """How many tests unittest collects from *cls*."""
+    return len(unittest.TestLoader().getTestCaseNames(cls))

@@ -1,0 +1,146 @@
+"""Where the tests find their databases.
+
+PostgreSQL is expected on 127.0.0.1:5432 with the role and databases that
+``scripts/testdb.sh`` creates; the RELSTORAGE_TEST_PG_* variables point the
+tests at another server. SQLite databases live in temporary directories.
+When a server cannot be reached the tests that need it are skipped, except
+under CI (``CI=true``), where that is a failure.
+"""
+import os
+import shutil
+import tempfile
+import unittest
+
+from relstorage.options import Options
+
+DATABASES = ('sqlite', 'postgresql', 'mysql')
+
+PG_HOST = os.environ.get('RELSTORAGE_TEST_PG_HOST', '127.0.0.1')
+PG_PORT = os.environ.get('RELSTORAGE_TEST_PG_PORT', '5432')
+PG_USER = os.environ.get('RELSTORAGE_TEST_PG_USER', 'relstoragetest')
+PG_PASSWORD = os.environ.get('RELSTORAGE_TEST_PG_PASSWORD', '')
+PG_DB_PREFIX = os.environ.get('RELSTORAGE_TEST_PG_DB_PREFIX',
+                              'relstoragetest')
+
+
+MYSQL_HOST = os.environ.get('RELSTORAGE_TEST_MYSQL_HOST', '127.0.0.1')
+MYSQL_PORT = int(os.environ.get('RELSTORAGE_TEST_MYSQL_PORT', '3306'))
+MYSQL_USER = os.environ.get('RELSTORAGE_TEST_MYSQL_USER', 'relstoragetest')
+MYSQL_PASSWORD = os.environ.get('RELSTORAGE_TEST_MYSQL_PASSWORD',
+                                'relstoragetest')
+MYSQL_DB_PREFIX = os.environ.get('RELSTORAGE_TEST_MYSQL_DB_PREFIX',
+                                 'relstoragetest')
+
+
+def in_ci():
+    return os.environ.get('CI', '').lower() in ('true', '1', 'yes')
+
+
+def pg_dsn(keep_history, which='main'):
+    """The DSN of one of the test databases: ``main`` and ``dst`` exist per
+    history mode, ``misc`` for tests that create their own schema."""
+    if which == 'misc':
+        db = PG_DB_PREFIX + '_misc'
+    else:
+        db = '%s_%s%s' % (PG_DB_PREFIX, 'hp' if keep_history else 'hf',
+                          '2' if which == 'dst' else '')
+    dsn = 'dbname=%s host=%s port=%s user=%s' % (db, PG_HOST, PG_PORT, PG_USER)
+    if PG_PASSWORD:
+        dsn += ' password=%s' % PG_PASSWORD
+    return dsn
+
+
+def mysql_params(keep_history, which='main', **overrides):
+    """Connection keywords (mysqlclient's names) of a test database."""
+    if which == 'misc':
+        db = MYSQL_DB_PREFIX + '_misc'
+    else:
+        db = '%s_%s%s' % (MYSQL_DB_PREFIX, 'hp' if keep_history else 'hf',
+                          '2' if which == 'dst' else '')
+    params = dict(host=MYSQL_HOST, port=MYSQL_PORT, user=MYSQL_USER,
+                  passwd=MYSQL_PASSWORD, db=db)
+    params.update(overrides)
+    return params
+
+
+_unreachable = {}
+
+
+def require(db):
+    """Skip (or, under CI, fail) when *db*'s server cannot be reached."""
+    if db == 'sqlite':
+        return
+    if db not in _unreachable:
+        _unreachable[db] = _probe(db)
+    problem = _unreachable[db]
+    if problem:
+        if in_ci():
+            raise AssertionError('CI=true and %s' % problem)
+        raise unittest.SkipTest(problem)
+
+
+def _probe(db):
+    if db == 'postgresql':
+        try:
+            import psycopg2
+            psycopg2.connect(pg_dsn(True), connect_timeout=5).close()
+        except Exception as e:  # noqa: BLE001 -- reported as the skip reason
+            return ('the PostgreSQL test server at %s:%s cannot be reached '
+                    '(run scripts/testdb.sh): %s' % (PG_HOST, PG_PORT, e))
+    if db == 'mysql':
+        try:
+            import MySQLdb
+            MySQLdb.connect(connect_timeout=5, **mysql_params(True)).close()
+        except Exception as e:  # noqa: BLE001 -- reported as the skip reason
+            return ('the MySQL/MariaDB test server at %s:%s cannot be '
+                    'reached (run scripts/testdb.sh): %s'
+                    % (MYSQL_HOST, MYSQL_PORT, e))
+    return None
+
+
+class DatabaseFactory:
+    """Builds adapters and storages for one database and history mode."""
+
+    def __init__(self, db, keep_history):
+        self.db = db
+        self.keep_history = keep_history
+        self._dirs = {}
+
+    def data_dir(self, which='main'):
+        if which not in self._dirs:
+            self._dirs[which] = tempfile.mkdtemp(prefix='relstorage-test-')
+        return self._dirs[which]
+
+    def adapter(self, which='main', **options):
+        require(self.db)
+        opts = Options(keep_history=self.keep_history, **options)
+        if self.db == 'sqlite':
+            from relstorage.adapters.sqlite import SQLiteAdapter
+            return SQLiteAdapter(self.data_dir(which), options=opts)
+        if self.db == 'mysql':
+            from relstorage.adapters.mysql import MySQLAdapter
+            return MySQLAdapter(options=opts,
+                                **mysql_params(self.keep_history, which))
+        from relstorage.adapters.postgresql import PostgreSQLAdapter
+        return PostgreSQLAdapter(pg_dsn(self.keep_history, which),
+                                 options=opts)
+
+    def storage(self, which='main', zap=False, **options):
+        from relstorage.storage import RelStorage
+        storage = RelStorage(self.adapter(which, **options))
+        if zap:
+            storage.zap_all()
+        return storage
+
+    @classmethod
+    def in_child(cls, db, keep_history, data_dir):
+        """The factory a child process rebuilds from its arguments: the
+        same database, mode and (for SQLite) data directory."""
+        factory = cls(db, str(keep_history) == 'True')
+        factory._dirs['main'] = data_dir
+        return factory
+
+    def cleanup(self):
+        for path in self._dirs.values():
+            shutil.rmtree(path, ignore_errors=True)
+        self._dirs.clear()

@@ -1,0 +1,192 @@
+"""MySQL/MariaDB specifics: GET_LOCK never left behind, unix socket and
+TCP, both drivers, clear connection errors."""
+import pytest
+import ZODB
+import ZODB.config
+from ZODB.Connection import TransactionMetaData
+from ZODB.POSException import ConflictError
+from ZODB.tests.MinPO import MinPO
+from ZODB.tests.StorageTestBase import zodb_pickle
+
+from relstorage.exceptions import DatabaseUnavailable
+from relstorage.options import Options
+
+from .dbs import DatabaseFactory
+from .dbs import mysql_params
+from .dbs import require
+
+COMMIT_LOCK_HELD = (
+    "SELECT IS_USED_LOCK(CONCAT('relstorage.commit.', "
+    "LEFT(MD5(DATABASE()), 16)))")
+
+
+@pytest.fixture
+def factory():
+    require('mysql')
+    f = DatabaseFactory('mysql', True)
+    f.storage(zap=True).close()
+    yield f
+    f.cleanup()
+
+
+def _admin():
+    import MySQLdb
+    return MySQLdb.connect(**mysql_params(True))
+
+
+def _commit_lock_holder():
+    conn = _admin()
+    try:
+        cur = conn.cursor()
+        cur.execute(COMMIT_LOCK_HELD)
+        return cur.fetchone()[0]
+    finally:
+        conn.close()
+
+
+def _store(storage, oid, serial, value):
+    t = TransactionMetaData()
+    storage.tpc_begin(t)
+    storage.store(oid, serial, zodb_pickle(MinPO(value)), '', t)
+    return t
+
+
+def _first_revision(storage):
+    """Commit a new object; return its oid and tid."""
+    oid = storage.new_oid()
+    t = _store(storage, oid, None, 1)
+    storage.tpc_vote(t)
+    return oid, storage.tpc_finish(t)
+
+
+def test_failed_vote_leaves_no_lock(factory):
+    a = factory.storage()
+    b = factory.storage(commit_lock_timeout=1)
+    try:
+        oid, first = _first_revision(a)
+        t = _store(a, oid, None, 2)  # stale serial: conflicts at vote
+        with pytest.raises(ConflictError):
+            a.tpc_vote(t)
+        a.tpc_abort(t)
+        assert _commit_lock_holder() is None
+        # b locks the same row and commits within its 1 s timeouts.
+        t = _store(b, oid, first, 3)
+        b.tpc_vote(t)
+        b.tpc_finish(t)
+    finally:
+        a.close()
+        b.close()
+
+
+def test_killed_connection_holding_commit_lock_leaves_nothing(factory):
+    a = factory.storage()
+    b = factory.storage(commit_lock_timeout=1)
+    try:
+        oid, first = _first_revision(a)
+        # a votes (row locked) and takes the commit lock, as in tpc_finish,
+        # and then its connection dies.
+        t = _store(a, oid, first, 2)
+        a.tpc_vote(t)
+        session = a._store.session
+        a._adapter.locker.hold_commit_lock(session, 'SELECT 1')
+        conn_id = session.scalar('SELECT CONNECTION_ID()')
+        assert _commit_lock_holder() == conn_id
+        admin = _admin()
+        admin.cursor().execute('KILL %s', (conn_id,))
+        admin.close()
+        with pytest.raises(Exception):
+            a.tpc_finish(t)
+        assert _commit_lock_holder() is None
+        # Nothing of the half-done commit is visible, nothing is locked.
+        assert b.load(oid)[1] == first
+        t = _store(b, oid, first, 3)
+        b.tpc_vote(t)
+        b.tpc_finish(t)
+        assert b.load(oid)[0] == zodb_pickle(MinPO(3))
+    finally:
+        b.close()
+        try:
+            a.close()
+        except Exception:  # noqa: BLE001 -- its connection was killed
+            pass
+
+
+def test_unix_socket_and_tcp(factory):
+    admin = _admin()
+    cur = admin.cursor()
+    cur.execute('SELECT @@socket')
+    socket_path = cur.fetchone()[0]
+    admin.close()
+    for params in (mysql_params(True),
+                   dict(mysql_params(True), host='localhost',
+                        unix_socket=socket_path)):
+        params.pop('port') if 'unix_socket' in params else None
+        from relstorage.adapters.mysql import MySQLAdapter
+        from relstorage.storage import RelStorage
+        storage = RelStorage(MySQLAdapter(options=Options(), **params))
+        db = ZODB.DB(storage)
+        with db.transaction() as conn:
+            conn.root()['via'] = params.get('unix_socket', 'tcp')
+        with db.transaction() as conn:
+            assert conn.root()['via'] == params.get('unix_socket', 'tcp')
+        db.close()
+
+
+@pytest.mark.parametrize('driver', ['MySQLdb', 'PyMySQL'])
+def test_drivers_through_zope_conf(factory, driver):
+    pytest.importorskip(driver if driver == 'MySQLdb' else 'pymysql')
+    p = mysql_params(True)
+    db = ZODB.config.databaseFromString('''
+        %%import relstorage
+        <zodb>
+          <relstorage>
+            <mysql>
+              driver %s
+              host %s
+              port %s
+              user %s
+              passwd %s
+              db %s
+              connect_timeout 10
+            </mysql>
+          </relstorage>
+        </zodb>
+        ''' % (driver, p['host'], p['port'], p['user'], p['passwd'], p['db']))
+    try:
+        assert db.storage._adapter.driver.name == driver
+        with db.transaction() as conn:
+            conn.root()['driver'] = driver
+        with db.transaction() as conn:
+            assert conn.root()['driver'] == driver
+    finally:
+        db.close()
+
+
+@pytest.mark.parametrize('overrides, words', [
+    ({'passwd': 'Sekr1t-pw'}, ['Access denied', 'user=relstoragetest']),
+    ({'db': 'no_such_db'}, ['no_such_db']),
+    ({'host': '127.0.0.1', 'port': 9}, ['host=127.0.0.1 port=9']),
+])
+def test_connection_errors_are_clear(overrides, words):
+    require('mysql')
+    from relstorage.adapters.mysql import MySQLAdapter
+    params = mysql_params(True, connect_timeout=5, **overrides)
+    with pytest.raises(DatabaseUnavailable) as exc:
+        MySQLAdapter(options=Options(), **params)
+    for word in words:
+        assert word in str(exc.value)
+    assert 'Sekr1t' not in str(exc.value)  # passwords are never shown
+
+
+@pytest.mark.parametrize('version, flavour, for_share', [
+    ('10.11.19-MariaDB-0+deb12u1', 'MariaDB', False),
+    ('11.4.2-MariaDB', 'MariaDB', False),
+    ('8.0.36', 'MySQL', True),
+    ('8.4.0-commercial', 'MySQL', True),
+    ('5.7.44-log', 'MySQL', False),
+])
+def test_server_flavour_and_features(version, flavour, for_share):
+    from relstorage.adapters.mysql.adapter import ServerInfo
+    info = ServerInfo(version)
+    assert info.flavour == flavour
+    assert info.has_for_share is for_share

@@ -1,0 +1,271 @@
+"""Packing on every database and mode: what goes, what stays, batches."""
+import time
+
+import pytest
+import transaction
+import ZODB
+from persistent.mapping import PersistentMapping
+from ZODB.POSException import POSKeyError
+from ZODB.POSException import StorageError
+from ZODB.serialize import referencesf
+
+
+def _build(db):
+    """A root with two children; one child later unlinked (garbage); the
+    other changed three times (old revisions)."""
+    with db.transaction() as conn:
+        conn.root()['keep'] = PersistentMapping(n=0)
+        conn.root()['drop'] = PersistentMapping(n=0)
+    for n in (1, 2, 3):
+        with db.transaction() as conn:
+            conn.root()['keep']['n'] = n
+    with db.transaction() as conn:
+        keep = conn.root()['keep']
+        drop = conn.root()['drop']
+        keep_oid, drop_oid = keep._p_oid, drop._p_oid
+        keep_tid = keep._p_serial
+        del conn.root()['drop']
+    return keep_oid, keep_tid, drop_oid
+
+
+@pytest.mark.parametrize('batch_timeout', [1.0, 0.0])
+def test_pack_removes_garbage_and_old_revisions(factory, batch_timeout):
+    storage = factory.storage(pack_batch_timeout=batch_timeout)
+    db = ZODB.DB(storage)
+    try:
+        keep_oid, keep_tid, drop_oid = _build(db)
+        before = len(storage)
+        old_serials = [h['tid'] for h in storage.history(keep_oid, 10)]
+        time.sleep(0.01)
+        result = storage.pack(time.time(), referencesf)
+        assert result['objects_removed'] == 1
+        assert result['batches'] >= 1
+        assert len(storage) == before - 1
+        with pytest.raises(POSKeyError):
+            storage.load(drop_oid)
+        with db.transaction() as conn:
+            assert conn.root()['keep']['n'] == 3
+            assert 'drop' not in conn.root()
+        if factory.keep_history:
+            assert len(old_serials) == 4
+            assert [h['tid'] for h in storage.history(keep_oid, 10)] == [
+                keep_tid]
+            for serial in old_serials[1:]:
+                with pytest.raises(POSKeyError):
+                    storage.loadSerial(keep_oid, serial)
+            # Packed transactions are no longer offered for undo.
+            assert all(d['id'] > keep_tid for d in storage.undoLog())
+        # A second pack finds nothing more to do.
+        again = storage.pack(time.time(), referencesf)
+        assert again['objects_removed'] == 0
+    finally:
+        db.close()
+
+
+def test_pack_without_gc_keeps_unreachable_objects(factory):
+    storage = factory.storage(pack_gc=False)
+    db = ZODB.DB(storage)
+    try:
+        keep_oid, keep_tid, drop_oid = _build(db)
+        storage.pack(time.time(), referencesf)
+        assert storage.load(drop_oid)
+        if factory.keep_history:
+            assert len(storage.history(keep_oid, 10)) == 1
+    finally:
+        db.close()
+
+
+def test_pack_to_a_time_before_an_earlier_pack_is_refused(hp_factory):
+    storage = hp_factory.storage()
+    db = ZODB.DB(storage)
+    try:
+        _build(db)
+        early = time.time()
+        time.sleep(0.01)
+        with db.transaction() as conn:
+            conn.root()['later'] = 1
+        storage.pack(time.time(), referencesf)
+        with pytest.raises(StorageError) as exc:
+            storage.pack(early, referencesf)
+        assert 'earlier pack' in str(exc.value)
+    finally:
+        db.close()
+        transaction.abort()
+
+
+KILLED_PACK = '''
+import os, sys, time
+from ZODB.serialize import referencesf
+from relstorage.tests.dbs import DatabaseFactory
+storage = DatabaseFactory.in_child(*sys.argv[1:4]).storage(
+    pack_batch_timeout=0)
+
+def die_after_two_batches(done, total):
+    print(done, total, flush=True)
+    if done >= 200:
+        os._exit(9)  # as abrupt as SIGKILL: no cleanup, no rollback
+
+storage.pack(time.time(), referencesf, progress=die_after_two_batches)
+print('pack finished?!', flush=True)
+'''
+
+
+def _fill_with_garbage(db, n=600):
+    with db.transaction() as conn:
+        for i in range(n):
+            conn.root()[i] = PersistentMapping(i=i)
+        conn.root()['kept'] = PersistentMapping(n=0)
+    for n_ in range(3):
+        with db.transaction() as conn:
+            conn.root()['kept']['n'] = n_
+    with db.transaction() as conn:
+        for i in range(n):
+            del conn.root()[i]
+
+
+def _contents(storage):
+    """oid -> (state, number of revisions): what a pack leaves behind."""
+    result = {}
+    next_oid = None
+    while True:
+        oid, tid, data, next_oid = storage.record_iternext(next_oid)
+        revisions = (len(storage.history(oid, 100))
+                     if storage._adapter.keep_history else 1)
+        result[oid] = (data, revisions)
+        if next_oid is None:
+            return result
+
+
+def test_killed_pack_then_rerun_equals_uninterrupted_pack(factory):
+    import os
+    import subprocess
+    import sys
+    # Two identical databases: 'dst' packs in one go, 'main' is killed in
+    # the middle of its pack and packed again.
+    dst = factory.storage('dst', zap=True)
+    main = factory.storage()
+    for storage in (main, dst):
+        db = ZODB.DB(storage)
+        _fill_with_garbage(db)
+        db.close()
+    time.sleep(0.01)
+    reference = factory.storage('dst')
+    reference.pack(time.time(), referencesf)
+    expected = _contents(reference)
+    reference.close()
+
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    out = subprocess.run(
+        [sys.executable, '-c', KILLED_PACK, factory.db,
+         str(factory.keep_history), factory.data_dir()],
+        capture_output=True, text=True, env=env, timeout=300)
+    assert out.returncode == 9, out.stderr
+    assert '200 ' in out.stdout and 'finished' not in out.stdout
+    storage = factory.storage()
+    try:
+        # Half packed, yet consistent: everything reachable loads.
+        db = ZODB.DB(storage)
+        with db.transaction() as conn:
+            assert conn.root()['kept']['n'] == 2
+            assert len(conn.root()) == 1
+        db.close()
+        storage = factory.storage()
+        assert 2 < len(storage) < 603  # some garbage went, not all
+        storage.pack(time.time(), referencesf)
+        assert _contents(storage) == expected
+    finally:
+        storage.close()
+
+
+def test_pack_waits_while_the_commit_lock_is_busy(factory):
+    import threading
+    storage = factory.storage(pack_commit_busy_delay=0.05)
+    db = ZODB.DB(storage)
+    try:
+        keep_oid, keep_tid, drop_oid = _build(db)
+        adapter = storage._adapter
+        # Another committer holds the commit lock.
+        holder = adapter.connect(for_store=True)
+        holder.begin(adapter.store_begin_sql)
+        adapter.locker.hold_commit_lock(holder, adapter.mover.last_tid_sql)
+        results = []
+        packer = threading.Thread(target=lambda: results.append(
+            storage.pack(time.time(), referencesf)))
+        packer.start()
+        packer.join(0.5)
+        assert packer.is_alive() and not results  # it yields, retrying
+        holder.rollback()
+        adapter.locker.after_rollback(holder)
+        packer.join(60)
+        assert results and results[0]['objects_removed'] == 1
+        holder.close()
+    finally:
+        db.close()
+
+
+WRITER = '''
+import sys, time, transaction, ZODB
+from ZODB.POSException import ConflictError
+from relstorage.tests.dbs import DatabaseFactory
+name, count = sys.argv[4:6]
+db = ZODB.DB(DatabaseFactory.in_child(*sys.argv[1:4]).storage())
+tm = transaction.TransactionManager()
+conn = db.open(transaction_manager=tm)
+done = 0
+while done < int(count):
+    try:
+        tm.begin()
+        counter = conn.root()[name]
+        counter['n'] += 1
+        counter['garbage'] = conn.root().__class__()  # the old one dies
+        tm.commit()
+        done += 1
+    except ConflictError:
+        tm.abort()
+db.close()
+print(name, 'committed', done)
+'''
+
+
+def test_pack_while_other_processes_commit(factory):
+    import os
+    import subprocess
+    import sys
+    db = ZODB.DB(factory.storage())
+    with db.transaction() as conn:
+        for name in ('w1', 'w2'):
+            conn.root()[name] = PersistentMapping(n=0)
+    db.close()
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    writers = [subprocess.Popen(
+        [sys.executable, '-c', WRITER, factory.db, str(factory.keep_history),
+         factory.data_dir(), name, '100'],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        for name in ('w1', 'w2')]
+    storage = factory.storage(pack_batch_timeout=0.05)
+    packs = 0
+    try:
+        while any(w.poll() is None for w in writers):
+            storage.pack(time.time(), referencesf)
+            packs += 1
+        outputs = [w.communicate(timeout=120) for w in writers]
+        for w, (out, err) in zip(writers, outputs):
+            assert w.returncode == 0, err
+            assert 'committed 100' in out
+        storage.pack(time.time(), referencesf)
+        db = ZODB.DB(storage)
+        with db.transaction() as conn:
+            # No commit was lost, and everything reachable loads.
+            assert conn.root()['w1']['n'] == 100
+            assert conn.root()['w2']['n'] == 100
+            assert conn.root()['w1']['garbage'] is not None
+        db.close()
+        assert packs >= 1
+        # Only the root, the two counters and their current children remain.
+        check = factory.storage()
+        assert len(check) == 5
+        check.close()
+    finally:
+        for w in writers:
+            if w.poll() is None:
+                w.kill()

@@ -1,0 +1,113 @@
+"""Lost connections: killed while idle, the next transaction reconnects
+without an error; killed in the middle of a commit, the commit fails with a
+retryable error, nothing of it is visible, and the next one succeeds."""
+import pytest
+import transaction
+import ZODB
+from persistent.mapping import PersistentMapping
+from transaction.interfaces import TransientError
+
+from .dbs import DatabaseFactory
+from .dbs import mysql_params
+from .dbs import pg_dsn
+from .dbs import require
+
+
+@pytest.fixture(params=['postgresql', 'mysql'])
+def factory(request):
+    require(request.param)
+    f = DatabaseFactory(request.param, True)
+    f.storage(zap=True).close()
+    yield f
+    f.cleanup()
+
+
+def _backend_id(session):
+    if session.adapter.describe().startswith('PostgreSQL'):
+        return session.scalar('SELECT pg_backend_pid()')
+    return session.scalar('SELECT CONNECTION_ID()')
+
+
+def _kill(db_name, backend_id):
+    """Kill one server connection, as an administrator or a crash would."""
+    if db_name == 'postgresql':
+        import psycopg2
+        conn = psycopg2.connect(pg_dsn(True))
+        conn.autocommit = True
+        conn.cursor().execute('SELECT pg_terminate_backend(%s)', (backend_id,))
+        conn.close()
+    else:
+        import MySQLdb
+        conn = MySQLdb.connect(**mysql_params(True))
+        conn.cursor().execute('KILL %s', (backend_id,))
+        conn.close()
+
+
+@pytest.fixture
+def db(factory):
+    db = ZODB.DB(factory.storage())
+    with db.transaction() as conn:
+        conn.root()['a'] = PersistentMapping(n=1)
+    yield db
+    db.close()
+
+
+def _connection_changing_a(db):
+    """A connection in a transaction that sets a.n to 2."""
+    tm = transaction.TransactionManager()
+    conn = db.open(transaction_manager=tm)
+    tm.begin()
+    conn.root()['a']['n'] = 2
+    return tm, conn
+
+
+def test_idle_connections_killed_are_reopened(factory, db):
+    tm, conn = _connection_changing_a(db)
+    tm.commit()
+    inst = conn._storage
+    for session in (inst._load.session, inst._store.session):
+        _kill(factory.db, _backend_id(session))
+    # Another client commits meanwhile.
+    other = ZODB.DB(factory.storage())
+    with other.transaction() as c:
+        c.root()['a']['n'] = 3
+    other.close()
+    # No error reaches the application; it sees current data and
+    # commits again.
+    tm.begin()
+    assert conn.root()['a']['n'] == 3
+    conn.root()['a']['n'] = 4
+    tm.commit()
+    conn.close()
+    with db.transaction() as c:
+        assert c.root()['a']['n'] == 4
+
+
+def test_connection_killed_during_commit_is_retryable(factory, db):
+    tm, conn = _connection_changing_a(db)
+    inst = conn._storage
+    victim = _backend_id(inst._store_session().session)
+    original_vote = inst.tpc_vote
+
+    def vote_then_die(txn):
+        result = original_vote(txn)
+        _kill(factory.db, victim)  # rows are locked, nothing committed
+        return result
+    inst.tpc_vote = vote_then_die
+    with pytest.raises(TransientError):
+        tm.commit()
+    tm.abort()
+    del inst.tpc_vote
+    # Nothing of it is visible, nothing stays locked: another client
+    # with a 1 s lock timeout commits at once, and so does this one.
+    other = ZODB.DB(factory.storage(commit_lock_timeout=1))
+    with other.transaction() as c:
+        assert c.root()['a']['n'] == 1
+        c.root()['a']['n'] = 10
+    other.close()
+    tm.begin()
+    conn.root()['a']['n'] += 1
+    tm.commit()
+    conn.close()
+    with db.transaction() as c:
+        assert c.root()['a']['n'] == 11

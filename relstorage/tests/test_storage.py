@@ -1,0 +1,358 @@
+"""relstorage's own tests of the storage against real databases: commits
+seen across clients and processes, conflicts, readCurrent, polling."""
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import transaction
+import ZODB
+from persistent.mapping import PersistentMapping
+from ZODB.POSException import ConflictError
+from ZODB.POSException import ReadConflictError
+from ZODB.tests.ConflictResolution import PCounter
+
+
+
+def _db(storage):
+    return ZODB.DB(storage)
+
+
+@pytest.fixture
+def two_clients(factory):
+    """Two databases on the same storage, as two processes would open."""
+    db1 = _db(factory.storage())
+    db2 = _db(factory.storage())
+    yield db1, db2
+    db1.close()
+    db2.close()
+
+
+def _commit(db, func):
+    tm = transaction.TransactionManager()
+    conn = db.open(transaction_manager=tm)
+    try:
+        tm.begin()
+        func(conn.root())
+        tm.commit()
+    finally:
+        conn.close()
+
+
+def _read(db, func):
+    tm = transaction.TransactionManager()
+    conn = db.open(transaction_manager=tm)
+    try:
+        tm.begin()
+        return func(conn.root())
+    finally:
+        tm.abort()
+        conn.close()
+
+
+def test_clients_see_each_others_commits(two_clients):
+    db1, db2 = two_clients
+    _commit(db1, lambda root: root.__setitem__('a', PersistentMapping(n=1)))
+    assert _read(db2, lambda root: root['a']['n']) == 1
+    _commit(db2, lambda root: root['a'].__setitem__('n', 2))
+    assert _read(db1, lambda root: root['a']['n']) == 2
+
+
+def test_open_connection_sees_commit_at_next_transaction(two_clients):
+    db1, db2 = two_clients
+    _commit(db1, lambda root: root.__setitem__('a', PersistentMapping(n=1)))
+    tm = transaction.TransactionManager()
+    conn = db2.open(transaction_manager=tm)
+    tm.begin()
+    assert conn.root()['a']['n'] == 1
+    _commit(db1, lambda root: root['a'].__setitem__('n', 2))
+    # Still the old snapshot inside the same transaction (MVCC)...
+    assert conn.root()['a']['n'] == 1
+    tm.abort()
+    tm.begin()
+    # ... and the new state after the poll at the next one.
+    assert conn.root()['a']['n'] == 2
+    tm.abort()
+    conn.close()
+
+
+def test_write_conflict_raises_conflict_error(two_clients):
+    db1, db2 = two_clients
+    _commit(db1, lambda root: root.__setitem__('a', PersistentMapping(n=0)))
+    tm1, tm2 = transaction.TransactionManager(), transaction.TransactionManager()
+    c1, c2 = db1.open(transaction_manager=tm1), db2.open(transaction_manager=tm2)
+    tm1.begin()
+    tm2.begin()
+    c1.root()['a']['n'] = 1
+    c2.root()['a']['n'] = 2
+    tm1.commit()
+    with pytest.raises(ConflictError):
+        tm2.commit()
+    tm2.abort()
+    tm2.begin()
+    assert c2.root()['a']['n'] == 1
+    tm2.abort()
+    c1.close()
+    c2.close()
+
+
+def test_resolvable_conflict_is_resolved(two_clients):
+    db1, db2 = two_clients
+    def setup(root):
+        root['c'] = PCounter()
+        root['c'].inc()  # PCounter keeps _value in its state once set
+    _commit(db1, setup)
+    tm1, tm2 = transaction.TransactionManager(), transaction.TransactionManager()
+    c1, c2 = db1.open(transaction_manager=tm1), db2.open(transaction_manager=tm2)
+    tm1.begin()
+    tm2.begin()
+    c1.root()['c'].inc()
+    c2.root()['c'].inc()
+    tm1.commit()
+    tm2.commit()  # both increments survive
+    assert _read(db1, lambda root: root['c']._value) == 3
+    c1.close()
+    c2.close()
+
+
+def test_read_current_raises_read_conflict(two_clients):
+    db1, db2 = two_clients
+    def setup(root):
+        root['a'] = PersistentMapping(n=0)
+        root['b'] = PersistentMapping(n=0)
+    _commit(db1, setup)
+    tm2 = transaction.TransactionManager()
+    c2 = db2.open(transaction_manager=tm2)
+    tm2.begin()
+    a = c2.root()['a']
+    c2.root()['b']['n'] = a['n'] + 1  # loads a
+    c2.readCurrent(a)
+    # Another client changes what this transaction read.
+    _commit(db1, lambda root: root['a'].__setitem__('n', 5))
+    with pytest.raises(ReadConflictError):
+        tm2.commit()
+    tm2.abort()
+    c2.close()
+    assert _read(db1, lambda root: root['b']['n']) == 0
+
+
+def test_poll_interval_delays_seeing_others_but_not_own_commits(factory):
+    db1 = _db(factory.storage())
+    _commit(db1, lambda root: root.__setitem__('a', PersistentMapping(n=1)))
+    db2 = _db(factory.storage(poll_interval=3600))
+    try:
+        tm = transaction.TransactionManager()
+        conn = db2.open(transaction_manager=tm)
+        tm.begin()
+        assert conn.root()['a']['n'] == 1
+        tm.abort()
+        _commit(db1, lambda root: root['a'].__setitem__('n', 2))
+        tm.begin()
+        # Within the poll interval the old snapshot is kept.
+        assert conn.root()['a']['n'] == 1
+        tm.abort()
+        # A commit of its own forces the next poll.
+        tm.begin()
+        conn.root()['b'] = 1
+        tm.commit()
+        tm.begin()
+        assert conn.root()['a']['n'] == 2
+        tm.abort()
+        conn.close()
+    finally:
+        db1.close()
+        db2.close()
+
+
+def test_cache_is_shared_by_connections_of_one_storage(factory):
+    storage = factory.storage()
+    db = _db(storage)
+    try:
+        _commit(db, lambda root: root.__setitem__('a', PersistentMapping(n=1)))
+        db.cacheMinimize()
+        hits = storage._cache.hits
+        # A second connection (another storage instance) finds the pickles
+        # the first one loaded or committed.
+        tm = transaction.TransactionManager()
+        c1 = db.open(transaction_manager=tm)
+        tm2 = transaction.TransactionManager()
+        c2 = db.open(transaction_manager=tm2)
+        assert c1._storage is not c2._storage
+        assert c2.root()['a']['n'] == 1
+        assert storage._cache.hits > hits
+        c1.close()
+        c2.close()
+    finally:
+        db.close()
+
+
+def test_tids_strictly_increase(factory):
+    storage = factory.storage()
+    db = _db(storage)
+    try:
+        tids = []
+        for i in range(20):
+            _commit(db, lambda root: root.__setitem__('n', i))
+            tids.append(storage.lastTransaction())
+        assert tids == sorted(set(tids))
+    finally:
+        db.close()
+
+
+CHILD = textwrap.dedent('''
+    import sys, time, transaction, ZODB
+    from relstorage.tests.dbs import DatabaseFactory
+    me, other = sys.argv[4:6]
+    db = ZODB.DB(DatabaseFactory.in_child(*sys.argv[1:4]).storage())
+    tm = transaction.TransactionManager()
+    conn = db.open(transaction_manager=tm)
+    for attempt in range(100):
+        try:
+            tm.begin()
+            conn.root()[me] = 'written by ' + me
+            tm.commit()
+            break
+        except Exception:
+            tm.abort()
+    deadline = time.time() + 60
+    while time.time() < deadline:
+        tm.begin()
+        seen = conn.root().get(other)
+        tm.abort()
+        if seen:
+            print(me, 'sees', repr(seen))
+            break
+        time.sleep(0.05)
+    else:
+        print(me, 'never saw', other)
+        sys.exit(1)
+    db.close()
+''')
+
+
+def test_two_processes_see_each_others_commits(factory):
+    _db(factory.storage()).close()  # the schema and the root object exist
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    args = [factory.db, str(factory.keep_history), factory.data_dir()]
+    procs = [subprocess.Popen([sys.executable, '-c', CHILD] + args + [me, other],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              env=env, text=True)
+             for me, other in (('p1', 'p2'), ('p2', 'p1'))]
+    outputs = [p.communicate(timeout=120) for p in procs]
+    for p, (out, err) in zip(procs, outputs):
+        assert p.returncode == 0, err
+    assert "p1 sees 'written by p2'" in outputs[0][0]
+    assert "p2 sees 'written by p1'" in outputs[1][0]
+
+
+def test_commit_and_poll_round_trips_on_postgresql():
+    """A commit of existing objects costs four round trips (lock rows,
+    upload, commit lock + last tid, write + COMMIT); a poll that finds
+    nothing new costs one."""
+    from .dbs import DatabaseFactory
+    f = DatabaseFactory('postgresql', True)
+    storage = f.storage(zap=True)
+    db = _db(storage)
+    try:
+        def setup(root):
+            for i in range(10):
+                root[i] = PersistentMapping(n=0)
+        _commit(db, setup)
+        tm = transaction.TransactionManager()
+        conn = db.open(transaction_manager=tm)
+        tm.begin()
+        for i in range(10):
+            conn.root()[i]['n'] = 1
+        inst = conn._storage
+        inst._store_session()
+        before = inst._store.session.round_trips
+        tm.commit()
+        assert inst._store.session.round_trips - before == 4
+        tm.begin()  # polls and sees its own commit
+        polls = inst._load.session.round_trips
+        assert inst.poll_invalidations() == []  # nothing changed since
+        assert inst._load.session.round_trips - polls == 1
+        tm.abort()
+        conn.close()
+    finally:
+        db.close()
+
+
+def test_lock_wait_past_commit_lock_timeout_is_a_clear_transient_error(factory):
+    from transaction.interfaces import TransientError
+    from ZODB.Connection import TransactionMetaData
+    from ZODB.tests.MinPO import MinPO
+    from ZODB.tests.StorageTestBase import zodb_pickle
+    a = factory.storage()
+    b = factory.storage(commit_lock_timeout=1)
+    try:
+        oid = a.new_oid()
+        t = TransactionMetaData()
+        a.tpc_begin(t)
+        a.store(oid, None, zodb_pickle(MinPO(1)), '', t)
+        a.tpc_vote(t)
+        first = a.tpc_finish(t)
+        # a holds the row lock (voted, not finished) ...
+        ta = TransactionMetaData()
+        a.tpc_begin(ta)
+        a.store(oid, first, zodb_pickle(MinPO(2)), '', ta)
+        a.tpc_vote(ta)
+        # ... so b cannot lock the row within its timeout.
+        tb = TransactionMetaData()
+        b.tpc_begin(tb)
+        b.store(oid, first, zodb_pickle(MinPO(3)), '', tb)
+        with pytest.raises(TransientError) as exc:
+            b.tpc_vote(tb)
+        b.tpc_abort(tb)
+        assert 'commit-lock-timeout' in str(exc.value)
+        a.tpc_abort(ta)
+        # Nothing is left locked: b commits at once now.
+        tb = TransactionMetaData()
+        b.tpc_begin(tb)
+        b.store(oid, first, zodb_pickle(MinPO(3)), '', tb)
+        b.tpc_vote(tb)
+        b.tpc_finish(tb)
+        assert b.load(oid)[0] == zodb_pickle(MinPO(3))
+    finally:
+        a.close()
+        b.close()
+
+
+def test_failed_poll_makes_the_next_one_invalidate_everything(factory):
+    storage = factory.storage()
+    db = _db(storage)
+    try:
+        _commit(db, lambda root: root.__setitem__('a', PersistentMapping(n=1)))
+        inst = storage.new_instance()
+        assert inst.poll_invalidations() == []
+        _commit(db, lambda root: root['a'].__setitem__('n', 2))
+        session = inst._load
+
+        def broken(*args):
+            raise RuntimeError('injected: the poll query failed')
+        session.changes = broken
+        storage._cache.clear()  # so the poll must ask the database
+        with pytest.raises(RuntimeError):
+            inst.poll_invalidations()
+        del session.changes
+        # What changed meanwhile is unknown: ZODB must drop its whole cache.
+        assert inst.poll_invalidations() is None
+        assert inst.poll_invalidations() == []
+        inst.release()
+    finally:
+        db.close()
+
+
+def test_tpc_begin_with_bad_tid_does_not_block_later_commits(factory):
+    from ZODB.Connection import TransactionMetaData
+    storage = factory.storage()
+    try:
+        with pytest.raises(Exception):
+            storage.tpc_begin(TransactionMetaData(), b'not-8-bytes-long')
+        t = TransactionMetaData()
+        storage.tpc_begin(t)  # would hang if the lock had been kept
+        storage.tpc_vote(t)
+        storage.tpc_finish(t)
+    finally:
+        storage.close()

@@ -1,0 +1,135 @@
+"""``zodbpack`` end to end: a config file of storage sections, run as a
+command, on every database (and a FileStorage beside them)."""
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+import ZODB
+import ZODB.config
+from ZODB.FileStorage import FileStorage
+from persistent.mapping import PersistentMapping
+from ZODB.Connection import TransactionMetaData
+
+from .dbs import mysql_params
+from .dbs import pg_dsn
+
+
+def adapter_section(factory):
+    if factory.db == 'sqlite':
+        return '<sqlite3>\n data-dir %s\n</sqlite3>' % factory.data_dir()
+    if factory.db == 'postgresql':
+        return '<postgresql>\n dsn %s\n</postgresql>' % pg_dsn(
+            factory.keep_history)
+    p = mysql_params(factory.keep_history)
+    return ('<mysql>\n host %(host)s\n port %(port)s\n user %(user)s\n'
+            ' passwd %(passwd)s\n db %(db)s\n</mysql>' % p)
+
+
+def write_config(tmp_path, factory, extra=''):
+    path = tmp_path / 'pack.conf'
+    path.write_text(
+        '%%import relstorage\n<relstorage main>\n keep-history %s\n%s\n'
+        '</relstorage>\n%s' % ('true' if factory.keep_history else 'false',
+                               adapter_section(factory), extra))
+    return str(path)
+
+
+def run(*args):
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    return subprocess.run([sys.executable, '-m', 'relstorage.zodbpack']
+                          + list(args), capture_output=True, text=True,
+                          env=env, timeout=300)
+
+
+def make_garbage(db):
+    with db.transaction() as conn:
+        conn.root()['a'] = PersistentMapping(n=1)
+        conn.root()['b'] = PersistentMapping(n=1)
+    with db.transaction() as conn:
+        conn.root()['a']['n'] = 2
+        del conn.root()['b']
+
+
+def test_zodbpack_packs_every_section(factory, tmp_path):
+    db = ZODB.DB(factory.storage())
+    make_garbage(db)
+    db.close()
+    fs_path = tmp_path / 'Data.fs'
+    fsdb = ZODB.DB(FileStorage(str(fs_path)))
+    make_garbage(fsdb)
+    fsdb.close()
+    config = write_config(tmp_path, factory,
+                          '<filestorage other>\n path %s\n</filestorage>\n'
+                          % fs_path)
+    time.sleep(0.01)
+    out = run(config)
+    assert out.returncode == 0, out.stderr
+    assert 'main (' in out.stdout and 'other (' in out.stdout
+    assert '1 objects' in out.stdout  # the unlinked mapping
+    if factory.keep_history:
+        assert 'revisions' in out.stdout and 'transactions' in out.stdout
+    assert os.path.exists(str(fs_path) + '.old')  # FileStorage packed too
+    storage = factory.storage()
+    assert len(storage) == 2  # root and 'a'
+    storage.close()
+
+
+def test_zodbpack_check_refs_only_reports_dangling(factory, tmp_path):
+    storage = factory.storage()
+    db = ZODB.DB(storage)
+    with db.transaction() as conn:
+        conn.root()['a'] = PersistentMapping()
+    with db.transaction() as conn:
+        a = conn.root()['a']
+        a._p_activate()
+        oid, serial = a._p_oid, a._p_serial
+    t = TransactionMetaData()
+    storage.tpc_begin(t)
+    storage.deleteObject(oid, serial, t)  # the root still refers to it
+    storage.tpc_vote(t)
+    storage.tpc_finish(t)
+    db.close()
+    out = run('--check-refs-only', write_config(tmp_path, factory))
+    assert out.returncode == 3, out.stderr
+    assert 'dangling: 0x00 -> 0x01' in out.stdout
+    assert '1 dangling references' in out.stdout
+
+
+def test_second_pack_says_so_and_fails(factory, tmp_path):
+    storage = factory.storage()
+    db = ZODB.DB(storage)
+    make_garbage(db)
+    adapter = storage._adapter
+    holder = adapter.connect(for_store=True)
+    try:
+        assert adapter.locker.try_pack_lock(holder)
+        out = run(write_config(tmp_path, factory))
+        assert out.returncode == 1
+        assert 'another pack of the' in out.stderr
+        assert 'is running' in out.stderr
+    finally:
+        holder.close()
+        db.close()
+    assert run(write_config(tmp_path, factory)).returncode == 0
+
+
+@pytest.mark.parametrize('args, message', [
+    (['--prepack'], 'not supported yet: --prepack'),
+    (['--use-prepack-state'], 'not supported yet: --use-prepack-state'),
+    ([], 'No such file'),
+])
+def test_usage_errors(tmp_path, args, message):
+    out = run(*(args + [str(tmp_path / 'missing.conf')]))
+    assert out.returncode == 2
+    assert message in out.stderr
+
+
+def test_bad_config_names_the_problem(tmp_path):
+    path = tmp_path / 'bad.conf'
+    path.write_text('%import relstorage\n<relstorage>\n keep-history maybe\n'
+                    '</relstorage>\n')
+    out = run(str(path))
+    assert out.returncode == 2
+    assert 'keep-history' in out.stderr

@@ -1,0 +1,171 @@
+"""``zodbpack``: pack the storages of a config file, for cron.
+
+    zodbpack [-d DAYS] [--prepack] [--use-prepack-state] [--check-refs-only]
+             config.conf
+
+The file holds one or more storage sections (``<relstorage>`` with any
+adapter, ``<filestorage>``, ...). Each is packed to DAYS days ago (default
+0: now), one after the other. A summary of what went is printed; any
+failure is reported by name and the exit status is non-zero.
+"""
+import argparse
+import io
+import logging
+import sys
+import time
+
+import ZConfig
+from ZODB.serialize import referencesf
+from ZODB.utils import oid_repr
+
+from .exceptions import NotSupportedYet
+from .storage import RelStorage
+
+log = logging.getLogger('zodbpack')
+
+SCHEMA = """
+<schema>
+  <import package="ZODB"/>
+  <import package="relstorage"/>
+  <multisection type="ZODB.storage" attribute="storages" name="*"
+                required="yes"/>
+</schema>
+"""
+
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+EXIT_DANGLING = 3
+
+
+def load_storage_configs(path):
+    schema = ZConfig.loadSchemaFile(io.StringIO(SCHEMA))
+    config, _ = ZConfig.loadConfig(schema, path)
+    return config.storages
+
+
+def check_refs(storage, out):
+    """Report references to objects that do not exist; return how many."""
+    dangling = 0
+    checked = 0
+    next_oid = None
+    while True:
+        try:
+            oid, tid, data, next_oid = storage.record_iternext(next_oid)
+        except ValueError:
+            break  # empty storage
+        checked += 1
+        for ref in referencesf(data):
+            try:
+                storage.load(ref)
+            except KeyError:
+                dangling += 1
+                print('  dangling: %s -> %s (missing)'
+                      % (oid_repr(oid), oid_repr(ref)), file=out)
+        if next_oid is None:
+            break
+    print('  %d objects checked, %d dangling references'
+          % (checked, dangling), file=out)
+    return dangling
+
+
+class TerminalProgress:
+    """Rewrites one line on a terminal: objects handled, rate, ETA."""
+
+    def __init__(self, out, started):
+        self.out = out
+        self.started = started
+
+    def __call__(self, done, total):
+        elapsed = max(time.monotonic() - self.started, 1e-6)
+        rate = done / elapsed
+        eta = (total - done) / rate if rate else 0
+        self.out.write('\r  %d/%d objects (%.0f%%), %.0f/s, ETA %.0f s  '
+                       % (done, total, 100.0 * done / (total or 1), rate, eta))
+        if done >= total:
+            self.out.write('\n')
+        self.out.flush()
+
+
+def describe(result):
+    parts = []
+    for key, label in (('transactions_removed', 'transactions'),
+                       ('revisions_removed', 'revisions'),
+                       ('objects_removed', 'objects')):
+        if key in result:
+            parts.append('%d %s' % (result[key], label))
+    text = 'removed ' + ', '.join(parts) if parts else 'done'
+    freed = result.get('bytes_removed')
+    if freed is not None:
+        text += ('; %.1f MB of state freed' % (freed / 1e6) if freed >= 1e5
+                 else '; %d bytes of state freed' % freed)
+    return text
+
+
+def pack_one(name, section, days, check_only, out):
+    storage = section.open()
+    try:
+        print('%s (%s):' % (name, storage.getName()), file=out)
+        if check_only:
+            return EXIT_DANGLING if check_refs(storage, out) else 0
+        t = time.time() - days * 86400
+        started = time.monotonic()
+        kw = {}
+        if out.isatty() and isinstance(storage, RelStorage):
+            kw['progress'] = TerminalProgress(out, started)
+        result = storage.pack(t, referencesf, **kw) or {}
+        seconds = time.monotonic() - started
+        print('  packed to %s: %s in %.1f s%s'
+              % (time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(t)),
+                 describe(result), seconds,
+                 ' (%d batches)' % result['batches']
+                 if 'batches' in result else ''), file=out)
+        return 0
+    finally:
+        storage.close()
+
+
+def main(argv=None, out=None):
+    out = out or sys.stdout
+    parser = argparse.ArgumentParser(
+        prog='zodbpack', description=__doc__.split('\n\n')[0])
+    parser.add_argument('-d', '--days', type=float, default=0.0,
+                        help='pack to this many days ago (default: now)')
+    parser.add_argument('--prepack', action='store_true',
+                        help='only run the pre-pack analysis')
+    parser.add_argument('--use-prepack-state', action='store_true',
+                        help='reuse the state of the last --prepack run')
+    parser.add_argument('--check-refs-only', action='store_true',
+                        help='report references to missing objects; '
+                             'pack nothing')
+    parser.add_argument('config', help='file of storage sections')
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=logging.INFO, stream=sys.stderr,
+        format='%(asctime)s %(levelname)s %(name)s: %(message)s')
+    if args.days < 0:
+        parser.error('--days must not be negative')
+    try:
+        for flag, name in ((args.prepack, '--prepack'),
+                           (args.use_prepack_state, '--use-prepack-state')):
+            if flag:
+                raise NotSupportedYet(name)
+        sections = load_storage_configs(args.config)
+    except (NotSupportedYet, ZConfig.ConfigurationError, OSError) as e:
+        print('zodbpack: %s' % e, file=sys.stderr)
+        return EXIT_USAGE
+    status = 0
+    for index, section in enumerate(sections):
+        name = getattr(section, 'name', None) or 'storage %d' % (index + 1)
+        try:
+            status = max(status, pack_one(name, section, args.days,
+                                          args.check_refs_only, out))
+        except Exception as e:  # noqa: BLE001 -- reported, then exit 1
+            log.debug('failure details', exc_info=True)
+            print('zodbpack: %s: %s: %s' % (name, type(e).__name__, e),
+                  file=sys.stderr)
+            status = max(status, EXIT_FAILED)
+    return status
+
+
+if __name__ == '__main__':
+    sys.exit(main())

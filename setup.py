@@ -1,0 +1,57 @@
+from setuptools import find_packages
+from setuptools import setup
+
+with open('README.txt') as f:
+    long_description = f.read()
+
+setup(
+    name='relstorage',
+    version='5.0.0.dev0',
+    description='A ZODB storage that keeps pickles in PostgreSQL, '
+                'MySQL/MariaDB, Oracle or an embedded SQLite file.',
+    long_description=long_description,
+    long_description_content_type='text/plain',
+    license='ZPL-2.1',
+    python_requires='>=3.11',
+    packages=find_packages(include=['relstorage', 'relstorage.*',
+                                    'speedtest', 'speedtest.*']),
+    include_package_data=True,
+    package_data={'relstorage': ['component.xml', '*.conf']},
+    zip_safe=False,
+    install_requires=[
+        'ZODB >= 5.8',
+        'persistent',
+        'BTrees',
+        'zope.interface',
+        'transaction >= 3.0',
+        'ZConfig',
+    ],
+    extras_require={
+        'postgresql': ['psycopg2 >= 2.9'],
+        'mysql': ['mysqlclient >= 2.1'],
+        # Pure-Python fallback where mysqlclient cannot be built.
+        'pymysql': ['PyMySQL >= 1.0'],
+        'oracle': ['oracledb'],
+        'test': [
+            'ZODB[test]',
+            'zope.testing',
+            'pytest',
+            'pytest-timeout',
+            'psycopg2 >= 2.9',
+            'mysqlclient >= 2.1',
+            'PyMySQL >= 1.0',
+        ],
+    },
+    entry_points={
+        'console_scripts': [
+            'zodbpack = relstorage.zodbpack:main',
+            'speedtest = speedtest.main:main',
+            'relstorage-demo = relstorage.demo:main',
+        ],
+        'zodburi.resolvers': [],
+    },
+    classifiers=[
+        'Framework :: ZODB',
+        'Programming Language :: Python :: 3',
+    ],
+)
