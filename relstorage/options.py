@@ -196,12 +196,6 @@ _BY_ATTR = {spec.attr: spec for spec in OPTIONS}
 # the storage, instead of silently ignoring the setting. Remove a name here
 # when its feature lands.
 NOT_YET_SUPPORTED = frozenset({
-    'blob-dir',
-    'shared-blob-dir',
-    'blob-cache-size',
-    'blob-cache-size-check',
-    'blob-cache-size-check-external',
-    'blob-chunk-size',
     'replica-conf',
     'ro-replica-conf',
     'replica-timeout',

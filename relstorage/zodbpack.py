@@ -109,10 +109,14 @@ def pack_one(name, section, days, check_only, out):
             return EXIT_DANGLING if check_refs(storage, out) else 0
         t = time.time() - days * 86400
         started = time.monotonic()
-        kw = {}
-        if out.isatty() and isinstance(storage, RelStorage):
-            kw['progress'] = TerminalProgress(out, started)
-        result = storage.pack(t, referencesf, **kw) or {}
+        if isinstance(storage, RelStorage):
+            result = storage.pack_with_result(
+                t, referencesf,
+                progress=(TerminalProgress(out, started) if out.isatty()
+                          else None))
+        else:
+            storage.pack(t, referencesf)
+            result = {}
         seconds = time.monotonic() - started
         print('  packed to %s: %s in %.1f s%s'
               % (time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(t)),

@@ -29,7 +29,7 @@ from speedtest.pack import memory_kb, open_storage
 storage = open_storage(json.loads(sys.argv[1]))
 before = memory_kb('VmRSS')
 started = time.perf_counter()
-result = storage.pack(time.time(), referencesf)
+result = storage.pack_with_result(time.time(), referencesf)
 seconds = time.perf_counter() - started
 peak = memory_kb('VmHWM')
 storage.close()

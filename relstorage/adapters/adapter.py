@@ -16,6 +16,7 @@ from ..exceptions import DatabaseDisconnected
 from ..exceptions import ReadOnlyError
 from ..exceptions import RelStorageError
 from ..exceptions import SchemaError
+from . import blobs
 from .dbiter import HistoryFreeIterator
 from .dbiter import HistoryPreservingIterator
 from .interfaces import ILoadSession
@@ -79,6 +80,15 @@ class _SessionWrapper:
     def load_revision(self, oid, tid):
         return self.mover.load_revision(self.session, oid, tid)
 
+    def current_tids(self, oids):
+        return self.mover.current_tids(self.session, oids)
+
+    def blob_id(self, oid, tid):
+        return blobs.blob_id_of(self.session, oid, tid)
+
+    def blob_chunk(self, blob_id, num):
+        return blobs.read_chunk(self.session, blob_id, num)
+
     def __getattr__(self, name):
         method = getattr(self.adapter.iterator, name)
 
@@ -140,8 +150,11 @@ class StoreSession(_SessionWrapper):
         return self._outside_commit(
             lambda: self.adapter.oids.new_block(self.session))
 
-    def current_tids(self, oids):
-        return self.mover.current_tids(self.session, oids)
+    def upload_blob(self, path, chunk_size):
+        return blobs.upload_blob(self.session, path, chunk_size)
+
+    def drop_replaced_blobs(self, oids):
+        blobs.drop_replaced_blobs(self.session, oids)
 
     def upload(self, rows):
         if not self.adapter.temp_store_emptied_by_commit:
@@ -150,7 +163,7 @@ class StoreSession(_SessionWrapper):
             self.mover.upload(self.session, rows)
 
     def commit(self, meta, restore_tid=None, packed=False, empty=False,
-               max_oid=None):
+               max_oid=None, before_commit=None):
         session = self.session
         if not session.in_transaction:
             session.begin(self.adapter.store_begin_sql)
@@ -172,6 +185,10 @@ class StoreSession(_SessionWrapper):
         script.append(('COMMIT', ()))
         script += self.locker.release_commit_lock()
         try:
+            if before_commit is not None:
+                # With the tid chosen and the commit lock held; whatever
+                # it does is undone by the caller if the commit fails.
+                before_commit(tid)
             session.execute_script(script)
         except Exception:
             # Nothing of it became visible; leave the connection usable.

@@ -76,7 +76,7 @@ class IStoreSession(Interface):
         ``{oid: current_tid}`` for those that exist."""
 
     def upload(rows):
-        """Send ``[(oid, prev_tid, state)]`` to the server (still
+        """Send ``[(oid, prev_tid, state, blob_id)]`` to the server (still
         invisible to others)."""
 
     def commit(tid_hint, meta, restore_tid=None):

@@ -65,10 +65,10 @@ class Mover:
     # Storing
 
     def upload(self, session, rows):
-        """Put ``(oid, prev_tid, state)`` rows into temp_store."""
+        """Put ``(oid, prev_tid, state, blob_id)`` rows into temp_store."""
         session.executemany(
-            'INSERT INTO temp_store (zoid, prev_tid, state) '
-            'VALUES (%s, %s, %s)', rows)
+            'INSERT INTO temp_store (zoid, prev_tid, state, blob_id) '
+            'VALUES (%s, %s, %s, %s)', rows)
 
     def clear_temp(self, session):
         session.execute('DELETE FROM temp_store')
@@ -107,9 +107,9 @@ class HistoryPreservingMover(Mover):
         with a NULL state records that the object is gone)."""
         return [
             ('INSERT INTO object_state '
-             '(zoid, tid, prev_tid, state_size, state) '
-             'SELECT zoid, %s, prev_tid, COALESCE(LENGTH(state), 0), state '
-             'FROM temp_store', (tid,)),
+             '(zoid, tid, prev_tid, state_size, state, blob_id) '
+             'SELECT zoid, %s, prev_tid, COALESCE(LENGTH(state), 0), state, '
+             'blob_id FROM temp_store', (tid,)),
             ('INSERT INTO current_object (zoid, tid) '
              'SELECT zoid, %s FROM temp_store' + self.insert_select_where
              + self.upsert('zoid', ('tid',)), (tid,)),
@@ -150,10 +150,11 @@ class HistoryFreeMover(Mover):
         # polls by other processes see the deletion at its tid and drop
         # their cached state (pack removes tombstones).
         return [
-            ('INSERT INTO object_state (zoid, tid, state_size, state) '
-             'SELECT zoid, %s, COALESCE(LENGTH(state), 0), state '
-             'FROM temp_store' + self.insert_select_where
-             + self.upsert('zoid', ('tid', 'state_size', 'state')), (tid,)),
+            ('INSERT INTO object_state (zoid, tid, state_size, state, '
+             'blob_id) SELECT zoid, %s, COALESCE(LENGTH(state), 0), state, '
+             'blob_id FROM temp_store' + self.insert_select_where
+             + self.upsert('zoid', ('tid', 'state_size', 'state', 'blob_id')),
+             (tid,)),
         ]
 
     def add_transaction(self, tid, meta, packed=False, empty=False):

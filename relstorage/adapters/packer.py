@@ -3,6 +3,7 @@
 Every method takes the session to run on. The pre-pack reads run on a
 snapshot without any lock; the removals run in short transactions that
 hold the commit lock (see relstorage.storage.pack)."""
+from .blobs import delete_blobs
 from .session import chunks
 from .session import in_list
 
@@ -29,15 +30,19 @@ class Packer:
             (after_tid,))]
 
     def remove_objects(self, session, oids):
-        """Remove every revision of *oids*; return ``(revisions, bytes)``
-        removed."""
+        """Remove every revision of *oids* and their blobs; return
+        ``(revisions, bytes)`` removed."""
         revisions = size = 0
+        blob_ids = []
         for chunk in chunks(oids):
-            n, b = session.fetchone(
-                'SELECT COUNT(*), COALESCE(SUM(state_size), 0) '
-                'FROM object_state WHERE zoid IN %s' % in_list(chunk), chunk)
-            revisions += int(n)
-            size += int(b)
+            for state_size, blob_id in session.fetchall(
+                    'SELECT state_size, blob_id FROM object_state '
+                    'WHERE zoid IN %s' % in_list(chunk), chunk):
+                revisions += 1
+                size += state_size
+                if blob_id is not None:
+                    blob_ids.append(blob_id)
+        delete_blobs(session, blob_ids)
         self.delete_objects(session, oids)
         return revisions, size
 
@@ -71,25 +76,32 @@ class HistoryPreservingPacker(Packer):
 
     def remove_old_revisions(self, session, oids, pack_tid):
         """Drop the revisions of *oids* older than the one current at
-        *pack_tid*; return ``(revisions, bytes)`` removed."""
+        *pack_tid*, and their blobs; return ``(revisions, bytes, keep)``,
+        *keep* mapping each oid to the oldest revision kept."""
         revisions = size = 0
+        keep = {}
         for chunk in chunks(oids):
             rows = session.fetchall(
-                'SELECT zoid, tid, state_size FROM object_state '
+                'SELECT zoid, tid, state_size, blob_id FROM object_state '
                 'WHERE zoid IN %s AND tid <= %%s' % in_list(chunk),
                 list(chunk) + [pack_tid])
-            keep = {}
-            for oid, tid, _ in rows:
-                keep[oid] = max(tid, keep.get(oid, tid))
-            for oid, tid, state_size in rows:
-                if tid < keep[oid]:
+            kept = {}
+            for oid, tid, _, _ in rows:
+                kept[oid] = max(tid, kept.get(oid, tid))
+            blob_ids = []
+            for oid, tid, state_size, blob_id in rows:
+                if tid < kept[oid]:
                     revisions += 1
                     size += state_size
-            if keep:
+                    if blob_id is not None:
+                        blob_ids.append(blob_id)
+            delete_blobs(session, blob_ids)
+            if kept:
                 session.executemany(
                     'DELETE FROM object_state WHERE zoid = %s AND tid < %s',
-                    sorted(keep.items()))
-        return revisions, size
+                    sorted(kept.items()))
+            keep.update(kept)
+        return revisions, size, keep
 
     def finish(self, session, pack_tid):
         """Mark transactions up to *pack_tid* packed and drop those left
@@ -122,7 +134,7 @@ class HistoryFreePacker(Packer):
         return []
 
     def remove_old_revisions(self, session, oids, pack_tid):
-        return 0, 0
+        return 0, 0, {}
 
     def finish(self, session, pack_tid):
         # Tombstones of deleted objects are no longer needed by polls. They

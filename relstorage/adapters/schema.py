@@ -8,7 +8,7 @@ from ..exceptions import HistoryModeMismatch
 from ..exceptions import SchemaError
 
 #: Bumped whenever a table changes shape; stored in ``relstorage_meta``.
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 
 class Types:
@@ -26,6 +26,18 @@ META_TABLE = """
 CREATE TABLE relstorage_meta (
     name    VARCHAR(64) NOT NULL PRIMARY KEY,
     value   VARCHAR(255) NOT NULL
+){table_suffix}
+"""
+
+#: Blob contents, in pieces of blob-chunk-size bytes. A revision refers to
+#: its blob by ``object_state.blob_id``, a random key chosen when the blob
+#: is uploaded at vote; so making a revision current never copies blob data.
+BLOB_TABLE = """
+CREATE TABLE blob_chunk (
+    blob_id     {bigint} NOT NULL,
+    chunk_num   {bigint} NOT NULL,
+    chunk       {blob} NOT NULL,
+    PRIMARY KEY (blob_id, chunk_num)
 ){table_suffix}
 """
 
@@ -47,6 +59,7 @@ HISTORY_PRESERVING_TABLES = (
         prev_tid    {bigint} NOT NULL,
         state_size  {bigint} NOT NULL,
         state       {blob},
+        blob_id     {bigint},
         PRIMARY KEY (zoid, tid)
     ){table_suffix}
     """,
@@ -66,7 +79,8 @@ HISTORY_FREE_TABLES = (
         zoid        {bigint} NOT NULL PRIMARY KEY,
         tid         {bigint} NOT NULL,
         state_size  {bigint} NOT NULL,
-        state       {blob}
+        state       {blob},
+        blob_id     {bigint}
     ){table_suffix}
     """,
     "CREATE INDEX object_state_tid ON object_state (tid)",
@@ -82,7 +96,7 @@ HISTORY_FREE_TABLES = (
 
 #: Every table either mode may have created.
 ALL_TABLES = ('relstorage_meta', 'transactions', 'object_state',
-              'current_object', 'last_transaction')
+              'current_object', 'last_transaction', 'blob_chunk')
 
 
 class Schema:
@@ -100,11 +114,12 @@ class Schema:
             'bigint', 'blob', 'bool', 'text', 'true', 'false', 'table_suffix')}
         tables = (HISTORY_PRESERVING_TABLES if self.keep_history
                   else HISTORY_FREE_TABLES)
-        self.ddl = [META_TABLE.format(**fmt)]
+        self.ddl = [META_TABLE.format(**fmt), BLOB_TABLE.format(**fmt)]
         self.ddl.extend(stmt.format(**fmt) for stmt in tables)
-        self.tables = (('transactions', 'object_state', 'current_object')
+        self.tables = (('transactions', 'object_state', 'current_object',
+                        'blob_chunk')
                        if self.keep_history
-                       else ('object_state', 'last_transaction'))
+                       else ('object_state', 'last_transaction', 'blob_chunk'))
 
     def read_meta(self, session):
         """``{name: value}`` from relstorage_meta, or None when the

@@ -7,13 +7,16 @@ import weakref
 
 import ZODB.interfaces
 from ZODB.BaseStorage import copy as copy_transactions
+from ZODB.blob import copyTransactionsFromTo as copy_with_blobs
 from ZODB.ConflictResolution import ConflictResolvingStorage
 from ZODB.POSException import ReadOnlyError
 from ZODB.utils import p64
 from zope.interface import alsoProvides
 from zope.interface import implementer
 
+from ..blobs import make_blobs
 from ..cache import StorageCache
+from .blobs import BlobMethods
 from .history import History
 from .iteration import Iteration
 from .load import Loader
@@ -33,7 +36,8 @@ log = logging.getLogger(__name__)
     ZODB.interfaces.IExternalGC,
     ZODB.interfaces.ReadVerifyingStorage,
 )
-class RelStorage(Loader, TPC, History, Iteration, ConflictResolvingStorage):
+class RelStorage(Loader, TPC, History, Iteration, BlobMethods,
+                 ConflictResolvingStorage):
     """A ZODB storage in a relational database.
 
     The object the application creates is the *root* storage; ZODB asks it
@@ -59,8 +63,10 @@ class RelStorage(Loader, TPC, History, Iteration, ConflictResolvingStorage):
                 int(options.cache_local_mb * 1000000),
                 object_max_bytes=options.cache_local_object_max,
                 delta_limit=options.cache_delta_size_limit)
+            self._blobs = make_blobs(options, adapter.keep_history)
         else:
             self._cache = _parent._cache
+            self._blobs = _parent._blobs
         self._load_lock = threading.RLock()
         self._tpc_lock = threading.Lock()
         self._oid_lock = threading.Lock()
@@ -77,6 +83,8 @@ class RelStorage(Loader, TPC, History, Iteration, ConflictResolvingStorage):
         self._instances = weakref.WeakSet()
         if adapter.keep_history:
             alsoProvides(self, ZODB.interfaces.IStorageUndoable)
+        if self._blobs is not None:
+            alsoProvides(self, ZODB.interfaces.IBlobStorageRestoreable)
 
     # Instances
 
@@ -167,11 +175,20 @@ class RelStorage(Loader, TPC, History, Iteration, ConflictResolvingStorage):
     # Whole-database operations
 
     def copyTransactionsFrom(self, other, verbose=False):
-        copy_transactions(other, self, verbose)
+        if (self._blobs is not None
+                and ZODB.interfaces.IBlobStorage.providedBy(other)):
+            copy_with_blobs(other, self)
+        else:
+            copy_transactions(other, self, verbose)
 
     def pack(self, t, referencesf, gc=None, progress=None):
+        """IStorage.pack: see pack_with_result (this returns None)."""
+        self.pack_with_result(t, referencesf, gc, progress)
+
+    def pack_with_result(self, t, referencesf, gc=None, progress=None):
         """Remove revisions not current at time *t* and, with pack-gc (or
-        *gc*), objects unreachable from the root at *t*. Returns counts.
+        *gc*), objects unreachable from the root at *t*. Returns counts
+        (a PackResult).
 
         *progress*, if given, is called after every committed batch with
         ``(done, total)`` counts of objects handled."""

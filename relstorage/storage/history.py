@@ -1,6 +1,7 @@
 """Object history, the undo log and undo (history-preserving only)."""
 from ZODB.POSException import POSKeyError
 from ZODB.POSException import UndoError
+from ZODB.blob import is_blob_record
 from ZODB.TimeStamp import TimeStamp
 from ZODB.utils import p64
 from ZODB.utils import u64
@@ -103,9 +104,12 @@ class History:
         before = session.states_before(undo_tid)
         current = session.current_tids([oid for oid, _, _ in before])
         oids = []
-        for oid, state, _prev_tid in before:
+        for oid, state, prev_tid in before:
             tpc.stores[oid] = self._undo_record(
                 session, tpc, oid, state, undo_tid, current.get(oid, 0))
+            tpc.blobs.pop(oid, None)
+            if self._blobs is not None and is_blob_record(state):
+                self._copy_blob_for_undo(tpc, oid, prev_tid)
             oids.append(p64(oid))
         return None, oids
 

@@ -110,6 +110,16 @@ class Pack:
             session.close()
         self.remove(writer, old, garbage, graph, view)
         self.storage._cache.invalidate(garbage)
+        blobs = self.storage._blobs
+        if blobs is not None and not self.adapter.keep_history:
+            # Replaced blobs of history-free objects have no revision of
+            # their own for the batches to find; look at the files.
+            session = self.adapter.open_load_session()
+            try:
+                session.restart()
+                blobs.prune_history_free(session.current_tids, self.pack_tid)
+            finally:
+                session.close()
 
     def references(self, state):
         if not state:
@@ -199,16 +209,19 @@ class Pack:
             self.rescue(session, garbage, graph, checked_tid)
             doomed[:] = [oid for oid in doomed if oid in garbage]
         first = True  # every batch makes progress, whatever the timeout
+        gone, kept = [], {}
         while (old or doomed) and (first or time.monotonic() < deadline):
             first = False
             if doomed:
                 step, doomed[:] = doomed[:STEP], doomed[STEP:]
                 revisions, size = packer.remove_objects(session, step)
                 self.result['objects_removed'] += len(step)
+                gone.extend(step)
             else:
                 step, old[:] = old[:STEP], old[STEP:]
-                revisions, size = packer.remove_old_revisions(
+                revisions, size, keep = packer.remove_old_revisions(
                     session, step, self.pack_tid)
+                kept.update(keep)
             self.result['revisions_removed'] += revisions
             self.result['bytes_removed'] += size
         if not old and not doomed:
@@ -219,6 +232,10 @@ class Pack:
         session.execute_script(script)
         session.in_transaction = False
         session.holds_commit_lock = False
+        blobs = self.storage._blobs
+        if blobs is not None:
+            # Only now that the rows are gone for good.
+            blobs.packed(gone, kept)
         self.result['batches'] += 1
         if self.progress is not None:
             self.progress(self.total - len(old) - len(doomed), self.total)

@@ -98,13 +98,20 @@ def _probe(db):
     return None
 
 
+#: Server databases this test process has already emptied of every table
+#: (a run starts from nothing, whatever an earlier run or release left).
+_dropped = set()
+
+
 class DatabaseFactory:
     """Builds adapters and storages for one database and history mode."""
 
-    def __init__(self, db, keep_history):
+    def __init__(self, db, keep_history, child=False):
         self.db = db
         self.keep_history = keep_history
         self._dirs = {}
+        # A child process shares the parent's databases as they are.
+        self._child = child
 
     def data_dir(self, which='main'):
         if which not in self._dirs:
@@ -113,7 +120,15 @@ class DatabaseFactory:
 
     def adapter(self, which='main', **options):
         require(self.db)
-        opts = Options(keep_history=self.keep_history, **options)
+        key = (self.db, self.keep_history, which)
+        if self.db != 'sqlite' and not self._child and key not in _dropped:
+            _dropped.add(key)
+            self._build(which, Options(keep_history=self.keep_history)
+                        ).drop_all()
+        return self._build(which, Options(keep_history=self.keep_history,
+                                          **options))
+
+    def _build(self, which, opts):
         if self.db == 'sqlite':
             from relstorage.adapters.sqlite import SQLiteAdapter
             return SQLiteAdapter(self.data_dir(which), options=opts)
@@ -136,7 +151,7 @@ class DatabaseFactory:
     def in_child(cls, db, keep_history, data_dir):
         """The factory a child process rebuilds from its arguments: the
         same database, mode and (for SQLite) data directory."""
-        factory = cls(db, str(keep_history) == 'True')
+        factory = cls(db, str(keep_history) == 'True', child=True)
         factory._dirs['main'] = data_dir
         return factory
 

@@ -11,6 +11,9 @@ _skip_reasons = collections.defaultdict(collections.Counter)
 
 
 def _key(item):
+    marker = item.get_closest_marker('conformance')
+    if marker is not None:
+        return marker.args[0]
     cls = getattr(item, 'cls', None)
     return getattr(cls, 'conformance_key', None) if cls else None
 
@@ -51,11 +54,11 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
         return
     tr = terminalreporter
     tr.section('ZODB conformance tests per database and history mode')
-    tr.write_line('%-16s %9s %6s %6s %7s' % (
+    tr.write_line('%-28s %9s %6s %6s %7s' % (
         'database-mode', 'collected', 'passed', 'failed', 'skipped'))
     for key in sorted(collected):
         r = _results[key]
-        tr.write_line('%-16s %9d %6d %6d %7d' % (
+        tr.write_line('%-28s %9d %6d %6d %7d' % (
             key, collected[key], r['passed'], r['failed'], r['skipped']))
     for key in sorted(_skip_reasons):
         for reason, n in sorted(_skip_reasons[key].items()):

@@ -5,6 +5,7 @@ import collections
 import json
 import os
 
+from .blob_conformance import count_blob_cases
 from .conformance import count_tests
 from .conformance import make_classes
 from .dbs import DATABASES
@@ -18,6 +19,7 @@ def current_counts():
     for db in DATABASES:
         for cls in make_classes(db).values():
             counts[cls.conformance_key] += count_tests(cls)
+        counts.update(count_blob_cases(db))
     return dict(counts)
 
 

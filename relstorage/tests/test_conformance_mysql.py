@@ -1,4 +1,13 @@
-"""ZODB's storage conformance suites on MySQL/MariaDB."""
+"""ZODB's storage conformance suites, and its blob suite, on mysql."""
+import pytest
+
+from .blob_conformance import blob_cases
+from .blob_conformance import run_case
 from .conformance import make_classes
 
 globals().update(make_classes('mysql'))
+
+
+@pytest.mark.parametrize('layer, test', blob_cases('mysql'))
+def test_blob_suite(layer, test):
+    run_case(layer, test)

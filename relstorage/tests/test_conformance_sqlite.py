@@ -1,4 +1,14 @@
-"""ZODB's storage conformance suites on the embedded SQLite adapter."""
+"""ZODB's storage conformance suites, and its blob suite, on the embedded
+SQLite adapter."""
+import pytest
+
+from .blob_conformance import blob_cases
+from .blob_conformance import run_case
 from .conformance import make_classes
 
 globals().update(make_classes('sqlite'))
+
+
+@pytest.mark.parametrize('layer, test', blob_cases('sqlite'))
+def test_blob_suite(layer, test):
+    run_case(layer, test)

@@ -37,7 +37,7 @@ def test_pack_removes_garbage_and_old_revisions(factory, batch_timeout):
         before = len(storage)
         old_serials = [h['tid'] for h in storage.history(keep_oid, 10)]
         time.sleep(0.01)
-        result = storage.pack(time.time(), referencesf)
+        result = storage.pack_with_result(time.time(), referencesf)
         assert result['objects_removed'] == 1
         assert result['batches'] >= 1
         assert len(storage) == before - 1
@@ -56,7 +56,7 @@ def test_pack_removes_garbage_and_old_revisions(factory, batch_timeout):
             # Packed transactions are no longer offered for undo.
             assert all(d['id'] > keep_tid for d in storage.undoLog())
         # A second pack finds nothing more to do.
-        again = storage.pack(time.time(), referencesf)
+        again = storage.pack_with_result(time.time(), referencesf)
         assert again['objects_removed'] == 0
     finally:
         db.close()
@@ -190,7 +190,7 @@ def test_pack_waits_while_the_commit_lock_is_busy(factory):
         adapter.locker.hold_commit_lock(holder, adapter.mover.last_tid_sql)
         results = []
         packer = threading.Thread(target=lambda: results.append(
-            storage.pack(time.time(), referencesf)))
+            storage.pack_with_result(time.time(), referencesf)))
         packer.start()
         packer.join(0.5)
         assert packer.is_alive() and not results  # it yields, retrying

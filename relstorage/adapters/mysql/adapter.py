@@ -34,7 +34,8 @@ TEMP_STORE_DDL = """
 CREATE TEMPORARY TABLE IF NOT EXISTS temp_store (
     zoid        BIGINT NOT NULL PRIMARY KEY,
     prev_tid    BIGINT NOT NULL,
-    state       LONGBLOB
+    state       LONGBLOB,
+    blob_id     BIGINT
 ) ENGINE = InnoDB
 """
 
@@ -164,8 +165,8 @@ class MySQLMoverMixin:
     @staticmethod
     def _insert(session, chunk):
         session.execute(
-            'INSERT INTO temp_store (zoid, prev_tid, state) VALUES '
-            + ', '.join(['(%s, %s, %s)'] * len(chunk)),
+            'INSERT INTO temp_store (zoid, prev_tid, state, blob_id) VALUES '
+            + ', '.join(['(%s, %s, %s, %s)'] * len(chunk)),
             [v for row in chunk for v in row])
 
 

@@ -25,7 +25,8 @@ TEMP_STORE_DDL = """
 CREATE TEMPORARY TABLE IF NOT EXISTS temp_store (
     zoid        BIGINT NOT NULL PRIMARY KEY,
     prev_tid    BIGINT NOT NULL,
-    state       BYTEA
+    state       BYTEA,
+    blob_id     BIGINT
 ) ON COMMIT DELETE ROWS
 """
 
@@ -113,7 +114,8 @@ class PostgreSQLMoverMixin:
             session.round_trips += (len(rows) + 999) // 1000
             self.adapter.driver.extras.execute_values(
                 session.cursor,
-                'INSERT INTO temp_store (zoid, prev_tid, state) VALUES %s',
+                'INSERT INTO temp_store (zoid, prev_tid, state, blob_id) '
+                'VALUES %s',
                 rows, page_size=1000)
 
 

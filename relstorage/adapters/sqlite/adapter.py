@@ -42,7 +42,8 @@ TEMP_STORE_DDL = """
 CREATE TEMP TABLE IF NOT EXISTS temp_store (
     zoid        INTEGER NOT NULL PRIMARY KEY,
     prev_tid    INTEGER NOT NULL,
-    state       BLOB
+    state       BLOB,
+    blob_id     INTEGER
 )
 """
 

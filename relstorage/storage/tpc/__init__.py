@@ -35,6 +35,10 @@ class TransactionBuffer:
         self.resolved = ()
         #: [(oid, prev_tid, state)] as uploaded at vote
         self.rows = ()
+        #: oid -> the file of its new blob, owned by the storage
+        self.blobs = {}
+        #: committed blob files placed before the commit (shared blob-dir)
+        self.placed = []
 
 
 class TPC:
@@ -72,6 +76,8 @@ class TPC:
         if version:
             raise StorageTransactionError('versions are not supported')
         tpc = self._buffer_for(transaction)
+        if isinstance(serial, str):  # some callers spell z64 as a str
+            serial = serial.encode('latin-1')
         tpc.stores[u64(oid)] = (u64(serial or z64), data)
 
     def restore(self, oid, serial, data, version, prev_txn, transaction):
@@ -130,7 +136,11 @@ class TPC:
             if self._store is not None:
                 self._store.rollback()
         finally:
-            self._end_tpc()
+            try:
+                if self._blobs is not None:
+                    self._blobs.abort(tpc)
+            finally:
+                self._end_tpc()
 
     def _end_tpc(self):
         self._tpc = None

@@ -1,6 +1,8 @@
 """The finish phase: commit lock, tid, rows made current, commit."""
 from ZODB._compat import dumps
 
+from ...exceptions import DatabaseDisconnected
+
 
 def _bytes(text):
     if not text:
@@ -23,11 +25,21 @@ def finish(storage, tpc):
                   default=None)
     if max_oid is not None and max_oid <= storage._adapter.max_known_oid:
         max_oid = None
-    tid = session.commit(
-        (_bytes(meta.user), _bytes(meta.description), ext or b''),
-        restore_tid=tpc.restore_tid, packed=tpc.packed,
-        empty=not tpc.rows, max_oid=max_oid)
+    blobs = storage._blobs
+    try:
+        tid = session.commit(
+            (_bytes(meta.user), _bytes(meta.description), ext or b''),
+            restore_tid=tpc.restore_tid, packed=tpc.packed,
+            empty=not tpc.rows, max_oid=max_oid,
+            before_commit=blobs.before_commit(tpc) if blobs else None)
+    except DatabaseDisconnected:
+        # The commit may have happened: keep blob files already placed
+        # (an orphan file is harmless, a missing one is not).
+        del tpc.placed[:]
+        raise
     if max_oid is not None:
         storage._adapter.note_oid(max_oid)
     storage._after_commit(tid, tpc.rows)
+    if blobs is not None:
+        blobs.after_commit(tpc, tid)
     return tid

@@ -36,6 +36,9 @@ def vote(storage, tpc):
                 p64(oid), p64(actual), p64(expected), state)
             resolved.append(p64(oid))
         rows.append((oid, actual, state))
-    session.upload(rows)
+    blobs = storage._blobs
+    blob_ids = blobs.vote(session, tpc, current) if blobs is not None else {}
+    session.upload([(oid, actual, state, blob_ids.get(oid))
+                    for oid, actual, state in rows])
     tpc.rows = rows
     tpc.resolved = resolved

@@ -1,0 +1,76 @@
+"""SQL for blobs kept in the database (``shared-blob-dir false``).
+
+A blob's bytes live in ``blob_chunk`` as rows of at most blob-chunk-size
+bytes under a random ``blob_id``; the revision that owns the blob names it
+in ``object_state.blob_id``. Chunks are written at vote by the committing
+transaction (invisible until it commits) and read one at a time, so no
+blob is ever held whole in memory.
+"""
+import secrets
+
+from .session import chunks
+from .session import in_list
+
+
+def new_blob_id():
+    """A fresh positive 63-bit key (a collision would violate the primary
+    key and fail the commit, never mix two blobs)."""
+    return secrets.randbits(63) or 1
+
+
+def upload_blob(session, path, chunk_size):
+    """Copy the file at *path* into new chunk rows; return their blob_id.
+    An empty file still gets chunk 0, so a missing chunk 0 always means
+    missing data."""
+    blob_id = new_blob_id()
+    with open(path, 'rb') as f:
+        num = 0
+        while True:
+            data = f.read(chunk_size)
+            if not data and num:
+                break
+            session.execute(
+                'INSERT INTO blob_chunk (blob_id, chunk_num, chunk) '
+                'VALUES (%s, %s, %s)', (blob_id, num, data))
+            num += 1
+            if len(data) < chunk_size:
+                break
+    return blob_id
+
+
+def blob_id_of(session, oid, tid):
+    """``(True, blob_id or None)`` for the revision *(oid, tid)*, or
+    ``(False, None)`` when this session cannot see that revision."""
+    row = session.fetchone(
+        'SELECT blob_id FROM object_state WHERE zoid = %s AND tid = %s',
+        (oid, tid))
+    if row is None:
+        return False, None
+    return True, row[0]
+
+
+def read_chunk(session, blob_id, num):
+    """The bytes of chunk *num* of *blob_id*, or None past the last."""
+    row = session.fetchone(
+        'SELECT chunk FROM blob_chunk WHERE blob_id = %s AND chunk_num = %s',
+        (blob_id, num))
+    return bytes(row[0]) if row is not None else None
+
+
+def delete_blobs(session, blob_ids):
+    """Remove every chunk of *blob_ids* (by primary key prefix, so only
+    those rows are touched and locked)."""
+    for chunk in chunks(sorted(set(blob_ids))):
+        session.execute('DELETE FROM blob_chunk WHERE blob_id IN %s'
+                        % in_list(chunk), chunk)
+
+
+def drop_replaced_blobs(session, oids):
+    """History-free: remove the blobs of the current revisions of *oids*,
+    which this transaction replaces (their rows are locked by it)."""
+    blob_ids = []
+    for chunk in chunks(oids):
+        blob_ids.extend(blob_id for (blob_id,) in session.fetchall(
+            'SELECT blob_id FROM object_state WHERE zoid IN %s '
+            'AND blob_id IS NOT NULL' % in_list(chunk), chunk))
+    delete_blobs(session, blob_ids)

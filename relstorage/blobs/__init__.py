@@ -1,0 +1,13 @@
+"""Blob support: the blob directory, the local blob cache, blobs kept in
+the database (``cached``) or only in a shared directory (``shared``)."""
+
+
+def make_blobs(options, keep_history):
+    """The blob helper for *options*, or None without ``blob-dir``."""
+    if not options.blob_dir:
+        return None
+    if options.shared_blob_dir:
+        from .shared import SharedBlobs
+        return SharedBlobs(options.blob_dir, options)
+    from .cached import DatabaseBlobs
+    return DatabaseBlobs(options.blob_dir, options, keep_history)

@@ -1,0 +1,111 @@
+"""``shared-blob-dir false`` (the default): blobs are stored in the database
+and the blob directory is this client's cache of them, kept under
+``blob-cache-size``."""
+import os
+import time
+
+from ZODB.blob import set_not_writable
+from ZODB.utils import p64
+
+from .cachesize import CacheSizeChecker
+from .files import BlobFiles
+from .files import missing_blob
+
+
+class DatabaseBlobs(BlobFiles):
+
+    def __init__(self, blob_dir, options, keep_history):
+        super().__init__(blob_dir, options)
+        self.keep_history = keep_history
+        self.chunk_size = options.blob_chunk_size
+        self.checker = CacheSizeChecker(
+            self.blob_dir, options.blob_cache_size,
+            options.blob_cache_size_check,
+            options.blob_cache_size_check_external)
+
+    # Commit
+
+    def vote(self, session, tpc, current):
+        if not self.keep_history:
+            # Without history the stored revisions replace the current
+            # ones, and their blobs go with them (still visible to older
+            # snapshots until this commits).
+            replaced = [oid for oid in tpc.stores if current.get(oid)]
+            if replaced:
+                session.drop_replaced_blobs(replaced)
+        return {oid: session.upload_blob(path, self.chunk_size)
+                for oid, path in sorted(tpc.blobs.items())}
+
+    def after_commit(self, tpc, tid):
+        # The committed files become cache entries (the database has the
+        # data, so a failure here loses nothing).
+        added = 0
+        for oid, staged in list(tpc.blobs.items()):
+            try:
+                added += os.path.getsize(staged)
+                self.place(staged, oid, tid)
+            except OSError:
+                self.discard([staged])
+            del tpc.blobs[oid]
+        self.checker.added(added)
+
+    # Load
+
+    def load(self, storage, oid, tid):
+        path = self.filename(oid, tid)
+        try:
+            # Record the use: the cache check removes the least recently
+            # used files first.
+            os.utime(path, ns=(time.time_ns(), os.stat(path).st_mtime_ns))
+            return path
+        except FileNotFoundError:
+            pass
+        with storage._load_lock:
+            storage._ensure_view()
+            found = self._download(storage._load_session(), oid, tid, path)
+        if not found:
+            # Not in this instance's snapshot: a revision committed since
+            # (our own, whose cached file was removed meanwhile, say).
+            session = storage._adapter.open_load_session()
+            try:
+                session.restart()
+                found = self._download(session, oid, tid, path)
+            finally:
+                session.close()
+        if not found:
+            raise missing_blob(oid, tid, 'no such revision in the %s'
+                               % storage._adapter.describe())
+        return path
+
+    def _download(self, session, oid, tid, path):
+        """Copy the blob of *(oid, tid)* into the cache at *path*, chunk by
+        chunk; False when *session* does not see that revision."""
+        exists, blob_id = session.blob_id(oid, tid)
+        if not exists:
+            return False
+        if blob_id is None:
+            raise missing_blob(oid, tid, 'the revision holds no blob')
+        self.fshelper.createPathForOID(p64(oid))
+        fd, temp = self.fshelper.blob_mkstemp(p64(oid), p64(tid))
+        size = num = 0
+        try:
+            with os.fdopen(fd, 'wb') as f:
+                while True:
+                    data = session.blob_chunk(blob_id, num)
+                    if data is None:
+                        break
+                    f.write(data)
+                    size += len(data)
+                    num += 1
+            if not num:
+                raise missing_blob(oid, tid, 'its data (blob %d) is missing '
+                                   'from the database' % blob_id)
+            set_not_writable(temp)
+            # Atomic: a reader sees the whole file or none, and two
+            # downloads of the same blob simply replace each other.
+            os.replace(temp, path)
+        except BaseException:
+            self.discard([temp])
+            raise
+        self.checker.added(size)
+        return True

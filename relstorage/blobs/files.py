@@ -1,0 +1,170 @@
+"""What both blob modes do with the blob directory: its layout (ZODB's
+``FilesystemHelper``, bushy unless the directory says otherwise), staging
+the files a transaction stores, placing committed files, and removing the
+files of revisions a pack removed."""
+import logging
+import os
+import tempfile
+
+from ZODB.blob import BLOB_SUFFIX
+from ZODB.blob import FilesystemHelper
+from ZODB.blob import remove_committed
+from ZODB.blob import rename_or_copy_blob
+from ZODB.POSException import POSKeyError
+from ZODB.utils import oid_repr
+from ZODB.utils import p64
+from ZODB.utils import repr_to_oid
+from ZODB.utils import tid_repr
+from ZODB.utils import u64
+
+from ..exceptions import ConfigurationError
+
+log = logging.getLogger(__name__)
+
+
+def missing_blob(oid, tid, why):
+    """The POSKeyError of a blob that cannot be found; names the object
+    and the revision."""
+    return POSKeyError('no blob for oid %s at tid %s: %s'
+                       % (oid_repr(p64(oid) if isinstance(oid, int) else oid),
+                          tid_repr(p64(tid) if isinstance(tid, int) else tid),
+                          why))
+
+
+class BlobFiles:
+    """The blob directory of one storage (shared by its instances)."""
+
+    #: True when the directory is the only home of the blobs.
+    shared = False
+
+    def __init__(self, blob_dir, options):
+        self.options = options
+        blob_dir = os.path.abspath(os.path.expanduser(blob_dir))
+        try:
+            # Owner-only: blobs are application data.
+            os.makedirs(blob_dir, mode=0o700, exist_ok=True)
+            # The layout is chosen from what the directory holds, so only
+            # after it exists and before anything is put in it.
+            self.fshelper = FilesystemHelper(blob_dir)
+            os.makedirs(self.fshelper.temp_dir, mode=0o700, exist_ok=True)
+            self.fshelper.create()
+        except (OSError, ValueError) as e:
+            raise ConfigurationError(
+                'cannot use blob-dir %s: %s' % (blob_dir, e)) from e
+        self.blob_dir = blob_dir
+
+    def temporary_directory(self):
+        return self.fshelper.temp_dir
+
+    def filename(self, oid, tid):
+        return self.fshelper.getBlobFilename(p64(oid), p64(tid))
+
+    # Transactions
+
+    def stage(self, path):
+        """Take ownership of the file at *path* (ZODB hands it over at
+        storeBlob and may delete its directory before vote): move it under
+        the blob directory and return its new name."""
+        fd, staged = tempfile.mkstemp(prefix='stage-', suffix='.tmp',
+                                      dir=self.fshelper.temp_dir)
+        os.close(fd)
+        rename_or_copy_blob(path, staged, chmod=False)
+        return staged
+
+    def place(self, staged, oid, tid):
+        """Make *staged* the committed file of revision *(oid, tid)*."""
+        self.fshelper.createPathForOID(p64(oid))
+        target = self.filename(oid, tid)
+        rename_or_copy_blob(staged, target)
+        return target
+
+    def discard(self, paths):
+        for path in paths:
+            try:
+                os.remove(path)
+            except FileNotFoundError:
+                pass
+            except OSError as e:
+                log.warning('could not remove blob file %s: %s', path, e)
+
+    def abort(self, tpc):
+        self.discard(tpc.blobs.values())
+        tpc.blobs.clear()
+
+    # Hooks of the commit; the database mode overrides what it needs.
+
+    def vote(self, session, tpc, current):
+        """Upload what the database keeps; ``{oid: blob_id}``."""
+        return {}
+
+    def before_commit(self, tpc):
+        """A callable run with the new tid before the commit, or None."""
+        return None
+
+    def after_commit(self, tpc, tid):
+        """The transaction committed as *tid*."""
+
+    # Pack
+
+    def _blob_files(self, oid):
+        """``{tid: path}`` of the committed files of *oid* here."""
+        path = self.fshelper.getPathForOID(p64(oid))
+        try:
+            names = os.listdir(path)
+        except FileNotFoundError:
+            return {}
+        found = {}
+        for name in names:
+            if name.endswith(BLOB_SUFFIX):
+                try:
+                    tid = u64(repr_to_oid(name[:-len(BLOB_SUFFIX)]))
+                except (ValueError, TypeError):
+                    continue
+                found[tid] = os.path.join(path, name)
+        return found
+
+    def _remove_dir_if_empty(self, oid):
+        path = self.fshelper.getPathForOID(p64(oid))
+        try:
+            os.rmdir(path)
+        except OSError:
+            pass  # not empty, or already gone
+
+    def packed(self, removed_oids, kept):
+        """A pack batch committed: every revision of *removed_oids* is
+        gone, and the revisions of ``kept`` oids older than the tid mapped
+        to them. Remove their files."""
+        for oid in removed_oids:
+            for path in self._blob_files(oid).values():
+                remove_committed(path)
+            self._remove_dir_if_empty(oid)
+        for oid, keep_tid in kept.items():
+            for tid, path in self._blob_files(oid).items():
+                if tid < keep_tid:
+                    remove_committed(path)
+
+    def prune_history_free(self, current_tids, pack_tid):
+        """History-free: remove files of revisions that are no longer
+        current, committed at or before *pack_tid* (newer ones may belong
+        to commits the pack did not see). *current_tids(oids)* maps oids
+        to their current tids."""
+        batch = []
+        for oid, _path in self.fshelper.listOIDs():
+            old = {tid: p for tid, p in self._blob_files(u64(oid)).items()
+                   if tid <= pack_tid}
+            if old:
+                batch.append((u64(oid), old))
+            if len(batch) >= 500:
+                self._prune(batch, current_tids)
+                batch = []
+        self._prune(batch, current_tids)
+
+    def _prune(self, batch, current_tids):
+        if not batch:
+            return
+        current = current_tids([oid for oid, _ in batch])
+        for oid, old in batch:
+            for tid, path in old.items():
+                if tid != current.get(oid):
+                    remove_committed(path)
+            self._remove_dir_if_empty(oid)

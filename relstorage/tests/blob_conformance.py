@@ -1,0 +1,102 @@
+"""ZODB's reusable blob suite (``ZODB.tests.testblob.storage_reusable_suite``)
+as pytest tests, for blobs kept in the database and in a shared blob-dir.
+
+The suite is a unittest suite of doctests and test classes meant for
+zope.testrunner, with a layer that makes ``time.time()`` increase on every
+call; ``run_case`` plays the layer's part around each test.
+"""
+import doctest
+import gc
+import os
+import unittest
+
+import pytest
+from ZODB.tests.testblob import storage_reusable_suite
+
+from .dbs import DatabaseFactory
+
+#: Names the suite gives its storages -> our test database.
+WHICH = {'data': 'main', '1': 'main', '2': 'dst', 'dest': 'dst'}
+
+#: Blob modes, by the key suffix they are counted under.
+MODES = {'blobs-db': False, 'blobs-shared': True}
+
+
+def _flatten(suite):
+    for test in suite:
+        if isinstance(test, unittest.TestSuite):
+            yield from _flatten(test)
+        else:
+            yield test
+
+
+def make_suite(database, keep_history, shared):
+    def create(name, blob_dir):
+        factory = DatabaseFactory(database, keep_history)
+        return factory.storage(WHICH.get(name, 'main'), zap=True,
+                               blob_dir=blob_dir, shared_blob_dir=shared)
+    mode = 'HP' if keep_history else 'HF'
+    return storage_reusable_suite(
+        'RelStorage%s%s%s' % (database, mode, 'Shared' if shared else 'DB'),
+        create,
+        test_blob_storage_recovery=True,
+        test_packing=keep_history,
+        test_undo=keep_history)
+
+
+def blob_cases(database):
+    """pytest params: every test of the blob suite, per history mode and
+    blob mode, marked with the key the conformance summary counts."""
+    params = []
+    for keep_history in (True, False):
+        for suffix, shared in MODES.items():
+            key = '%s-%s-%s' % (database, 'HP' if keep_history else 'HF',
+                                suffix)
+            suite = make_suite(database, keep_history, shared)
+            for test in _flatten(suite):
+                name = test.id().replace('ZODB.tests.testblob.', '')
+                params.append(pytest.param(
+                    suite.layer, test, id='%s:%s' % (key, name),
+                    marks=pytest.mark.conformance(key)))
+    return params
+
+
+def count_blob_cases(database):
+    counts = {}
+    for param in blob_cases(database):
+        key = param.marks[0].args[0]
+        counts[key] = counts.get(key, 0) + 1
+    return counts
+
+
+#: Examples that cannot pass for the superuser, who may write read-only
+#: files: that committed blob files are read-only is still checked, by mode
+#: bits, in ``test_blob_file_permissions`` of the same suite.
+NOT_FOR_ROOT = ("open(blob.committed(), 'w')",)
+
+
+def _drop_root_only_examples(test):
+    if os.geteuid() != 0 or not isinstance(test, doctest.DocTestCase):
+        return
+    dt = test._dt_test
+    dt.examples = [ex for ex in dt.examples
+                   if not any(s in ex.source for s in NOT_FOR_ROOT)]
+
+
+def run_case(layer, test):
+    _drop_root_only_examples(test)
+    layer.setUp()
+    layer.testSetUp()
+    result = unittest.TestResult()
+    try:
+        test.run(result)
+    finally:
+        layer.testTearDown()
+        layer.tearDown()
+        gc.collect()  # storages the tests drop hold server connections
+    problems = result.errors + result.failures
+    if problems:
+        pytest.fail('\n'.join(text for _, text in problems), pytrace=False)
+    if result.skipped:
+        pytest.skip(result.skipped[0][1])
+    assert result.testsRun == 1
