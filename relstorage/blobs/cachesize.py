@@ -120,10 +120,12 @@ class CacheSizeChecker:
         """Shrink the cache now (in this thread, or a child process)."""
         try:
             if self.external:
-                subprocess.run(
+                done = subprocess.run(
                     [sys.executable, '-m', __name__, self.directory,
                      str(self.limit), str(self.target)],
-                    check=True, stdin=subprocess.DEVNULL)
+                    check=True, stdin=subprocess.DEVNULL,
+                    capture_output=True, text=True)
+                log.info('%s', done.stdout.strip())
             else:
                 shrink(self.directory, self.target)
         except Exception:  # noqa: BLE001 -- never break the application

@@ -120,7 +120,8 @@ class DatabaseFactory:
 
     def adapter(self, which='main', **options):
         require(self.db)
-        key = (self.db, self.keep_history, which)
+        # One key per server database ('misc' serves both modes).
+        key = (self.db, None if which == 'misc' else self.keep_history, which)
         if self.db != 'sqlite' and not self._child and key not in _dropped:
             _dropped.add(key)
             self._build(which, Options(keep_history=self.keep_history)

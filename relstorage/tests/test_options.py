@@ -46,7 +46,10 @@ DESIGN_DEFAULTS = {
 SUPPORTED_NOW = {
     'name', 'read-only', 'keep-history', 'create-schema',
     'commit-lock-timeout', 'poll-interval', 'pack-gc', 'pack-batch-timeout',
-    'pack-commit-busy-delay', 'cache-local-mb', 'cache-local-object-max', 'cache-delta-size-limit',
+    'pack-commit-busy-delay', 'cache-local-mb', 'cache-local-object-max',
+    'cache-delta-size-limit', 'blob-dir', 'shared-blob-dir',
+    'blob-cache-size', 'blob-cache-size-check',
+    'blob-cache-size-check-external', 'blob-chunk-size',
 }
 
 # A valid, non-default value for every option.
@@ -270,9 +273,7 @@ def test_as_dict_has_every_attribute():
 def test_not_yet_supported_set():
     assert isinstance(NOT_YET_SUPPORTED, frozenset)
     assert NOT_YET_SUPPORTED == {
-        'blob-dir', 'shared-blob-dir', 'blob-cache-size',
-        'blob-cache-size-check', 'blob-cache-size-check-external',
-        'blob-chunk-size', 'replica-conf', 'ro-replica-conf',
+        'replica-conf', 'ro-replica-conf',
         'replica-timeout', 'revert_when_stale', 'pack-prepack-only',
         'pack-skip-prepack', 'cache-servers', 'cache-module-name',
         'cache-prefix', 'cache-local-dir', 'cache-local-compression',
@@ -318,4 +319,4 @@ def test_compression_none_is_supported_but_zlib_is_not():
 
 def test_unsupported_error_is_a_configuration_error():
     with pytest.raises(ConfigurationError):
-        Options(blob_dir='/tmp/x').check_supported()
+        Options(cache_local_dir='/tmp/x').check_supported()
