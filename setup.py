@@ -44,6 +44,7 @@ setup(
     },
     entry_points={
         'console_scripts': [
+            'zodbconvert = relstorage.zodbconvert:main',
             'zodbpack = relstorage.zodbpack:main',
             'speedtest = speedtest.main:main',
             'relstorage-demo = relstorage.demo:main',

@@ -28,7 +28,7 @@ SCHEMA = """
   <import package="ZODB"/>
   <import package="relstorage"/>
   <multisection type="ZODB.storage" attribute="storages" name="*"
-                required="yes"/>
+                required="%s"/>
 </schema>
 """
 
@@ -37,8 +37,11 @@ EXIT_USAGE = 2
 EXIT_DANGLING = 3
 
 
-def load_storage_configs(path):
-    schema = ZConfig.loadSchemaFile(io.StringIO(SCHEMA))
+def load_storage_configs(path, required=True):
+    """The storage sections of the config file at *path* (ZConfig
+    factories, each with ``.name`` and ``.open()``)."""
+    schema = ZConfig.loadSchemaFile(io.StringIO(
+        SCHEMA % ('yes' if required else 'no')))
     config, _ = ZConfig.loadConfig(schema, path)
     return config.storages
 

@@ -6,8 +6,6 @@ import time
 import weakref
 
 import ZODB.interfaces
-from ZODB.BaseStorage import copy as copy_transactions
-from ZODB.blob import copyTransactionsFromTo as copy_with_blobs
 from ZODB.ConflictResolution import ConflictResolvingStorage
 from ZODB.POSException import ReadOnlyError
 from ZODB.utils import p64
@@ -17,6 +15,7 @@ from zope.interface import implementer
 from ..blobs import make_blobs
 from ..cache import StorageCache
 from .blobs import BlobMethods
+from .copy import copy_transactions
 from .history import History
 from .iteration import Iteration
 from .load import Loader
@@ -175,11 +174,7 @@ class RelStorage(Loader, TPC, History, Iteration, BlobMethods,
     # Whole-database operations
 
     def copyTransactionsFrom(self, other, verbose=False):
-        if (self._blobs is not None
-                and ZODB.interfaces.IBlobStorage.providedBy(other)):
-            copy_with_blobs(other, self)
-        else:
-            copy_transactions(other, self, verbose)
+        copy_transactions(other, self)
 
     def pack(self, t, referencesf, gc=None, progress=None):
         """IStorage.pack: see pack_with_result (this returns None)."""

@@ -1,0 +1,193 @@
+"""``zodbconvert``: copy a ZODB storage (FileStorage with blobs, or any
+relstorage database) into another, transaction by transaction.
+
+    zodbconvert [--dry-run] [--clear] [--incremental] convert.conf
+
+``convert.conf`` holds two storage sections named ``source`` and
+``destination``, for example::
+
+    %import relstorage
+    <filestorage source>
+      path /var/app/Data.fs
+      blob-dir /var/app/blobs
+    </filestorage>
+    <relstorage destination>
+      blob-dir /var/app/blobcache
+      <postgresql>
+        dsn dbname=app host=127.0.0.1
+      </postgresql>
+    </relstorage>
+
+The destination must be empty unless ``--clear`` (empty it first) or
+``--incremental`` (copy only transactions newer than its last one) is
+given. ``--dry-run`` reads the source and says what would be copied.
+"""
+import argparse
+import logging
+import os
+import sys
+import time
+
+import ZConfig
+
+from .storage.copy import CopyError
+from .storage.copy import copy_transactions
+from .storage.copy import is_empty
+from .storage.copy import resume_point
+from .zodbpack import load_storage_configs
+
+log = logging.getLogger('zodbconvert')
+
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+
+
+class UsageError(Exception):
+    """Bad arguments or configuration: reported, exit status 2."""
+
+
+def find_sections(path):
+    sections = {getattr(s, 'name', None): s
+                for s in load_storage_configs(path, required=False)}
+    missing = [n for n in ('source', 'destination') if n not in sections]
+    if missing:
+        raise UsageError(
+            '%s needs storage sections named "source" and "destination" '
+            '(e.g. <filestorage source> and <relstorage destination>); '
+            'missing: %s' % (path, ', '.join(missing)))
+    return sections['source'], sections['destination']
+
+
+class TerminalProgress:
+    """One line rewritten on a terminal: transactions, objects per second,
+    an ETA from how far through the source's time span the copy is."""
+
+    def __init__(self, out):
+        self.out = out
+        self.started = time.monotonic()
+        self.shown = 0.0
+
+    def __call__(self, result, fraction):
+        now = time.monotonic()
+        if now - self.shown < 0.2 and fraction < 1.0:
+            return
+        self.shown = now
+        elapsed = max(now - self.started, 1e-6)
+        eta = elapsed * (1 - fraction) / fraction if fraction > 0 else 0
+        self.out.write('\r  %d transactions, %d objects, %.0f objects/s, '
+                       '%.0f%%, ETA %.0f s  '
+                       % (result['transactions'], result['records'],
+                          result['records'] / elapsed, 100 * fraction, eta))
+        self.out.flush()
+
+    def done(self):
+        self.out.write('\n')
+
+
+def summary(result, dry_run):
+    verb = 'would copy' if dry_run else 'copied'
+    text = ('%s %d transactions, %d object records, %d blobs, %.1f MB in '
+            '%.1f s (%.0f objects/s)'
+            % (verb, result['transactions'], result['records'],
+               result['blobs'], result['bytes'] / 1e6, result['seconds'],
+               result['records'] / max(result['seconds'], 1e-6)))
+    if result['missing_blobs']:
+        text += ('; %d blob records had no blob file in the source and '
+                 'were copied without one' % result['missing_blobs'])
+    return text
+
+
+def convert(source, destination, clear=False, incremental=False,
+            dry_run=False, out=None):
+    """Copy *source* into *destination* (open storages) as the options
+    say; return the CopyResult."""
+    out = out or sys.stdout
+    after = None
+    if incremental:
+        after = resume_point(source, destination)
+        print('incremental: copying transactions after %s'
+              % (after.hex() if after else 'the beginning'), file=out)
+    elif clear:
+        if not hasattr(destination, 'zap_all'):
+            raise CopyError(
+                '--clear cannot empty %s; remove it by hand first'
+                % destination.getName())
+        if not dry_run:
+            print('clearing %s' % destination.getName(), file=out)
+            destination.zap_all()
+    elif not is_empty(destination):
+        raise CopyError(
+            'the destination %s is not empty; use --clear to replace its '
+            'contents or --incremental to add what is new'
+            % destination.getName())
+    progress = TerminalProgress(out) if out.isatty() else None
+    try:
+        result = copy_transactions(source, destination, after,
+                                   progress=progress, dry_run=dry_run)
+    finally:
+        if progress is not None:
+            progress.done()
+    print(summary(result, dry_run), file=out)
+    return result
+
+
+def main(argv=None, out=None):
+    out = out or sys.stdout
+    parser = argparse.ArgumentParser(
+        prog='zodbconvert', description=__doc__.split('\n\n')[0])
+    parser.add_argument('--dry-run', action='store_true',
+                        help='read the source and report; write nothing')
+    parser.add_argument('--clear', action='store_true',
+                        help='empty the destination first')
+    parser.add_argument('--incremental', action='store_true',
+                        help="copy only what is newer than the "
+                             "destination's last transaction")
+    parser.add_argument('config', help='file with <... source> and '
+                                       '<... destination> storage sections')
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=logging.INFO, stream=sys.stderr,
+        format='%(asctime)s %(levelname)s %(name)s: %(message)s')
+    if args.clear and args.incremental:
+        parser.error('--clear and --incremental exclude each other')
+    try:
+        if not os.path.exists(args.config):
+            raise UsageError('no such configuration file: %s' % args.config)
+        source_config, destination_config = find_sections(args.config)
+    except (UsageError, ZConfig.ConfigurationError, OSError) as e:
+        print('zodbconvert: %s' % e, file=sys.stderr)
+        return EXIT_USAGE
+    source = destination = None
+    try:
+        source = _open(source_config, 'source')
+        destination = _open(destination_config, 'destination')
+        print('source: %s\ndestination: %s'
+              % (source.getName(), destination.getName()), file=out)
+        convert(source, destination, args.clear, args.incremental,
+                args.dry_run, out)
+        return 0
+    except Exception as e:  # noqa: BLE001 -- reported, then exit 1
+        log.debug('failure details', exc_info=True)
+        print('zodbconvert: %s: %s' % (type(e).__name__, e),
+              file=sys.stderr)
+        return EXIT_FAILED
+    finally:
+        for storage in (destination, source):
+            if storage is not None:
+                storage.close()
+
+
+def _open(config, role):
+    path = getattr(getattr(config, 'config', None), 'path', None)
+    if role == 'source' and path and not os.path.exists(path):
+        # Opening would create an empty FileStorage there.
+        raise CopyError('the source %s does not exist' % path)
+    try:
+        return config.open()
+    except Exception as e:
+        raise CopyError('cannot open the %s: %s: %s'
+                        % (role, type(e).__name__, e)) from e
+
+
+if __name__ == '__main__':
+    sys.exit(main())
