@@ -21,18 +21,20 @@ import time
 
 import transaction
 import ZODB
+from BTrees.OOBTree import OOBTree
 from persistent.mapping import PersistentMapping
 from ZODB.FileStorage import FileStorage
 
 
 def build_filestorage(path, objects, transactions):
-    """*objects* new objects spread over *transactions* transactions, each
-    small mapping also referenced from a per-transaction parent."""
+    """*objects* new objects spread over *transactions* transactions: each
+    adds a parent mapping of small mappings to a BTree (so a commit
+    rewrites one bucket, not an ever larger object)."""
     db = ZODB.DB(FileStorage(path))
     per = max(1, objects // transactions)
     try:
         with db.transaction() as conn:
-            conn.root()['parents'] = PersistentMapping()
+            conn.root()['parents'] = OOBTree()
         conn = db.open()
         parents = conn.root()['parents']
         for t in range(transactions):
