@@ -8,6 +8,6 @@ def make_blobs(options, keep_history):
         return None
     if options.shared_blob_dir:
         from .shared import SharedBlobs
-        return SharedBlobs(options.blob_dir, options)
+        return SharedBlobs(options.blob_dir)
     from .cached import DatabaseBlobs
     return DatabaseBlobs(options.blob_dir, options, keep_history)

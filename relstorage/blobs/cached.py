@@ -15,7 +15,7 @@ from .files import missing_blob
 class DatabaseBlobs(BlobFiles):
 
     def __init__(self, blob_dir, options, keep_history):
-        super().__init__(blob_dir, options)
+        super().__init__(blob_dir)
         self.keep_history = keep_history
         self.chunk_size = options.blob_chunk_size
         self.checker = CacheSizeChecker(

@@ -4,6 +4,7 @@ the files a transaction stores, placing committed files, and removing the
 files of revisions a pack removed."""
 import logging
 import os
+import shutil
 import tempfile
 
 from ZODB.blob import BLOB_SUFFIX
@@ -26,19 +27,22 @@ def missing_blob(oid, tid, why):
     """The POSKeyError of a blob that cannot be found; names the object
     and the revision."""
     return POSKeyError('no blob for oid %s at tid %s: %s'
-                       % (oid_repr(p64(oid) if isinstance(oid, int) else oid),
-                          tid_repr(p64(tid) if isinstance(tid, int) else tid),
-                          why))
+                       % (oid_repr(p64(oid)), tid_repr(p64(tid)), why))
+
+
+def copy_into(path, directory, prefix):
+    """A new copy of the file at *path* in *directory* (a storage's
+    temporary directory, so the storage may take ownership of it)."""
+    fd, copy = tempfile.mkstemp(prefix=prefix, suffix='.tmp', dir=directory)
+    with open(fd, 'wb') as out, open(path, 'rb') as src:
+        shutil.copyfileobj(src, out, 1 << 20)
+    return copy
 
 
 class BlobFiles:
     """The blob directory of one storage (shared by its instances)."""
 
-    #: True when the directory is the only home of the blobs.
-    shared = False
-
-    def __init__(self, blob_dir, options):
-        self.options = options
+    def __init__(self, blob_dir):
         blob_dir = os.path.abspath(os.path.expanduser(blob_dir))
         try:
             # Owner-only: blobs are application data.

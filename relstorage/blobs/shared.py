@@ -8,8 +8,6 @@ from .files import missing_blob
 
 class SharedBlobs(BlobFiles):
 
-    shared = True
-
     def load(self, storage, oid, tid):
         path = self.filename(oid, tid)
         if not os.path.exists(path):
@@ -24,8 +22,8 @@ class SharedBlobs(BlobFiles):
         def place(tid):
             # The files get their final names while the commit lock is
             # held, before the rows are committed: a reader who sees the
-            # revision finds its file. Should the commit fail, the caller
-            # removes them again (see after_failed_commit).
+            # revision finds its file. Should the commit fail, abort()
+            # removes them again.
             for oid, staged in list(tpc.blobs.items()):
                 tpc.placed.append(self.place(staged, oid, tid))
                 del tpc.blobs[oid]

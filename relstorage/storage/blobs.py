@@ -1,12 +1,11 @@
 """IBlobStorage and IBlobStorageRestoreable: the ZODB side of blobs. Files
 and the cache are handled by ``relstorage.blobs``."""
-import shutil
-import tempfile
-
 import ZODB.blob
 from ZODB.POSException import Unsupported
 from ZODB.utils import p64
 from ZODB.utils import u64
+
+from ..blobs.files import copy_into
 
 
 class BlobMethods:
@@ -64,10 +63,6 @@ class BlobMethods:
     def _copy_blob_for_undo(self, tpc, oid, tid):
         """Give *oid* in this transaction a copy of the blob of its
         revision *tid* (undo restores an earlier revision)."""
-        source = self.loadBlob(p64(oid), p64(tid))
-        fd, copy = tempfile.mkstemp(
-            prefix='undo-', suffix='.tmp',
-            dir=self._blob_helper().temporary_directory())
-        with open(fd, 'wb') as out, open(source, 'rb') as src:
-            shutil.copyfileobj(src, out)
-        tpc.blobs[oid] = copy
+        tpc.blobs[oid] = copy_into(
+            self.loadBlob(p64(oid), p64(tid)),
+            self._blob_helper().temporary_directory(), 'undo-')

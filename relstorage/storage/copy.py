@@ -8,8 +8,6 @@ checks). A copy that stops midway leaves whole transactions behind, so an
 incremental copy can resume after the destination's last one.
 """
 import os
-import shutil
-import tempfile
 import time
 
 import ZODB.interfaces
@@ -21,6 +19,7 @@ from ZODB.utils import tid_repr
 from ZODB.utils import u64
 from ZODB.utils import z64
 
+from ..blobs.files import copy_into
 from ..exceptions import RelStorageError
 
 
@@ -108,7 +107,8 @@ def copy_transactions(source, destination, after=None, progress=None,
                 if blob is not None:
                     destination.restoreBlob(
                         record.oid, record.tid, data,
-                        _copy_file(blob, destination), record.data_txn,
+                        copy_into(blob, destination.temporaryDirectory(),
+                                  'copy-'), record.data_txn,
                         trans)
                 else:
                     destination.restore(record.oid, record.tid, data, '',
@@ -135,11 +135,3 @@ def _source_blob(source, record):
     except POSKeyError:
         return None
 
-
-def _copy_file(path, destination):
-    """A copy of *path* that *destination* may take ownership of."""
-    fd, copy = tempfile.mkstemp(prefix='copy-', suffix='.tmp',
-                                dir=destination.temporaryDirectory())
-    with open(fd, 'wb') as out, open(path, 'rb') as src:
-        shutil.copyfileobj(src, out, 1 << 20)
-    return copy

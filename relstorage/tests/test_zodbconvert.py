@@ -126,6 +126,29 @@ def write_config(tmp_path, filename, source, destination):
     return str(path)
 
 
+def source_and_config(factory, tmp_path, **build):
+    """A built source FileStorage and a config copying it into
+    *factory*'s database: ``(path, blob dir, config path)``."""
+    fs, blobs = str(tmp_path / 'Data.fs'), str(tmp_path / 'blobs')
+    build_source(fs, blobs, **build)
+    config = write_config(
+        tmp_path, 'c.conf', filestorage_section('source', fs, blobs),
+        relstorage_section(factory, 'destination', tmp_path / 'cache'))
+    return fs, blobs, config
+
+
+def compare_with_source(factory, fs, blobs, tmp_path, check):
+    """Run *check(source, destination)* on the source FileStorage and
+    *factory*'s database (through a fresh blob cache)."""
+    src = FileStorage(fs, blob_dir=blobs, read_only=True)
+    dst = factory.storage(blob_dir=str(tmp_path / 'check'))
+    try:
+        check(src, dst)
+    finally:
+        dst.close()
+        src.close()
+
+
 def run(config, *flags):
     out, err = io.StringIO(), io.StringIO()
     old = sys.stderr
@@ -180,11 +203,7 @@ def test_incremental_copy_adds_only_what_is_new(db_name, tmp_path):
     factory = DatabaseFactory(db_name, True)
     factory.storage(zap=True).close()
     try:
-        fs, blobs = str(tmp_path / 'Data.fs'), str(tmp_path / 'blobs')
-        build_source(fs, blobs)
-        config = write_config(
-            tmp_path, 'c.conf', filestorage_section('source', fs, blobs),
-            relstorage_section(factory, 'destination', tmp_path / 'cache'))
+        fs, blobs, config = source_and_config(factory, tmp_path)
         assert run(config)[0] == 0
         # Copying again without a flag is refused: nothing is duplicated.
         status, _, err = run(config)
@@ -193,13 +212,8 @@ def test_incremental_copy_adds_only_what_is_new(db_name, tmp_path):
         status, out, err = run(config, '--incremental')
         assert status == 0, err
         assert 'copied 5 transactions' in out
-        src = FileStorage(fs, blob_dir=blobs, read_only=True)
-        dst = factory.storage(blob_dir=str(tmp_path / 'check'))
-        try:
-            assert_same_history(src, dst)
-        finally:
-            dst.close()
-            src.close()
+        compare_with_source(factory, fs, blobs, tmp_path,
+                            assert_same_history)
         # Nothing new: nothing copied.
         status, out, _ = run(config, '--incremental')
         assert status == 0 and 'copied 0 transactions' in out
@@ -238,8 +252,7 @@ def test_copy_killed_midway_resumes_with_incremental(db_name, tmp_path):
     factory = DatabaseFactory(db_name, True)
     factory.storage(zap=True).close()
     try:
-        fs, blobs = str(tmp_path / 'Data.fs'), str(tmp_path / 'blobs')
-        build_source(fs, blobs, count=30)
+        fs, blobs, config = source_and_config(factory, tmp_path, count=30)
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
         proc = subprocess.run(
             [sys.executable, '-c', KILLED_COPY, fs, blobs, db_name,
@@ -252,18 +265,10 @@ def test_copy_killed_midway_resumes_with_incremental(db_name, tmp_path):
             assert len(list(partial.iterator())) == 15
         finally:
             partial.close()
-        config = write_config(
-            tmp_path, 'c.conf', filestorage_section('source', fs, blobs),
-            relstorage_section(factory, 'destination', tmp_path / 'cache2'))
         status, out, err = run(config, '--incremental')
         assert status == 0, err
-        src = FileStorage(fs, blob_dir=blobs, read_only=True)
-        dst = factory.storage(blob_dir=str(tmp_path / 'check'))
-        try:
-            assert_same_history(src, dst)
-        finally:
-            dst.close()
-            src.close()
+        compare_with_source(factory, fs, blobs, tmp_path,
+                            assert_same_history)
     finally:
         factory.cleanup()
 
@@ -271,11 +276,7 @@ def test_copy_killed_midway_resumes_with_incremental(db_name, tmp_path):
 def test_dry_run_writes_nothing(tmp_path):
     factory = DatabaseFactory('sqlite', True)
     try:
-        fs, blobs = str(tmp_path / 'Data.fs'), str(tmp_path / 'blobs')
-        build_source(fs, blobs)
-        config = write_config(
-            tmp_path, 'c.conf', filestorage_section('source', fs, blobs),
-            relstorage_section(factory, 'destination', tmp_path / 'cache'))
+        fs, blobs, config = source_and_config(factory, tmp_path)
         status, out, err = run(config, '--dry-run')
         assert status == 0, err
         assert 'would copy 1' in out
@@ -295,20 +296,11 @@ def test_clear_replaces_the_destination(tmp_path):
         with db.transaction() as conn:
             conn.root()['old'] = PersistentMapping()
         db.close()
-        fs, blobs = str(tmp_path / 'Data.fs'), str(tmp_path / 'blobs')
-        build_source(fs, blobs)
-        config = write_config(
-            tmp_path, 'c.conf', filestorage_section('source', fs, blobs),
-            relstorage_section(factory, 'destination', tmp_path / 'cache'))
+        fs, blobs, config = source_and_config(factory, tmp_path)
         status, out, err = run(config, '--clear')
         assert status == 0, err
-        src = FileStorage(fs, blob_dir=blobs, read_only=True)
-        dst = factory.storage(blob_dir=str(tmp_path / 'check'))
-        try:
-            assert_same_current_state(src, dst)
-        finally:
-            dst.close()
-            src.close()
+        compare_with_source(factory, fs, blobs, tmp_path,
+                            assert_same_current_state)
     finally:
         factory.cleanup()
 
