@@ -130,6 +130,8 @@ class StoreSession(_SessionWrapper):
     def __init__(self, adapter):
         super().__init__(adapter)
         self.locker = adapter.locker
+        #: The newest tid before the last commit (set by commit()).
+        self.previous_tid = None
 
     def _outside_commit(self, func, *args):
         """Like at_boundary, but reconnect only when no commit transaction
@@ -169,6 +171,8 @@ class StoreSession(_SessionWrapper):
             session.begin(self.adapter.store_begin_sql)
         last = self.locker.hold_commit_lock(session,
                                             self.mover.last_tid_sql) or 0
+        #: The newest tid before this commit.
+        self.previous_tid = last
         if restore_tid is not None:
             if restore_tid <= last:
                 raise RelStorageError(

@@ -29,6 +29,13 @@ class Packer:
             'SELECT zoid, state FROM object_state WHERE tid > %s',
             (after_tid,))]
 
+    def deleted_objects(self, session, pack_tid):
+        """Oids whose current revision, committed at or before *pack_tid*,
+        records a deletion (deleteObject, or an undone creation): packing
+        removes them altogether, with or without garbage collection."""
+        return [oid for (oid,) in session.fetchall(self.deleted_sql,
+                                                   (pack_tid,))]
+
     def remove_objects(self, session, oids):
         """Remove every revision of *oids* and their blobs; return
         ``(revisions, bytes)`` removed."""
@@ -56,6 +63,10 @@ class Packer:
 class HistoryPreservingPacker(Packer):
 
     object_tables = ('object_state', 'current_object')
+    deleted_sql = (
+        'SELECT c.zoid FROM current_object c JOIN object_state s '
+        'ON s.zoid = c.zoid AND s.tid = c.tid '
+        'WHERE c.tid <= %s AND s.state IS NULL')
     # The page is chosen inside the aggregate, so each query reads only its
     # own oids (by the primary key), not the whole table.
     states_at_sql = (
@@ -123,6 +134,10 @@ class HistoryPreservingPacker(Packer):
 class HistoryFreePacker(Packer):
 
     object_tables = ('object_state',)
+    # A deleted object keeps its row, with a NULL state, as a tombstone
+    # that tells polls of the deletion; packing removes the tombstones.
+    deleted_sql = ('SELECT zoid FROM object_state WHERE state IS NULL '
+                   'AND tid <= %s')
     states_at_sql = (
         'SELECT zoid, state FROM object_state WHERE tid <= %s '
         'AND zoid > %s ORDER BY zoid LIMIT %s')
@@ -137,10 +152,4 @@ class HistoryFreePacker(Packer):
         return 0, 0, {}
 
     def finish(self, session, pack_tid):
-        # Tombstones of deleted objects are no longer needed by polls. They
-        # are found first and removed by key, like other garbage (this runs
-        # under the commit lock, so none can be resurrected meanwhile).
-        self.delete_objects(session, [oid for (oid,) in session.fetchall(
-            'SELECT zoid FROM object_state WHERE state IS NULL '
-            'AND tid <= %s', (pack_tid,))])
         return 0

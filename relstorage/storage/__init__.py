@@ -71,6 +71,10 @@ class RelStorage(Loader, TPC, History, Iteration, BlobMethods,
         self._oid_lock = threading.Lock()
         self._tpc = None
         self._view_tid = None
+        #: Where the next poll may start instead of _view_tid: the tid of
+        #: this instance's own last commit, when nothing else was committed
+        #: between _view_tid and it (own changes are not invalidations).
+        self._poll_base = None
         self._last_poll = 0.0
         self._poll_forced = False
         self._poll_failed = False
@@ -164,12 +168,18 @@ class RelStorage(Loader, TPC, History, Iteration, BlobMethods,
                 self._free_oids = list(range(first + count - 1, first - 1, -1))
             return p64(self._free_oids.pop())
 
-    def _after_commit(self, tid, rows):
+    def _after_commit(self, tid, rows, previous=None):
+        """*previous*: the newest tid before this commit, if known."""
         self._last_tid = tid
         self._poll_forced = True
         cache = self._cache
-        for oid, _prev, state in rows:
-            cache.store_committed(oid, tid, state)
+        with self._load_lock:
+            for oid, _prev, state in rows:
+                cache.store_committed(oid, tid, state)
+                self._remember(oid, tid, state)
+            base = self._poll_base or self._view_tid
+            self._poll_base = (tid if base is not None and previous == base
+                               else None)
 
     # Whole-database operations
 
@@ -202,7 +212,7 @@ class RelStorage(Loader, TPC, History, Iteration, BlobMethods,
         self._adapter.zap_all()
         self._cache.clear()
         with self._load_lock:
-            self._view_tid = None
+            self._view_tid = self._poll_base = None
             self._last_tid = 0
         self._free_oids = []
 

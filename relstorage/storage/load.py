@@ -7,6 +7,9 @@ from ZODB.POSException import POSKeyError
 from ZODB.utils import p64
 from ZODB.utils import u64
 
+#: States a history-free instance keeps for conflict resolution.
+SEEN_LIMIT = 10000
+
 
 class Loader:
     """Mixin of RelStorage: load, loadSerial, loadBefore, prefetch, polling.
@@ -42,7 +45,7 @@ class Loader:
         connection, say), the next poll cannot know what changed in
         between and returns None, so ZODB invalidates everything."""
         session = self._load_session()
-        old = self._view_tid
+        old = self._poll_base or self._view_tid
         unknown = self._poll_failed
         self._poll_failed = True
         new = session.restart()
@@ -64,11 +67,17 @@ class Loader:
                 cache.after_poll(old, new, changes, fetch_changes=fetch)
                 oids = [oid for oid, _ in changes]
         self._view_tid = new
+        self._poll_base = None
         self._last_poll = time.monotonic()
         self._poll_forced = False
         self._poll_failed = False
-        if self._seen:
-            self._seen.clear()
+        seen = self._seen
+        if seen:
+            if oids is None:
+                seen.clear()
+            else:
+                for oid in oids:
+                    seen.pop(oid, None)
         return oids
 
     def _fetch_changes(self, after_tid, upto_tid):
@@ -132,9 +141,18 @@ class Loader:
     def _remember(self, oid, tid, state):
         """History-free storages keep no old revisions, but conflict
         resolution needs the state a transaction started from: keep the
-        states this instance read since its last poll."""
-        if self._seen is not None:
-            self._seen[oid] = (tid, state)
+        states this instance read or committed until a poll reports them
+        changed (ZODB keeps using an object it committed without loading
+        it again), at most SEEN_LIMIT of them, the oldest forgotten first.
+        """
+        seen = self._seen
+        if seen is not None:
+            seen.pop(oid, None)
+            if state is None:
+                return
+            seen[oid] = (tid, state)
+            if len(seen) > SEEN_LIMIT:
+                del seen[next(iter(seen))]
 
     # Older revisions
 

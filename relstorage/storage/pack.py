@@ -106,6 +106,8 @@ class Pack:
                 session.session, self.pack_tid)
             garbage, graph = (self.find_garbage(session, view) if self.gc
                               else (set(), {}))
+            garbage.update(self.packer.deleted_objects(session.session,
+                                                       self.pack_tid))
         finally:
             session.close()
         self.remove(writer, old, garbage, graph, view)

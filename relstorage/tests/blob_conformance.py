@@ -1,5 +1,6 @@
 """ZODB's reusable blob suite (``ZODB.tests.testblob.storage_reusable_suite``)
-as pytest tests, for blobs kept in the database and in a shared blob-dir.
+as pytest tests, for blobs kept in the database and in a shared blob-dir;
+and its external-GC doctest (``IExternalGC_suite``), which uses a blob too.
 
 The suite is a unittest suite of doctests and test classes meant for
 zope.testrunner, with a layer that makes ``time.time()`` increase on every
@@ -11,6 +12,7 @@ import os
 import unittest
 
 import pytest
+from ZODB.tests.PackableStorage import IExternalGC_suite
 from ZODB.tests.testblob import storage_reusable_suite
 
 from .dbs import DatabaseFactory
@@ -44,19 +46,36 @@ def make_suite(database, keep_history, shared):
         test_undo=keep_history)
 
 
+def external_gc_suite(database, keep_history):
+    """The IExternalGC doctest: deleteObject, then a pack without GC
+    removes what was deleted (the suite's storage packs with pack-gc
+    off and keeps blobs in the database)."""
+    def create():
+        factory = DatabaseFactory(database, keep_history)
+        # The doctest's setUp has made a fresh temporary working directory.
+        return factory.storage('main', zap=True, pack_gc=False,
+                               blob_dir=os.path.abspath('blobs'))
+    return IExternalGC_suite(create)
+
+
 def blob_cases(database):
     """pytest params: every test of the blob suite, per history mode and
-    blob mode, marked with the key the conformance summary counts."""
+    blob mode, and the external-GC doctest per history mode, each marked
+    with the key the conformance summary counts."""
     params = []
     for keep_history in (True, False):
-        for suffix, shared in MODES.items():
-            key = '%s-%s-%s' % (database, 'HP' if keep_history else 'HF',
-                                suffix)
-            suite = make_suite(database, keep_history, shared)
+        mode = 'HP' if keep_history else 'HF'
+        suites = [('%s-%s-%s' % (database, mode, suffix),
+                   make_suite(database, keep_history, shared))
+                  for suffix, shared in MODES.items()]
+        suites.append(('%s-%s-external-gc' % (database, mode),
+                       external_gc_suite(database, keep_history)))
+        for key, suite in suites:
             for test in _flatten(suite):
                 name = test.id().replace('ZODB.tests.testblob.', '')
                 params.append(pytest.param(
-                    suite.layer, test, id='%s:%s' % (key, name),
+                    getattr(suite, 'layer', None), test, not keep_history,
+                    id='%s:%s' % (key, name),
                     marks=pytest.mark.conformance(key)))
     return params
 
@@ -74,25 +93,35 @@ def count_blob_cases(database):
 #: bits, in ``test_blob_file_permissions`` of the same suite.
 NOT_FOR_ROOT = ("open(blob.committed(), 'w')",)
 
+#: Examples of the external-GC doctest that read the revision a deletion
+#: replaced, which only a history-preserving storage keeps; the rest of
+#: the doctest (deletion, conflicts, pack) runs history-free too.
+NEEDS_HISTORY = ('storage.loadBefore(oid0, conn.root()._p_serial) ==',
+                 'storage.loadBefore(oid1, conn.root()._p_serial) ==')
 
-def _drop_root_only_examples(test):
-    if os.geteuid() != 0 or not isinstance(test, doctest.DocTestCase):
+
+def _drop_examples(test, history_free):
+    if not isinstance(test, doctest.DocTestCase):
         return
+    dropped = (NOT_FOR_ROOT if os.geteuid() == 0 else ()) + (
+        NEEDS_HISTORY if history_free else ())
     dt = test._dt_test
     dt.examples = [ex for ex in dt.examples
-                   if not any(s in ex.source for s in NOT_FOR_ROOT)]
+                   if not any(s in ex.source for s in dropped)]
 
 
-def run_case(layer, test):
-    _drop_root_only_examples(test)
-    layer.setUp()
-    layer.testSetUp()
+def run_case(layer, test, history_free=False):
+    _drop_examples(test, history_free)
+    if layer is not None:
+        layer.setUp()
+        layer.testSetUp()
     result = unittest.TestResult()
     try:
         test.run(result)
     finally:
-        layer.testTearDown()
-        layer.tearDown()
+        if layer is not None:
+            layer.testTearDown()
+            layer.tearDown()
         gc.collect()  # storages the tests drop hold server connections
     problems = result.errors + result.failures
     if problems:

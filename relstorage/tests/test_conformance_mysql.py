@@ -8,6 +8,6 @@ from .conformance import make_classes
 globals().update(make_classes('mysql'))
 
 
-@pytest.mark.parametrize('layer, test', blob_cases('mysql'))
-def test_blob_suite(layer, test):
-    run_case(layer, test)
+@pytest.mark.parametrize('layer, test, history_free', blob_cases('mysql'))
+def test_blob_suite(layer, test, history_free):
+    run_case(layer, test, history_free)

@@ -9,6 +9,6 @@ from .conformance import make_classes
 globals().update(make_classes('sqlite'))
 
 
-@pytest.mark.parametrize('layer, test', blob_cases('sqlite'))
-def test_blob_suite(layer, test):
-    run_case(layer, test)
+@pytest.mark.parametrize('layer, test, history_free', blob_cases('sqlite'))
+def test_blob_suite(layer, test, history_free):
+    run_case(layer, test, history_free)

@@ -356,3 +356,42 @@ def test_tpc_begin_with_bad_tid_does_not_block_later_commits(factory):
         storage.tpc_finish(t)
     finally:
         storage.close()
+
+
+def test_own_commits_are_not_reported_back_as_invalidations(factory):
+    """After a commit, the committing instance's next poll names only
+    what others changed, so the objects it wrote stay loaded (no reload);
+    unless another commit came between its snapshot and its own, when
+    it cannot tell whose changes are whose."""
+    db1, db2 = _db(factory.storage()), _db(factory.storage())
+    try:
+        _commit(db1, lambda root: root.update(
+            a=PersistentMapping(n=0), b=PersistentMapping(n=0)))
+        tm = transaction.TransactionManager()
+        conn = db1.open(transaction_manager=tm)
+        tm.begin()
+        root = conn.root()
+        a, b = root['a'], root['b']
+        a['n'] = b['n']  # both loaded
+        tm.commit()
+        tm.begin()  # polls
+        assert a._p_changed is False and b._p_changed is False
+        # Another client's commit is reported.
+        _commit(db2, lambda r: r['b'].__setitem__('n', 1))
+        tm.begin()
+        assert a._p_changed is False
+        assert b._p_changed is None  # a ghost: invalidated
+        assert b['n'] == 1
+        # A commit of another client between this snapshot and this
+        # commit: every change since the snapshot is reported.
+        _commit(db2, lambda r: r['b'].__setitem__('n', 2))
+        a['n'] = 2
+        tm.commit()
+        tm.begin()
+        assert a._p_changed is None and b._p_changed is None
+        assert (a['n'], b['n']) == (2, 2)
+        tm.abort()
+        conn.close()
+    finally:
+        db1.close()
+        db2.close()

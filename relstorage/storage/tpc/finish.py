@@ -39,7 +39,7 @@ def finish(storage, tpc):
         raise
     if max_oid is not None:
         storage._adapter.note_oid(max_oid)
-    storage._after_commit(tid, tpc.rows)
+    storage._after_commit(tid, tpc.rows, session.previous_tid)
     if blobs is not None:
         blobs.after_commit(tpc, tid)
     return tid
