@@ -200,8 +200,6 @@ NOT_YET_SUPPORTED = frozenset({
     'ro-replica-conf',
     'replica-timeout',
     'revert_when_stale',
-    'pack-prepack-only',
-    'pack-skip-prepack',
     'cache-servers',
     'cache-module-name',
     'cache-prefix',

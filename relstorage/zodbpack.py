@@ -7,6 +7,11 @@ The file holds one or more storage sections (``<relstorage>`` with any
 adapter, ``<filestorage>``, ...). Each is packed to DAYS days ago (default
 0: now), one after the other. A summary of what went is printed; any
 failure is reported by name and the exit status is non-zero.
+
+``--prepack`` only finds the garbage (the long, lock-free part) and keeps
+the finding in the database; a later ``--use-prepack-state`` run removes
+it, to the pack time the pre-pack used, without finding it again. Both
+apply to RelStorage sections only.
 """
 import argparse
 import io
@@ -15,10 +20,10 @@ import sys
 import time
 
 import ZConfig
+from ZODB.POSException import Unsupported
 from ZODB.serialize import referencesf
 from ZODB.utils import oid_repr
 
-from .exceptions import NotSupportedYet
 from .storage import RelStorage
 
 log = logging.getLogger('zodbpack')
@@ -104,7 +109,8 @@ def describe(result):
     return text
 
 
-def pack_one(name, section, days, check_only, out):
+def pack_one(name, section, days, check_only, out, prepack_only=False,
+             use_prepack_state=False):
     storage = section.open()
     try:
         print('%s (%s):' % (name, storage.getName()), file=out)
@@ -116,7 +122,21 @@ def pack_one(name, section, days, check_only, out):
             result = storage.pack_with_result(
                 t, referencesf,
                 progress=(TerminalProgress(out, started) if out.isatty()
-                          else None))
+                          else None),
+                prepack_only=prepack_only or None,
+                use_prepack_state=use_prepack_state or None)
+            if 'garbage_found' in result:
+                print('  pre-pack to %s: %d unreachable objects found and '
+                      'kept for --use-prepack-state, in %.1f s'
+                      % (time.strftime('%Y-%m-%d %H:%M:%S',
+                                       time.localtime(t)),
+                         result['garbage_found'],
+                         time.monotonic() - started), file=out)
+                return 0
+        elif prepack_only or use_prepack_state:
+            raise Unsupported(
+                '--prepack and --use-prepack-state apply to RelStorage '
+                'only, not %s' % type(storage).__name__)
         else:
             storage.pack(t, referencesf)
             result = {}
@@ -124,7 +144,8 @@ def pack_one(name, section, days, check_only, out):
         print('  packed to %s: %s in %.1f s%s'
               % (time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(t)),
                  describe(result), seconds,
-                 ' (%d batches)' % result['batches']
+                 ' (%d batches; %.0f s spent letting commits go first)'
+                 % (result['batches'], result['busy_seconds'])
                  if 'batches' in result else ''), file=out)
         return 0
     finally:
@@ -151,21 +172,23 @@ def main(argv=None, out=None):
         format='%(asctime)s %(levelname)s %(name)s: %(message)s')
     if args.days < 0:
         parser.error('--days must not be negative')
+    if args.prepack and args.use_prepack_state:
+        parser.error('--prepack and --use-prepack-state exclude each other')
+    if args.check_refs_only and (args.prepack or args.use_prepack_state):
+        parser.error('--check-refs-only packs nothing: it excludes '
+                     '--prepack and --use-prepack-state')
     try:
-        for flag, name in ((args.prepack, '--prepack'),
-                           (args.use_prepack_state, '--use-prepack-state')):
-            if flag:
-                raise NotSupportedYet(name)
         sections = load_storage_configs(args.config)
-    except (NotSupportedYet, ZConfig.ConfigurationError, OSError) as e:
+    except (ZConfig.ConfigurationError, OSError) as e:
         print('zodbpack: %s' % e, file=sys.stderr)
         return EXIT_USAGE
     status = 0
     for index, section in enumerate(sections):
         name = getattr(section, 'name', None) or 'storage %d' % (index + 1)
         try:
-            status = max(status, pack_one(name, section, args.days,
-                                          args.check_refs_only, out))
+            status = max(status, pack_one(
+                name, section, args.days, args.check_refs_only, out,
+                args.prepack, args.use_prepack_state))
         except Exception as e:  # noqa: BLE001 -- reported, then exit 1
             log.debug('failure details', exc_info=True)
             print('zodbpack: %s: %s: %s' % (name, type(e).__name__, e),

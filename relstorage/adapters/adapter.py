@@ -165,7 +165,11 @@ class StoreSession(_SessionWrapper):
             self.mover.upload(self.session, rows)
 
     def commit(self, meta, restore_tid=None, packed=False, empty=False,
-               max_oid=None, before_commit=None):
+               max_oid=None, before_commit=None, first_row_tid=None):
+        """Make the uploaded rows current; return the tid. With
+        *first_row_tid* (history-free copies only) each row keeps the tid
+        uploaded in its prev_tid column, the oldest being *first_row_tid*,
+        and *restore_tid* becomes the last transaction."""
         session = self.session
         if not session.in_transaction:
             session.begin(self.adapter.store_begin_sql)
@@ -174,16 +178,18 @@ class StoreSession(_SessionWrapper):
         #: The newest tid before this commit.
         self.previous_tid = last
         if restore_tid is not None:
-            if restore_tid <= last:
+            first = min(restore_tid, first_row_tid or restore_tid)
+            if first <= last:
                 raise RelStorageError(
                     'cannot restore transaction %016x: the database already '
                     'holds transaction %016x, and transaction ids must '
-                    'increase' % (restore_tid, last))
+                    'increase' % (first, last))
             tid = restore_tid
         else:
             tid = tid_for_now(last)
         script = self.mover.add_transaction(tid, meta, packed, empty)
-        script += self.mover.move_into_place(tid)
+        script += self.mover.move_into_place(
+            tid, own_tids=first_row_tid is not None)
         if max_oid is not None:
             script += self.adapter.oids.raise_to(max_oid)
         script.append(('COMMIT', ()))
@@ -321,6 +327,7 @@ class Adapter:
                 'INSERT INTO last_transaction (id, tid) VALUES (0, 0)')
         self.oids.reset(session)
         self.max_known_oid = 0
+        self.packer.forget_prepack(session)
 
     # Sessions
 

@@ -102,9 +102,11 @@ class HistoryPreservingMover(Mover):
             (oid, start))
         return (bytes(state) if state is not None else None), start, end
 
-    def move_into_place(self, tid):
+    def move_into_place(self, tid, own_tids=False):
         """Statements that make the uploaded rows current as *tid* (a row
         with a NULL state records that the object is gone)."""
+        if own_tids:
+            raise ValueError('rows keep their own tids only without history')
         return [
             ('INSERT INTO object_state '
              '(zoid, tid, prev_tid, state_size, state, blob_id) '
@@ -145,16 +147,18 @@ class HistoryFreeMover(Mover):
         state, start = row
         return (bytes(state) if state is not None else None), start, None
 
-    def move_into_place(self, tid):
+    def move_into_place(self, tid, own_tids=False):
         # A deleted object keeps its row, with a NULL state, as a tombstone:
         # polls by other processes see the deletion at its tid and drop
-        # their cached state (pack removes tombstones).
+        # their cached state (pack removes tombstones). With *own_tids*
+        # (a copy) each row keeps the tid uploaded in its prev_tid column.
         return [
             ('INSERT INTO object_state (zoid, tid, state_size, state, '
              'blob_id) SELECT zoid, %s, COALESCE(LENGTH(state), 0), state, '
-             'blob_id FROM temp_store' + self.insert_select_where
+             'blob_id FROM temp_store' % ('prev_tid' if own_tids else '%s')
+             + self.insert_select_where
              + self.upsert('zoid', ('tid', 'state_size', 'state', 'blob_id')),
-             (tid,)),
+             () if own_tids else (tid,)),
         ]
 
     def add_transaction(self, tid, meta, packed=False, empty=False):

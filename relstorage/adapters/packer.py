@@ -36,6 +36,46 @@ class Packer:
         return [oid for (oid,) in session.fetchall(self.deleted_sql,
                                                    (pack_tid,))]
 
+    # The state a --prepack run leaves for a later --use-prepack-state pack
+
+    def save_prepack(self, session, pack_tid, checked_tid, garbage):
+        """Record a pre-pack's result (replacing any earlier one) in the
+        transaction open on *session*."""
+        self.forget_prepack(session)
+        session.executemany('INSERT INTO pack_garbage (zoid) VALUES (%s)',
+                            [(oid,) for oid in sorted(garbage)])
+        session.executemany(
+            'INSERT INTO relstorage_meta (name, value) VALUES (%s, %s)',
+            [('prepack_tid', str(pack_tid)),
+             ('prepack_checked_tid', str(checked_tid))])
+
+    def load_prepack(self, session):
+        """``(pack_tid, checked_tid, garbage)`` of the last pre-pack, or
+        None if there is none (or a pack has used it since)."""
+        meta = dict(session.fetchall(
+            "SELECT name, value FROM relstorage_meta "
+            "WHERE name IN ('prepack_tid', 'prepack_checked_tid')"))
+        if len(meta) != 2:
+            return None
+        garbage = {oid for (oid,) in session.fetchall(
+            'SELECT zoid FROM pack_garbage')}
+        return (int(meta['prepack_tid']), int(meta['prepack_checked_tid']),
+                garbage)
+
+    def forget_prepack(self, session):
+        session.execute("DELETE FROM relstorage_meta WHERE name IN "
+                        "('prepack_tid', 'prepack_checked_tid')")
+        if session.table_exists('pack_garbage'):
+            session.execute('DELETE FROM pack_garbage')
+
+    def current_states(self, session, oids):
+        """``[(oid, state)]`` current now, for the objects of *oids*."""
+        rows = []
+        for chunk in chunks(sorted(oids)):
+            rows.extend((oid, _b(state)) for oid, state, _ in session.fetchall(
+                self.adapter.mover.load_many_sql % in_list(chunk), chunk))
+        return rows
+
     def remove_objects(self, session, oids):
         """Remove every revision of *oids* and their blobs; return
         ``(revisions, bytes)`` removed."""
@@ -107,10 +147,13 @@ class HistoryPreservingPacker(Packer):
                     if blob_id is not None:
                         blob_ids.append(blob_id)
             delete_blobs(session, blob_ids)
-            if kept:
-                session.executemany(
-                    'DELETE FROM object_state WHERE zoid = %s AND tid < %s',
-                    sorted(kept.items()))
+            for part in chunks(sorted(kept.items()), 200):
+                # One statement (one round trip) per part: each term is a
+                # range of the primary key, which every database can seek.
+                session.execute(
+                    'DELETE FROM object_state WHERE '
+                    + ' OR '.join(['(zoid = %s AND tid < %s)'] * len(part)),
+                    [value for pair in part for value in pair])
             keep.update(kept)
         return revisions, size, keep
 

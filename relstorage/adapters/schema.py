@@ -41,6 +41,15 @@ CREATE TABLE blob_chunk (
 ){table_suffix}
 """
 
+#: The garbage a pre-pack found (``zodbpack --prepack``), for a later
+#: ``--use-prepack-state`` pack; its pack tid and snapshot are kept in
+#: relstorage_meta. Created when first needed.
+PACK_GARBAGE_TABLE = """
+CREATE TABLE IF NOT EXISTS pack_garbage (
+    zoid        {bigint} NOT NULL PRIMARY KEY
+){table_suffix}
+"""
+
 HISTORY_PRESERVING_TABLES = (
     """
     CREATE TABLE transactions (
@@ -96,7 +105,8 @@ HISTORY_FREE_TABLES = (
 
 #: Every table either mode may have created.
 ALL_TABLES = ('relstorage_meta', 'transactions', 'object_state',
-              'current_object', 'last_transaction', 'blob_chunk')
+              'current_object', 'last_transaction', 'blob_chunk',
+              'pack_garbage')
 
 
 class Schema:
@@ -116,6 +126,7 @@ class Schema:
                   else HISTORY_FREE_TABLES)
         self.ddl = [META_TABLE.format(**fmt), BLOB_TABLE.format(**fmt)]
         self.ddl.extend(stmt.format(**fmt) for stmt in tables)
+        self.pack_garbage_ddl = PACK_GARBAGE_TABLE.format(**fmt)
         self.tables = (('transactions', 'object_state', 'current_object',
                         'blob_chunk')
                        if self.keep_history

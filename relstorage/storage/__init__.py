@@ -168,20 +168,28 @@ class RelStorage(Loader, TPC, History, Iteration, BlobMethods,
                 self._free_oids = list(range(first + count - 1, first - 1, -1))
             return p64(self._free_oids.pop())
 
-    def _after_commit(self, tid, rows, previous=None):
-        """*previous*: the newest tid before this commit, if known."""
+    def _after_commit(self, tid, rows, previous=None, serials=None):
+        """*previous*: the newest tid before this commit, if known;
+        *serials*: oid -> tid for rows that keep their own (copies)."""
         self._last_tid = tid
         self._poll_forced = True
         cache = self._cache
         with self._load_lock:
             for oid, _prev, state in rows:
-                cache.store_committed(oid, tid, state)
-                self._remember(oid, tid, state)
+                serial = serials[oid] if serials else tid
+                cache.store_committed(oid, serial, state)
+                self._remember(oid, serial, state)
             base = self._poll_base or self._view_tid
             self._poll_base = (tid if base is not None and previous == base
                                else None)
 
     # Whole-database operations
+
+    @property
+    def restores_transactions_together(self):
+        """Whether a copy may restore several source transactions in one
+        commit (see relstorage.storage.copy): without history, yes."""
+        return not self._adapter.keep_history
 
     def copyTransactionsFrom(self, other, verbose=False):
         copy_transactions(other, self)
@@ -190,17 +198,32 @@ class RelStorage(Loader, TPC, History, Iteration, BlobMethods,
         """IStorage.pack: see pack_with_result (this returns None)."""
         self.pack_with_result(t, referencesf, gc, progress)
 
-    def pack_with_result(self, t, referencesf, gc=None, progress=None):
+    def pack_with_result(self, t, referencesf, gc=None, progress=None,
+                         prepack_only=None, use_prepack_state=None):
         """Remove revisions not current at time *t* and, with pack-gc (or
         *gc*), objects unreachable from the root at *t*. Returns counts
         (a PackResult).
 
         *progress*, if given, is called after every committed batch with
-        ``(done, total)`` counts of objects handled."""
+        ``(done, total)`` counts of objects handled. *prepack_only* (default:
+        the pack-prepack-only option) only finds the garbage and keeps the
+        finding in the database; *use_prepack_state* (default:
+        pack-skip-prepack) removes what the last such pre-pack found,
+        to the pack time it used, instead of running one."""
         self._check_writable()
+        options = self._options
         if gc is None:
-            gc = self._options.pack_gc
-        result = Pack(self, t, referencesf, gc, progress).run()
+            gc = options.pack_gc
+        if prepack_only is None:
+            prepack_only = options.pack_prepack_only
+        if use_prepack_state is None:
+            use_prepack_state = options.pack_skip_prepack
+        if prepack_only and use_prepack_state:
+            raise ValueError('a pack cannot both only pre-pack and skip the '
+                             'pre-pack (pack-prepack-only and '
+                             'pack-skip-prepack)')
+        result = Pack(self, t, referencesf, gc, progress, prepack_only,
+                      use_prepack_state).run()
         log.info('packed %s to %s: %s', self._name, time.ctime(t),
                  dict(result))
         return result

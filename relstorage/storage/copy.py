@@ -1,11 +1,13 @@
-"""Copying transactions from any ZODB storage into another, with blobs, one
-transaction at a time (what ``zodbconvert`` and ``copyTransactionsFrom``
-use).
+"""Copying transactions from any ZODB storage into another, with blobs
+(what ``zodbconvert`` and ``copyTransactionsFrom`` use).
 
 Each source transaction becomes one destination transaction with the same
 id, status and metadata; its records are restored as they are (no conflict
-checks). A copy that stops midway leaves whole transactions behind, so an
-incremental copy can resume after the destination's last one.
+checks). A history-free RelStorage, which keeps no transactions, receives
+several at once instead, each object keeping its own tid. A copy that
+stops midway leaves whole commits behind, each ending with a source
+transaction, so an incremental copy can resume after the destination's
+last one.
 """
 import os
 import time
@@ -60,73 +62,132 @@ def resume_point(source, destination):
     return last
 
 
+#: A history-free destination receives this many source records (or
+#: GROUP_BYTES of them) per destination transaction.
+GROUP_RECORDS = 5000
+GROUP_BYTES = 16 * 1024 * 1024
+
+
 def copy_transactions(source, destination, after=None, progress=None,
                       dry_run=False):
     """Copy every transaction of *source* newer than *after* (a tid, or
     None for all) into *destination*; return a CopyResult.
 
-    *progress*, if given, is called after each transaction with the
+    A history-free RelStorage receives several source transactions per
+    commit (each object keeping its own tid, the commit ending with the
+    last transaction's), except those holding blobs, which go one by one.
+
+    *progress*, if given, is called after each commit with the
     CopyResult so far and the fraction of the source's time span done.
     With *dry_run* nothing is written; the counts say what would be."""
     result = CopyResult()
     started = time.monotonic()
     blobs_in = ZODB.interfaces.IBlobStorage.providedBy(source)
     blobs_out = ZODB.interfaces.IBlobStorage.providedBy(destination)
+    grouped = getattr(destination, 'restores_transactions_together', False)
     start = p64(u64(after) + 1) if after is not None else None
     last = source.lastTransaction()
-    first_time = end_time = None
-    for trans in source.iterator(start):
-        if first_time is None:
-            first_time = tid_time(trans.tid)
-            end_time = tid_time(last) if last else first_time
-        if not dry_run:
-            destination.tpc_begin(trans, trans.tid, trans.status)
-        try:
-            for record in trans:
-                result['records'] += 1
-                data = record.data
-                result['bytes'] += len(data or b'')
-                blob = None
-                if blobs_in and data and is_blob_record(data):
-                    blob = _source_blob(source, record)
-                    if blob is None:
-                        # Nothing to copy; the record goes as it is, as
-                        # ZODB's own copy does, and the summary says so.
-                        result['missing_blobs'] += 1
-                if blob is not None:
-                    result['blobs'] += 1
-                    result['bytes'] += os.path.getsize(blob)
-                    if not blobs_out:
-                        raise CopyError(
-                            'the source holds blobs but the destination '
-                            'has no blob directory; configure blob-dir '
-                            '(first blob: oid %s in transaction %s)'
-                            % (u64(record.oid), tid_repr(trans.tid)))
-                if dry_run:
-                    continue
-                if blob is not None:
-                    destination.restoreBlob(
-                        record.oid, record.tid, data,
-                        copy_into(blob, destination.temporaryDirectory(),
-                                  'copy-'), record.data_txn,
-                        trans)
-                else:
-                    destination.restore(record.oid, record.tid, data, '',
-                                        record.data_txn, trans)
-            if not dry_run:
-                destination.tpc_vote(trans)
-                destination.tpc_finish(trans)
-        except BaseException:
-            if not dry_run:
-                destination.tpc_abort(trans)
-            raise
-        result['transactions'] += 1
+    span = []
+    group, group_bytes = [], 0
+
+    def done(trans_count, tid):
+        result['transactions'] += trans_count
         if progress is not None:
-            span = (end_time - first_time) or 1.0
-            progress(result, min(1.0, (tid_time(trans.tid) - first_time)
-                                 / span))
+            if not span:
+                span.extend((tid_time(tid), tid_time(last) if last
+                             else tid_time(tid)))
+            first_time, end_time = span
+            progress(result, min(1.0, (tid_time(tid) - first_time)
+                                 / ((end_time - first_time) or 1.0)))
+
+    def flush():
+        if group:
+            _restore_together(destination, group)
+            done(len(group), group[-1][0].tid)
+            del group[:]
+
+    for trans in source.iterator(start):
+        records = []
+        with_blobs = False
+        size = 0
+        for record in trans:
+            data = record.data
+            size += len(data or b'')
+            blob = None
+            if blobs_in and data and is_blob_record(data):
+                blob = _source_blob(source, record)
+                if blob is None:
+                    # Nothing to copy; the record goes as it is, as
+                    # ZODB's own copy does, and the summary says so.
+                    result['missing_blobs'] += 1
+            if blob is not None:
+                with_blobs = True
+                result['blobs'] += 1
+                size += os.path.getsize(blob)
+                if not blobs_out:
+                    raise CopyError(
+                        'the source holds blobs but the destination '
+                        'has no blob directory; configure blob-dir '
+                        '(first blob: oid %s in transaction %s)'
+                        % (u64(record.oid), tid_repr(trans.tid)))
+            records.append((record.oid, record.tid, data, record.data_txn,
+                            blob))
+        result['records'] += len(records)
+        result['bytes'] += size
+        if dry_run:
+            done(1, trans.tid)
+            continue
+        if grouped and not with_blobs:
+            group.append((trans, records))
+            group_bytes += size
+            if (sum(len(r) for _, r in group) >= GROUP_RECORDS
+                    or group_bytes >= GROUP_BYTES):
+                flush()
+                group_bytes = 0
+            continue
+        flush()
+        group_bytes = 0
+        _restore_one(destination, trans, records)
+        done(1, trans.tid)
+    flush()
     result['seconds'] = time.monotonic() - started
     return result
+
+
+def _restore_one(destination, trans, records):
+    """One source transaction as one destination transaction."""
+    destination.tpc_begin(trans, trans.tid, trans.status)
+    try:
+        for oid, serial, data, data_txn, blob in records:
+            if blob is not None:
+                destination.restoreBlob(
+                    oid, serial, data,
+                    copy_into(blob, destination.temporaryDirectory(),
+                              'copy-'), data_txn, trans)
+            else:
+                destination.restore(oid, serial, data, '', data_txn, trans)
+        destination.tpc_vote(trans)
+        destination.tpc_finish(trans)
+    except BaseException:
+        destination.tpc_abort(trans)
+        raise
+
+
+def _restore_together(destination, group):
+    """Several source transactions (without blobs) as one commit of a
+    history-free RelStorage: each object keeps the tid of its last
+    revision, and the commit's tid is the group's last."""
+    last = group[-1][0]
+    destination.tpc_begin(last, last.tid, last.status)
+    try:
+        for trans, records in group:
+            for oid, serial, data, data_txn, _blob in records:
+                destination.restore(oid, serial, data, '', data_txn, last)
+        destination.tpc_vote(last)
+        destination.tpc_finish(last)
+    except BaseException:
+        destination.tpc_abort(last)
+        raise
 
 
 def _source_blob(source, record):

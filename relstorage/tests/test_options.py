@@ -46,7 +46,7 @@ DESIGN_DEFAULTS = {
 SUPPORTED_NOW = {
     'name', 'read-only', 'keep-history', 'create-schema',
     'commit-lock-timeout', 'poll-interval', 'pack-gc', 'pack-batch-timeout',
-    'pack-commit-busy-delay', 'cache-local-mb', 'cache-local-object-max',
+    'pack-commit-busy-delay', 'pack-prepack-only', 'pack-skip-prepack', 'cache-local-mb', 'cache-local-object-max',
     'cache-delta-size-limit', 'blob-dir', 'shared-blob-dir',
     'blob-cache-size', 'blob-cache-size-check',
     'blob-cache-size-check-external', 'blob-chunk-size',
@@ -274,8 +274,8 @@ def test_not_yet_supported_set():
     assert isinstance(NOT_YET_SUPPORTED, frozenset)
     assert NOT_YET_SUPPORTED == {
         'replica-conf', 'ro-replica-conf',
-        'replica-timeout', 'revert_when_stale', 'pack-prepack-only',
-        'pack-skip-prepack', 'cache-servers', 'cache-module-name',
+        'replica-timeout', 'revert_when_stale',
+        'cache-servers', 'cache-module-name',
         'cache-prefix', 'cache-local-dir', 'cache-local-compression',
         'commit-lock-id',
     }

@@ -269,3 +269,87 @@ def test_pack_while_other_processes_commit(factory):
         for w in writers:
             if w.poll() is None:
                 w.kill()
+
+
+def test_prepack_only_then_pack_with_its_state(factory):
+    """pack-prepack-only finds the garbage and removes nothing; a later
+    pack with pack-skip-prepack removes it, to the pre-pack's time, but
+    spares what commits in between made reachable again (a chain of two
+    garbage objects, relinked by its head) and keeps what they added."""
+    storage = factory.storage()
+    db = ZODB.DB(storage)
+    try:
+        with db.transaction() as conn:
+            root = conn.root()
+            root['head'] = PersistentMapping(tail=PersistentMapping(n=1))
+            root['gone'] = PersistentMapping(n=2)
+            root['kept'] = PersistentMapping(n=0)
+        with db.transaction() as conn:
+            root = conn.root()
+            head = root.pop('head')
+            gone = root.pop('gone')
+            head_oid, tail_oid = head._p_oid, head['tail']._p_oid
+            gone_oid = gone._p_oid
+            root['kept']['n'] = 1
+            keep_oid = root['kept']._p_oid
+        before = len(storage)
+        time.sleep(0.01)
+        prepacked = storage.pack_with_result(time.time(), referencesf,
+                                             prepack_only=True)
+        assert prepacked['garbage_found'] == 3
+        assert prepacked['batches'] == 0
+        assert len(storage) == before
+        if factory.keep_history:
+            assert len(storage.history(keep_oid, 10)) == 2
+
+        # After the pre-pack: the head of the unlinked chain is linked
+        # again, and a new object is added and unlinked.
+        with db.transaction() as conn:
+            head = conn.get(head_oid)
+            conn.root()['head'] = head
+            conn.root()['new'] = PersistentMapping()
+        with db.transaction() as conn:
+            del conn.root()['new']
+        packer = factory.storage(pack_skip_prepack=True)
+        try:
+            result = packer.pack_with_result(time.time() + 3600, referencesf)
+            assert result['objects_removed'] == 1
+            with pytest.raises(POSKeyError):
+                packer.load(gone_oid)
+            packer.load(tail_oid)  # rescued through its head
+            # 'new' came after the pre-pack: not packed yet.
+            assert len(packer) == before + 1 - 1
+            if factory.keep_history:
+                # Packed to the pre-pack's time, not to the time given.
+                assert len(packer.history(keep_oid, 10)) == 1
+                # The root: its revision current then and the two since.
+                assert len(packer.history(b'\0' * 8, 10)) == 3
+        finally:
+            packer.close()
+        with db.transaction() as conn:
+            assert conn.root()['head']['tail']['n'] == 1
+        # The state is used once; without one, the pack says what to do.
+        with pytest.raises(StorageError, match='pre-pack first'):
+            storage.pack_with_result(time.time(), referencesf,
+                                     use_prepack_state=True)
+        with pytest.raises(ValueError, match='both'):
+            storage.pack_with_result(time.time(), referencesf,
+                                     prepack_only=True,
+                                     use_prepack_state=True)
+    finally:
+        db.close()
+
+
+def test_full_pack_discards_an_earlier_prepack_state(factory):
+    storage = factory.storage()
+    db = ZODB.DB(storage)
+    try:
+        _build(db)
+        time.sleep(0.01)
+        storage.pack_with_result(time.time(), referencesf, prepack_only=True)
+        storage.pack(time.time(), referencesf)
+        with pytest.raises(StorageError, match='pre-pack first'):
+            storage.pack_with_result(time.time(), referencesf,
+                                     use_prepack_state=True)
+    finally:
+        db.close()

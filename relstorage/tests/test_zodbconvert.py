@@ -221,6 +221,65 @@ def test_incremental_copy_adds_only_what_is_new(db_name, tmp_path):
         factory.cleanup()
 
 
+def _build_plain(path, start, count):
+    """*count* transactions without blobs: new objects, changes, and
+    deletions."""
+    db = ZODB.DB(FileStorage(path))
+    try:
+        for i in range(start, start + count):
+            with db.transaction() as conn:
+                root = conn.root()
+                root['a%d' % i] = PersistentMapping(n=i)
+                root['b%d' % i] = PersistentMapping(n=-i)
+                if i:
+                    root['a%d' % (i - 1)]['n'] += 100
+                if i % 4 == 3:
+                    del root['b%d' % (i - 3)]
+    finally:
+        db.close()
+
+
+@pytest.mark.parametrize('db_name', DATABASES)
+def test_history_free_copy_commits_many_transactions_at_once(
+        db_name, tmp_path, monkeypatch):
+    """Into a history-free database, source transactions go in groups,
+    each object keeping its own serial; a reader polling meanwhile sees
+    every object change; an incremental copy resumes after a group."""
+    from relstorage.storage import copy
+    monkeypatch.setattr(copy, 'GROUP_RECORDS', 10)
+    factory = DatabaseFactory(db_name, False)
+    fs = str(tmp_path / 'Data.fs')
+    _build_plain(fs, 0, 30)
+    dst = factory.storage(zap=True)
+    reader = factory.storage()
+    commits = []
+    finish = dst.tpc_finish
+    dst.tpc_finish = lambda *a: commits.append(1) or finish(*a)
+    try:
+        assert reader.poll_invalidations() == []
+        src = FileStorage(fs, read_only=True)
+        result = copy.copy_transactions(src, dst)
+        assert result['transactions'] == 31  # with the root's creation
+        assert 3 <= len(commits) < 31
+        assert dst.lastTransaction() == src.lastTransaction()
+        assert_same_current_state(src, dst)
+        changed = set(reader.poll_invalidations())
+        assert changed == {r.oid for t in src.iterator() for r in t}
+        src.close()
+
+        _build_plain(fs, 30, 7)
+        src = FileStorage(fs, read_only=True)
+        after = copy.resume_point(src, dst)
+        result = copy.copy_transactions(src, dst, after)
+        assert result['transactions'] == 7
+        assert_same_current_state(src, dst)
+        src.close()
+    finally:
+        reader.close()
+        dst.close()
+        factory.cleanup()
+
+
 KILLED_COPY = '''
 import os, sys
 from ZODB.FileStorage import FileStorage

@@ -76,6 +76,40 @@ def test_zodbpack_packs_every_section(factory, tmp_path):
     storage.close()
 
 
+def test_zodbpack_prepack_then_use_prepack_state(factory, tmp_path):
+    db = ZODB.DB(factory.storage())
+    make_garbage(db)
+    db.close()
+    config = write_config(tmp_path, factory)
+    time.sleep(0.01)
+    out = run('--prepack', config)
+    assert out.returncode == 0, out.stderr
+    assert '1 unreachable objects found' in out.stdout
+    storage = factory.storage()
+    assert len(storage) == 3  # nothing removed yet
+    storage.close()
+    out = run('--use-prepack-state', config)
+    assert out.returncode == 0, out.stderr
+    assert 'removed' in out.stdout and '1 objects' in out.stdout
+    storage = factory.storage()
+    assert len(storage) == 2
+    storage.close()
+    # Used up: a second run says to pre-pack first.
+    out = run('--use-prepack-state', config)
+    assert out.returncode == 1
+    assert 'run a pre-pack first' in out.stderr
+
+
+def test_zodbpack_prepack_refuses_filestorage(tmp_path):
+    fs_path = tmp_path / 'Data.fs'
+    FileStorage(str(fs_path)).close()
+    path = tmp_path / 'fs.conf'
+    path.write_text('<filestorage fs>\n path %s\n</filestorage>\n' % fs_path)
+    out = run('--prepack', str(path))
+    assert out.returncode == 1
+    assert 'apply to RelStorage only' in out.stderr
+
+
 def test_zodbpack_check_refs_only_reports_dangling(factory, tmp_path):
     storage = factory.storage()
     db = ZODB.DB(storage)
@@ -116,8 +150,8 @@ def test_second_pack_says_so_and_fails(factory, tmp_path):
 
 
 @pytest.mark.parametrize('args, message', [
-    (['--prepack'], 'not supported yet: --prepack'),
-    (['--use-prepack-state'], 'not supported yet: --use-prepack-state'),
+    (['--prepack', '--use-prepack-state'], 'exclude each other'),
+    (['--check-refs-only', '--prepack'], 'packs nothing'),
     ([], 'No such file'),
 ])
 def test_usage_errors(tmp_path, args, message):

@@ -39,6 +39,19 @@ class TransactionBuffer:
         self.blobs = {}
         #: committed blob files placed before the commit (shared blob-dir)
         self.placed = []
+        #: oid -> the tid a restored history-free row keeps (its serial in
+        #: the source), when a copy restores several source transactions
+        #: as one (see relstorage.storage.copy)
+        self.serials = {}
+
+    def own_serials(self):
+        """The restored rows' own tids, if every row is restored with one
+        (else None: every row gets the commit's tid)."""
+        serials = self.serials
+        if (self.restore_tid is None or not serials
+                or len(serials) != len(self.stores)):
+            return None
+        return serials
 
 
 class TPC:
@@ -88,6 +101,8 @@ class TPC:
         ioid = u64(oid)
         tpc.stores[ioid] = (None, data)
         tpc.restored.add(ioid)
+        if serial and not self._adapter.keep_history:
+            tpc.serials[ioid] = u64(serial)
 
     def deleteObject(self, oid, oldserial, transaction):
         self._check_writable()

@@ -26,11 +26,13 @@ def finish(storage, tpc):
     if max_oid is not None and max_oid <= storage._adapter.max_known_oid:
         max_oid = None
     blobs = storage._blobs
+    serials = tpc.own_serials()
     try:
         tid = session.commit(
             (_bytes(meta.user), _bytes(meta.description), ext or b''),
             restore_tid=tpc.restore_tid, packed=tpc.packed,
             empty=not tpc.rows, max_oid=max_oid,
+            first_row_tid=min(serials.values()) if serials else None,
             before_commit=blobs.before_commit(tpc) if blobs else None)
     except DatabaseDisconnected:
         # The commit may have happened: keep blob files already placed
@@ -39,7 +41,7 @@ def finish(storage, tpc):
         raise
     if max_oid is not None:
         storage._adapter.note_oid(max_oid)
-    storage._after_commit(tid, tpc.rows, session.previous_tid)
+    storage._after_commit(tid, tpc.rows, session.previous_tid, serials)
     if blobs is not None:
         blobs.after_commit(tpc, tid)
     return tid

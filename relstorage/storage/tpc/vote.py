@@ -38,7 +38,15 @@ def vote(storage, tpc):
         rows.append((oid, actual, state))
     blobs = storage._blobs
     blob_ids = blobs.vote(session, tpc, current) if blobs is not None else {}
-    session.upload([(oid, actual, state, blob_ids.get(oid))
-                    for oid, actual, state in rows])
+    serials = tpc.own_serials()
+    if serials is not None:
+        # History-free rows of a copy keep their own tids; temp_store's
+        # prev_tid column carries them (history-free rows have no
+        # prev_tid of their own).
+        session.upload([(oid, serials[oid], state, blob_ids.get(oid))
+                        for oid, actual, state in rows])
+    else:
+        session.upload([(oid, actual, state, blob_ids.get(oid))
+                        for oid, actual, state in rows])
     tpc.rows = rows
     tpc.resolved = resolved
