@@ -267,6 +267,10 @@ class Adapter:
     def prepare_pack_session(self, session):
         """Per-connection setup of the session a pack removes with."""
 
+    def after_pack_reads(self, session):
+        """Called on the removing session once the pre-pack's long read
+        has ended, and after every batch."""
+
     def before_pack(self, session):
         """Refresh what the query planner knows before the pre-pack's
         big reads (a nightly pack often follows heavy writes)."""

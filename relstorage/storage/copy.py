@@ -102,7 +102,8 @@ def copy_transactions(source, destination, after=None, progress=None,
 
     def flush():
         if group:
-            _restore_together(destination, group)
+            _restore(destination, group[-1][0],
+                     [r for _, records in group for r in records])
             done(len(group), group[-1][0].tid)
             del group[:]
 
@@ -147,15 +148,18 @@ def copy_transactions(source, destination, after=None, progress=None,
             continue
         flush()
         group_bytes = 0
-        _restore_one(destination, trans, records)
+        _restore(destination, trans, records)
         done(1, trans.tid)
     flush()
     result['seconds'] = time.monotonic() - started
     return result
 
 
-def _restore_one(destination, trans, records):
-    """One source transaction as one destination transaction."""
+def _restore(destination, trans, records):
+    """*records* as one destination transaction with *trans*'s id, status
+    and metadata: one source transaction's, or (history-free, without
+    blobs) those of several ending with *trans*, each object then keeping
+    the tid of its last revision."""
     destination.tpc_begin(trans, trans.tid, trans.status)
     try:
         for oid, serial, data, data_txn, blob in records:
@@ -170,23 +174,6 @@ def _restore_one(destination, trans, records):
         destination.tpc_finish(trans)
     except BaseException:
         destination.tpc_abort(trans)
-        raise
-
-
-def _restore_together(destination, group):
-    """Several source transactions (without blobs) as one commit of a
-    history-free RelStorage: each object keeps the tid of its last
-    revision, and the commit's tid is the group's last."""
-    last = group[-1][0]
-    destination.tpc_begin(last, last.tid, last.status)
-    try:
-        for trans, records in group:
-            for oid, serial, data, data_txn, _blob in records:
-                destination.restore(oid, serial, data, '', data_txn, last)
-        destination.tpc_vote(last)
-        destination.tpc_finish(last)
-    except BaseException:
-        destination.tpc_abort(last)
         raise
 
 

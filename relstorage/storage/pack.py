@@ -120,6 +120,7 @@ class Pack:
                 session.session, self.pack_tid)
         finally:
             session.close()
+        self.adapter.after_pack_reads(writer)
         self.remove(writer, old, garbage, checked_tid)
         self.storage._cache.invalidate(garbage)
         blobs = self.storage._blobs
@@ -295,6 +296,7 @@ class Pack:
         session.execute_script(script)
         session.in_transaction = False
         session.holds_commit_lock = False
+        adapter.after_pack_reads(session)
         blobs = self.storage._blobs
         if blobs is not None:
             # Only now that the rows are gone for good.

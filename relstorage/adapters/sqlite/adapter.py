@@ -253,5 +253,12 @@ class SQLiteAdapter(Adapter):
     def prepare_pack_session(self, session):
         session.execute('PRAGMA busy_timeout = 0')
 
+    def after_pack_reads(self, session):
+        # The pre-pack's snapshot kept the WAL from being checkpointed
+        # while writers committed, and each batch adds to it; copy it back
+        # here, so that it is not some writer's commit that pays for it
+        # (a passive checkpoint waits for nobody and blocks nobody).
+        session.execute('PRAGMA wal_checkpoint(PASSIVE)')
+
     def close(self):
         self.oids.close()
