@@ -49,7 +49,8 @@ class TransactionBuffer:
         (else None: every row gets the commit's tid)."""
         serials = self.serials
         if (self.restore_tid is None or not serials
-                or len(serials) != len(self.stores)):
+                or len(serials) != len(self.stores)
+                or max(serials.values()) > self.restore_tid):
             return None
         return serials
 
