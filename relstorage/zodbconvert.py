@@ -35,6 +35,7 @@ from .storage.copy import copy_transactions
 from .storage.copy import is_empty
 from .storage.copy import resume_point
 from .zodbpack import load_storage_configs
+from .zodbpack import setup_logging
 
 log = logging.getLogger('zodbconvert')
 
@@ -145,9 +146,7 @@ def main(argv=None, out=None):
     parser.add_argument('config', help='file with <... source> and '
                                        '<... destination> storage sections')
     args = parser.parse_args(argv)
-    logging.basicConfig(
-        level=logging.INFO, stream=sys.stderr,
-        format='%(asctime)s %(levelname)s %(name)s: %(message)s')
+    setup_logging()
     if args.clear and args.incremental:
         parser.error('--clear and --incremental exclude each other')
     try:

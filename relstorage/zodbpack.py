@@ -109,6 +109,13 @@ def describe(result):
     return text
 
 
+def setup_logging():
+    """What the command-line tools log: INFO and up, to stderr."""
+    logging.basicConfig(
+        level=logging.INFO, stream=sys.stderr,
+        format='%(asctime)s %(levelname)s %(name)s: %(message)s')
+
+
 def pack_one(name, section, days, check_only, out, prepack_only=False,
              use_prepack_state=False):
     storage = section.open()
@@ -167,9 +174,7 @@ def main(argv=None, out=None):
                              'pack nothing')
     parser.add_argument('config', help='file of storage sections')
     args = parser.parse_args(argv)
-    logging.basicConfig(
-        level=logging.INFO, stream=sys.stderr,
-        format='%(asctime)s %(levelname)s %(name)s: %(message)s')
+    setup_logging()
     if args.days < 0:
         parser.error('--days must not be negative')
     if args.prepack and args.use_prepack_state:

@@ -68,14 +68,6 @@ class Packer:
         if session.table_exists('pack_garbage'):
             session.execute('DELETE FROM pack_garbage')
 
-    def current_states(self, session, oids):
-        """``[(oid, state)]`` current now, for the objects of *oids*."""
-        rows = []
-        for chunk in chunks(sorted(oids)):
-            rows.extend((oid, _b(state)) for oid, state, _ in session.fetchall(
-                self.adapter.mover.load_many_sql % in_list(chunk), chunk))
-        return rows
-
     def remove_objects(self, session, oids):
         """Remove every revision of *oids* and their blobs; return
         ``(revisions, bytes)`` removed."""

@@ -88,7 +88,8 @@ def copy_transactions(source, destination, after=None, progress=None,
     start = p64(u64(after) + 1) if after is not None else None
     last = source.lastTransaction()
     span = []
-    group, group_bytes = [], 0
+    group = []
+    group_records = group_bytes = 0
 
     def done(trans_count, tid):
         result['transactions'] += trans_count
@@ -101,11 +102,13 @@ def copy_transactions(source, destination, after=None, progress=None,
                                  / ((end_time - first_time) or 1.0)))
 
     def flush():
+        nonlocal group_records, group_bytes
         if group:
             _restore(destination, group[-1][0],
                      [r for _, records in group for r in records])
             done(len(group), group[-1][0].tid)
             del group[:]
+        group_records = group_bytes = 0
 
     for trans in source.iterator(start):
         records = []
@@ -140,14 +143,12 @@ def copy_transactions(source, destination, after=None, progress=None,
             continue
         if grouped and not with_blobs:
             group.append((trans, records))
+            group_records += len(records)
             group_bytes += size
-            if (sum(len(r) for _, r in group) >= GROUP_RECORDS
-                    or group_bytes >= GROUP_BYTES):
+            if group_records >= GROUP_RECORDS or group_bytes >= GROUP_BYTES:
                 flush()
-                group_bytes = 0
             continue
         flush()
-        group_bytes = 0
         _restore(destination, trans, records)
         done(1, trans.tid)
     flush()

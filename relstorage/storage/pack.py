@@ -227,7 +227,8 @@ class Pack:
         while alive:
             garbage.difference_update(alive)
             referenced = set()
-            for _oid, state in self.packer.current_states(session, alive):
+            found = self.adapter.mover.load_many(session, sorted(alive))
+            for state, _tid in found.values():
                 referenced.update(self.references(state))
             alive = referenced & garbage
 
