@@ -3,7 +3,7 @@ while another client keeps committing, and report the pack time, the
 pack's peak memory and the longest time the writer waited for a commit.
 
     python -m speedtest.pack [--objects 100000] [--database sqlite]
-        [--keep-history|--no-keep-history] [--json FILE]
+        [--keep-history|--no-keep-history] [--json FILE] [--verbose]
 
 The pack runs in a child process so that its peak memory (max RSS) is its
 own. Not a test: nothing here asserts on time.
@@ -23,10 +23,14 @@ from BTrees.OOBTree import OOBTree
 from persistent.mapping import PersistentMapping
 
 CHILD = '''
-import json, sys, time
+import json, logging, sys, time
 from ZODB.serialize import referencesf
 from speedtest.pack import memory_kb, open_storage
-storage = open_storage(json.loads(sys.argv[1]))
+spec = json.loads(sys.argv[1])
+if spec.get('verbose'):
+    logging.basicConfig(level=logging.DEBUG, stream=sys.stderr,
+                        format='%(asctime)s %(message)s')
+storage = open_storage(spec)
 before = memory_kb('VmRSS')
 started = time.perf_counter()
 result = storage.pack_with_result(time.time(), referencesf)
@@ -86,6 +90,7 @@ class Writer(threading.Thread):
         self.db = db
         self.stop = threading.Event()
         self.durations = []
+        self.starts = []  # wall-clock, to set against the pack's log
         self.errors = []
 
     def run(self):
@@ -93,6 +98,7 @@ class Writer(threading.Thread):
         conn = self.db.open(transaction_manager=tm)
         n = 0
         while not self.stop.is_set():
+            self.starts.append(time.time())
             started = time.perf_counter()
             try:
                 tm.begin()
@@ -116,9 +122,12 @@ def main(argv=None):
     parser.add_argument('--no-keep-history', dest='keep_history',
                         action='store_false', default=True)
     parser.add_argument('--json', help='write the figures to this file')
+    parser.add_argument('--verbose', action='store_true',
+                        help="show the pack's log (one line per batch)")
     args = parser.parse_args(argv)
 
     spec = {'database': args.database, 'keep_history': args.keep_history,
+            'verbose': args.verbose,
             'data_dir': tempfile.mkdtemp(prefix='speedtest-pack-')}
     # A fresh schema, so that rows deleted by earlier runs do not count.
     open_storage(spec)._adapter.drop_all()
@@ -140,8 +149,9 @@ def main(argv=None):
     time.sleep(0.5)
     writer.stop.set()
     writer.join(60)
-    if child.returncode:
+    if child.returncode or args.verbose:
         print(child.stderr, file=sys.stderr)
+    if child.returncode:
         return 1
     figures = json.loads(child.stdout.strip().splitlines()[-1])
     objects_after = len(storage)
@@ -165,6 +175,12 @@ def main(argv=None):
           '%d errors' % (figures['writer_commits'],
                          figures['writer_longest_wait'],
                          figures['writer_median'], len(writer.errors)))
+    if args.verbose:
+        slowest = sorted(zip(writer.durations, writer.starts))[-3:]
+        for seconds, at in reversed(slowest):
+            print('  writer waited %.3f s from %s' % (
+                seconds, time.strftime('%H:%M:%S', time.localtime(at))
+                + ('%.3f' % (at % 1))[1:]))
     if args.json:
         with open(args.json, 'w') as f:
             json.dump(figures, f, indent=2)

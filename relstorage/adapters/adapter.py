@@ -235,6 +235,10 @@ class Adapter:
     store_begin_sql = 'BEGIN'
     #: Whether temp_store loses its rows when the transaction ends.
     temp_store_emptied_by_commit = True
+    #: Seconds a pack waits between batches before taking the commit lock
+    #: again, so that committers already waiting for it get it first.
+    #: Servers queue lock waiters, so no pause is needed there.
+    pack_pause_between_batches = 0.0
 
     def __init__(self, options):
         self.options = options

@@ -63,6 +63,10 @@ class Pack:
         self.gc = gc
         self.packer = self.adapter.packer
         self.pack_tid = tid_for_time(t)
+        # Seconds that ending a batch (COMMIT, and on SQLite the WAL
+        # checkpoint) costs per step of work in it, measured on the last
+        # batch; until then, assume as much as the work itself.
+        self.finish_per_step = None
         self.result = PackResult(
             objects_removed=0, revisions_removed=0, bytes_removed=0,
             batches=0, busy_waits=0, busy_seconds=0.0)
@@ -85,7 +89,8 @@ class Pack:
             adapter.before_pack(writer)
             self.prepack_and_remove(writer)
         finally:
-            writer.rollback_quietly()
+            if writer.in_transaction:  # a batch failed
+                writer.rollback_quietly()
             adapter.locker.after_rollback(writer)
             if locked:
                 try:
@@ -237,6 +242,8 @@ class Pack:
         doomed = sorted(garbage)
         self.total = len(old) + len(doomed)
         while old or doomed or not self.result['batches']:
+            if self.result['batches']:
+                time.sleep(self.adapter.pack_pause_between_batches)
             checked_tid = self.batch(session, old, doomed, garbage,
                                      checked_tid)
 
@@ -262,20 +269,33 @@ class Pack:
             self.result['busy_seconds'] += delay
             time.sleep(delay)
 
+    def more(self, started, steps):
+        """Whether a batch that began at *started* and has done *steps*
+        steps may take another and still end, commit included, within
+        pack-batch-timeout. (A commit that writes back many scattered
+        pages, as SQLite's does, may cost more than the deletes did.)"""
+        elapsed = time.monotonic() - started
+        finish = self.finish_per_step
+        if finish is None:
+            finish = elapsed / steps
+        per_step = elapsed / steps + finish
+        return elapsed + steps * finish + per_step <= \
+            self.options.pack_batch_timeout
+
     def batch(self, session, old, doomed, garbage, checked_tid):
         """One short transaction under the commit lock; consumes work from
         *old* and *doomed*; the last one also marks transactions packed."""
         adapter = self.adapter
         packer = self.packer
         last = self.take_commit_lock(session)
-        deadline = time.monotonic() + self.options.pack_batch_timeout
+        started = time.monotonic()
         if garbage and last and last > checked_tid:
             self.rescue(session, garbage, checked_tid)
             doomed[:] = [oid for oid in doomed if oid in garbage]
-        first = True  # every batch makes progress, whatever the timeout
+        steps = 0  # every batch makes progress, whatever the timeout
         gone, kept = [], {}
-        while (old or doomed) and (first or time.monotonic() < deadline):
-            first = False
+        while (old or doomed) and (not steps or self.more(started, steps)):
+            steps += 1
             if doomed:
                 step, doomed[:] = doomed[:STEP], doomed[STEP:]
                 revisions, size = packer.remove_objects(session, step)
@@ -293,11 +313,17 @@ class Pack:
             removed = packer.finish(session, self.pack_tid)
             if 'transactions_removed' in self.result:
                 self.result['transactions_removed'] += removed
+        worked = time.monotonic()
         script = [('COMMIT', ())] + adapter.locker.release_commit_lock()
         session.execute_script(script)
         session.in_transaction = False
         session.holds_commit_lock = False
         adapter.after_pack_reads(session)
+        ended = time.monotonic()
+        self.finish_per_step = (ended - worked) / max(steps, 1)
+        log.debug('pack batch %d: %d steps, %.3f s of work, %.3f s to '
+                  'commit', self.result['batches'] + 1, steps,
+                  worked - started, ended - worked)
         blobs = self.storage._blobs
         if blobs is not None:
             # Only now that the rows are gone for good.

@@ -201,6 +201,10 @@ class SQLiteAdapter(Adapter):
     load_begin_sql = 'BEGIN DEFERRED'
     store_begin_sql = 'BEGIN IMMEDIATE'
     temp_store_emptied_by_commit = False
+    # SQLite queues nobody: a waiting writer's busy handler retries after
+    # sleeps of up to 100 ms, so a pack that took the lock again at once
+    # would keep it from that writer for the whole pack.
+    pack_pause_between_batches = 0.15
 
     def __init__(self, data_dir, pragmas=None, driver='auto', options=None):
         import threading
