@@ -74,26 +74,31 @@ class _SessionWrapper:
             self._open()
             return func(*args)
 
+    def _read(self, func, *args):
+        """Run a reading *func(session, *args)*; load sessions begin
+        their snapshot here, with the first read that needs one."""
+        return func(self.session, *args)
+
     def load_current(self, oid):
-        return self.mover.load_current(self.session, oid)
+        return self._read(self.mover.load_current, oid)
 
     def load_revision(self, oid, tid):
-        return self.mover.load_revision(self.session, oid, tid)
+        return self._read(self.mover.load_revision, oid, tid)
 
     def current_tids(self, oids):
-        return self.mover.current_tids(self.session, oids)
+        return self._read(self.mover.current_tids, oids)
 
     def blob_id(self, oid, tid):
-        return blobs.blob_id_of(self.session, oid, tid)
+        return self._read(blobs.blob_id_of, oid, tid)
 
     def blob_chunk(self, blob_id, num):
-        return blobs.read_chunk(self.session, blob_id, num)
+        return self._read(blobs.read_chunk, blob_id, num)
 
     def __getattr__(self, name):
         method = getattr(self.adapter.iterator, name)
 
         def call(*args, **kw):
-            return method(self.session, *args, **kw)
+            return self._read(lambda session: method(session, *args, **kw))
         return call
 
     def close(self):
@@ -102,8 +107,14 @@ class _SessionWrapper:
 
 @implementer(ILoadSession)
 class LoadSession(_SessionWrapper):
+    """Reads. Between transactions it holds no snapshot (an idle
+    application must not keep the database from cleaning up, nor an SQLite
+    WAL from being checkpointed): :meth:`poll` reads the newest tid outside
+    any transaction, the first read after it begins a snapshot (which may
+    be newer than the poll), and :meth:`end_snapshot` ends it."""
 
     def restart(self):
+        """Begin a snapshot now; return the newest tid in it."""
         return self.at_boundary(self._restart)
 
     def _restart(self):
@@ -111,15 +122,52 @@ class LoadSession(_SessionWrapper):
         session.restart(self.adapter.load_begin_sql)
         return session.scalar(self.mover.last_tid_sql) or 0
 
+    def poll(self):
+        """End the snapshot, if any; return the newest committed tid."""
+        return self.at_boundary(self._poll)
+
+    def _poll(self):
+        session = self.session
+        session.end_read(now=False)
+        return session.scalar(self.mover.last_tid_sql) or 0
+
+    def poll_changes(self, after_tid):
+        """``(newest tid, [(oid, tid)])``: the objects changed after
+        *after_tid*, read with the newest tid in one statement."""
+        newest, changes = 0, []
+        for oid, tid in self.session.fetchall(self.mover.poll_sql,
+                                              (after_tid,)):
+            if oid == -1:
+                newest = tid or 0
+            else:
+                changes.append((oid, tid))
+        return newest, changes
+
+    def end_snapshot(self):
+        self.session.end_read()
+
+    def _read(self, func, *args):
+        if self.session.in_transaction:
+            return func(self.session, *args)
+
+        def begin_and_read():
+            # Nothing of ours is open on the connection: if it turns out
+            # to be lost, reopening it loses nothing.
+            self.session.begin(self.adapter.load_begin_sql)
+            return func(self.session, *args)
+        return self.at_boundary(begin_and_read)
+
     def changes(self, after_tid, upto_tid):
+        """(oid, tid) of changes in (after_tid, upto_tid]: bounded, so
+        correct outside a snapshot too."""
         return self.session.fetchall(self.mover.changes_sql,
                                      (after_tid, upto_tid))
 
     def load_many(self, oids):
-        return self.mover.load_many(self.session, oids)
+        return self._read(self.mover.load_many, oids)
 
     def load_before(self, oid, tid):
-        return self.mover.load_before(self.session, oid, tid)
+        return self._read(self.mover.load_before, oid, tid)
 
 
 @implementer(IStoreSession)

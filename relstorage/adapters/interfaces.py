@@ -40,18 +40,32 @@ class IRelStorageAdapter(Interface):
 
 
 class ILoadSession(Interface):
-    """A read-only connection that sees one snapshot at a time."""
+    """A read-only connection that sees one snapshot at a time, and none
+    between transactions: the first read after poll() begins one."""
 
     def restart():
         """End the current snapshot, begin a new one, return its tid
         (the newest committed tid it sees, 0 for an empty database)."""
 
+    def poll():
+        """End the current snapshot, if any, and return the newest
+        committed tid, without beginning another."""
+
+    def poll_changes(after_tid):
+        """``(newest_tid, [(oid, tid)])``: the newest committed tid and
+        every object changed after *after_tid* up to it, read together."""
+
+    def end_snapshot():
+        """End the current snapshot now, if one is open."""
+
     def changes(after_tid, upto_tid):
-        """``[(oid, tid)]`` for every object changed in (after, upto]."""
+        """``[(oid, tid)]`` naming every object changed in (after, upto],
+        with at least its newest tid there."""
 
     def load_current(oid):
-        """``(state, tid)`` in the snapshot, or ``(None, None)`` when the
-        object does not exist (or was deleted: state None, tid set)."""
+        """``(state, tid)`` in the snapshot (which may be newer than the
+        last poll), or ``(None, None)`` when the object does not exist
+        (or was deleted: state None, tid set)."""
 
     def load_many(oids):
         """``{oid: (state, tid)}`` for those of *oids* that exist."""

@@ -24,6 +24,18 @@ class Mover:
     def __init__(self, adapter):
         self.adapter = adapter
 
+    #: Polls: the table with one row per object, holding its current tid.
+    current_table = None
+
+    @property
+    def poll_sql(self):
+        """One statement (so one consistent view, even outside any
+        transaction) giving the newest tid, on the row whose oid is -1,
+        and each object changed after ``%s`` up to it, with its tid."""
+        return ('SELECT -1, ({last}) UNION ALL SELECT zoid, tid FROM {table} '
+                'WHERE tid > %s AND tid <= ({last})').format(
+                    last=self.last_tid_sql, table=self.current_table)
+
     def upsert(self, key, cols):
         sets = ', '.join(self.upsert_set.format(col=c) for c in cols)
         return self.upsert_suffix.format(key=key, sets=sets)
@@ -85,10 +97,13 @@ class HistoryPreservingMover(Mover):
         'JOIN object_state s ON s.zoid = c.zoid AND s.tid = c.tid '
         'WHERE c.zoid IN %s')
     current_tids_sql = 'SELECT zoid, tid FROM current_object WHERE zoid IN %s'
-    changes_sql = ('SELECT zoid, tid FROM current_object '
+    # Every revision in the range, from the history: exact whatever view
+    # it is read in (a newer revision does not hide an older one).
+    changes_sql = ('SELECT zoid, tid FROM object_state '
                    'WHERE tid > %s AND tid <= %s')
     last_tid_sql = 'SELECT COALESCE(MAX(tid), 0) FROM transactions'
     lock_table = 'current_object'
+    current_table = 'current_object'
 
     def load_before(self, session, oid, tid):
         row = session.fetchone(
@@ -137,6 +152,7 @@ class HistoryFreeMover(Mover):
                    'WHERE tid > %s AND tid <= %s')
     last_tid_sql = 'SELECT tid FROM last_transaction WHERE id = 0'
     lock_table = 'object_state'
+    current_table = 'object_state'
 
     def load_before(self, session, oid, tid):
         row = session.fetchone(

@@ -155,6 +155,27 @@ class Session:
             self.rollback()
         self.begin(begin_sql)
 
+    def end_read(self, now=True):
+        """End a read-only transaction (a snapshot). Where verbs are
+        deferred and *now* is false, the ROLLBACK goes out with the next
+        statement; otherwise it is sent at once, if anything ran in it."""
+        if not self.in_transaction:
+            return
+        self.in_transaction = False
+        with self.lock:
+            if self.pending:
+                # Nothing ran since BEGIN; only an earlier transaction
+                # (ROLLBACK; BEGIN) may still be waiting to end.
+                ended = self.pending.startswith('ROLLBACK')
+                self.pending = 'ROLLBACK; ' if ended else ''
+            elif self.defers_verbs:
+                self.pending = 'ROLLBACK; '
+            else:
+                self.execute('ROLLBACK')
+                return
+        if now:
+            self.flush()
+
     def rollback_quietly(self):
         """Roll back, swallowing (and logging) errors from a broken
         connection; used on abort paths that must not raise."""

@@ -60,8 +60,7 @@ class DatabaseBlobs(BlobFiles):
             return path
         except FileNotFoundError:
             pass
-        with storage._load_lock:
-            storage._ensure_view()
+        with storage._reading():
             found = self._download(storage._load_session(), oid, tid, path)
         if not found:
             # Not in this instance's snapshot: a revision committed since

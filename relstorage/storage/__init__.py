@@ -145,13 +145,11 @@ class RelStorage(Loader, TPC, History, Iteration, BlobMethods,
         return p64(max(self._last_tid, self._view_tid or 0))
 
     def __len__(self):
-        with self._load_lock:
-            self._ensure_view()
+        with self._reading():
             return self._load_session().object_count()
 
     def getSize(self):
-        with self._load_lock:
-            self._ensure_view()
+        with self._reading():
             return self._load_session().size_in_bytes()
 
     def __repr__(self):

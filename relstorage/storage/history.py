@@ -34,8 +34,7 @@ class History:
     """Mixin of RelStorage: history, undoLog, undoInfo, undo."""
 
     def history(self, oid, size=1):
-        with self._load_lock:
-            self._ensure_view()
+        with self._reading():
             rows = self._load_session().object_history(u64(oid), size or 1)
         if not rows:
             raise POSKeyError(oid)
@@ -57,8 +56,7 @@ class History:
             return []
         result = []
         seen = 0
-        with self._load_lock:
-            self._ensure_view()
+        with self._reading():
             session = self._load_session()
             upto = self._view_tid
             # Read newest first, in pages, until enough entries passed the

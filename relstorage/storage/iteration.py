@@ -87,8 +87,7 @@ class Iteration:
 
     def record_iternext(self, next=None):
         start = u64(next) if next is not None else 0
-        with self._load_lock:
-            self._ensure_view()
+        with self._reading():
             rows = self._load_session().iter_current_records(start, 2)
         if not rows:
             raise ValueError('no more records')

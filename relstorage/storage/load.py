@@ -1,14 +1,35 @@
 """Reading objects: the current state through the shared cache, older
 revisions straight from the database, and polling that moves an
 instance's snapshot forward."""
+import contextlib
+import logging
+import sys
 import time
 
 from ZODB.POSException import POSKeyError
+from ZODB.POSException import ReadConflictError
 from ZODB.utils import p64
 from ZODB.utils import u64
 
 #: States a history-free instance keeps for conflict resolution.
 SEEN_LIMIT = 10000
+
+log = logging.getLogger(__name__)
+
+
+def _polled_as_transaction_ended():
+    """Whether poll_invalidations was called by ZODB's
+    Connection.afterCompletion (through newTransaction), which polls as
+    each transaction ends so that invalidations apply early; a poll at
+    open() or begin() is followed by reads, this one perhaps by nothing."""
+    # 0: here, 1: poll_invalidations, 2: newTransaction, 3: its caller
+    try:
+        new_transaction, caller = sys._getframe(2), sys._getframe(3)
+    except ValueError:  # called from near the top of a program
+        return False
+    return (new_transaction.f_code.co_name == 'newTransaction'
+            and caller.f_code.co_name == 'afterCompletion'
+            and 'ZODB' in caller.f_code.co_filename)
 
 
 class Loader:
@@ -34,13 +55,16 @@ class Loader:
         polls at the next transaction boundary.
         """
         if self._view_tid is None or self._is_root or self._poll_failed:
-            self._poll()
+            self._poll(snapshot=self._seen is not None)
         return self._view_tid
 
-    def _poll(self):
-        """Start a new snapshot; return the oids (ints) changed since the
-        previous one, or None when they cannot be known.
+    def _poll(self, snapshot):
+        """Move the view to the newest commit; return the oids (ints)
+        changed since the previous view, or None when they cannot be known.
 
+        With *snapshot* the poll begins the snapshot that the reads until
+        the next poll use, exactly at the view; otherwise the first read
+        begins one, which may be newer than the view (see _as_of_view).
         Nothing changes until the poll has succeeded: if it fails (a lost
         connection, say), the next poll cannot know what changed in
         between and returns None, so ZODB invalidates everything."""
@@ -48,7 +72,7 @@ class Loader:
         old = self._poll_base or self._view_tid
         unknown = self._poll_failed
         self._poll_failed = True
-        new = session.restart()
+        new = session.restart() if snapshot else session.poll()
         cache = self._cache
         fetch = self._fetch_changes
         if old is None or unknown or new < old:
@@ -63,7 +87,9 @@ class Loader:
         else:
             oids = cache.changes_between(old, new)
             if oids is None:
-                changes = session.changes(old, new)
+                # Read in one statement with the newest tid, which may have
+                # moved on since: no change can be missed in between.
+                new, changes = session.poll_changes(old)
                 cache.after_poll(old, new, changes, fetch_changes=fetch)
                 oids = [oid for oid, _ in changes]
         self._view_tid = new
@@ -90,7 +116,12 @@ class Loader:
                     and not self._poll_forced
                     and time.monotonic() - self._last_poll < interval):
                 return []
-            oids = self._poll()
+            # History-free reads need a snapshot exactly at the view (the
+            # revisions a newer one would hide are gone), except after the
+            # poll that ZODB makes as a transaction ends: the connection
+            # may stay idle for long, and must not hold a snapshot then.
+            oids = self._poll(snapshot=self._seen is not None
+                              and not _polled_as_transaction_ended())
         if oids is None:
             return None
         return [p64(oid) for oid in oids]
@@ -100,8 +131,48 @@ class Loader:
         starts the new snapshot, so there is nothing to do here."""
 
     def afterCompletion(self):
-        """Called by ZODB after a transaction ends; nothing to release
-        beyond what the next poll replaces."""
+        """Called by ZODB after a transaction ends (and when a connection
+        closes): end the snapshot, so that an idle connection holds none
+        (no PostgreSQL session "idle in transaction", no SQLite reader
+        pinning the WAL)."""
+        with self._load_lock:
+            self._end_snapshot()
+
+    def _end_snapshot(self):
+        if self._load is not None:
+            try:
+                self._load.end_snapshot()
+            except Exception:  # noqa: BLE001 -- a lost connection; the
+                # next poll reopens it
+                log.debug('ending the snapshot of %s failed', self._name,
+                          exc_info=True)
+
+    @contextlib.contextmanager
+    def _reading(self):
+        """The load lock and the view for a read; a storage used directly
+        (no transactions end its snapshots) ends the snapshot after it."""
+        with self._load_lock:
+            view = self._ensure_view()
+            try:
+                yield view
+            finally:
+                if self._is_root:
+                    self._end_snapshot()
+
+    def _as_of_view(self, session, ioid, tid, view):
+        """The snapshot began after the poll and *ioid* changed (as *tid*)
+        in between: the ``(state, tid)`` current at *view*. Without
+        history that state is gone: a ReadConflictError, which ZODB
+        retries."""
+        if not self._adapter.keep_history:
+            raise ReadConflictError(
+                'object %d changed (tid %d) after this connection\'s view '
+                '(tid %d)' % (ioid, tid, view), oid=p64(ioid),
+                serials=(p64(tid), p64(view)))
+        found = session.load_before(ioid, view + 1)
+        if found is None:
+            return None, None
+        return found[0], found[1]
 
     # Current state
 
@@ -114,7 +185,12 @@ class Loader:
                 state, tid = hit
                 self._remember(ioid, tid, state)
                 return state, p64(tid)
-            state, tid = self._load_session().load_current(ioid)
+            session = self._load_session()
+            state, tid = session.load_current(ioid)
+            if tid is not None and tid > view:
+                state, tid = self._as_of_view(session, ioid, tid, view)
+            if self._is_root:
+                self._end_snapshot()
             if state is None:
                 raise POSKeyError(oid)
             self._cache.store(ioid, tid, state, view)
@@ -126,8 +202,7 @@ class Loader:
 
     def prefetch(self, oids):
         """Load the given objects into the shared cache in one query."""
-        with self._load_lock:
-            view = self._ensure_view()
+        with self._reading() as view:
             cache = self._cache
             wanted = [u64(oid) for oid in oids]
             wanted = [oid for oid in wanted if cache.get(oid, view) is None]
@@ -170,15 +245,15 @@ class Loader:
                 # committed state, which the snapshot may not see yet.
                 state, found = self._store_session().load_revision(ioid, itid)
             else:
-                self._ensure_view()
-                state, found = self._load_session().load_revision(ioid, itid)
+                with self._reading():
+                    state, found = self._load_session().load_revision(
+                        ioid, itid)
         if state is None:
             raise POSKeyError(oid, serial)
         return state
 
     def loadBefore(self, oid, tid):
-        with self._load_lock:
-            self._ensure_view()
+        with self._reading():
             result = self._load_session().load_before(u64(oid), u64(tid))
             if result is None:
                 # "No revision before tid" for an object that exists, but

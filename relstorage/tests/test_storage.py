@@ -331,11 +331,11 @@ def test_failed_poll_makes_the_next_one_invalidate_everything(factory):
 
         def broken(*args):
             raise RuntimeError('injected: the poll query failed')
-        session.changes = broken
+        session.poll_changes = broken
         storage._cache.clear()  # so the poll must ask the database
         with pytest.raises(RuntimeError):
             inst.poll_invalidations()
-        del session.changes
+        del session.poll_changes
         # What changed meanwhile is unknown: ZODB must drop its whole cache.
         assert inst.poll_invalidations() is None
         assert inst.poll_invalidations() == []

@@ -1,0 +1,186 @@
+"""Idle connections hold no snapshot: once a transaction has ended, no
+database connection of the storage stays in a transaction, so PostgreSQL's
+VACUUM, InnoDB's purge and SQLite's WAL checkpoints are never held back by
+an application that is merely idle."""
+import os
+import sqlite3
+import time
+
+import pytest
+import transaction
+import ZODB
+from persistent.mapping import PersistentMapping
+from ZODB.POSException import ReadConflictError
+from ZODB.utils import u64
+from ZODB.utils import z64
+
+from .dbs import mysql_params
+from .dbs import pg_dsn
+
+
+def _open_transactions(factory):
+    """Connections of this test database now inside a transaction (other
+    than the one asking)."""
+    if factory.db == 'postgresql':
+        import psycopg2
+        conn = psycopg2.connect(pg_dsn(factory.keep_history))
+        try:
+            cur = conn.cursor()
+            cur.execute(
+                "SELECT pid, state, backend_xmin FROM pg_stat_activity "
+                "WHERE datname = current_database() "
+                "AND pid <> pg_backend_pid() "
+                "AND (state LIKE 'idle in transaction%%' "
+                "     OR backend_xmin IS NOT NULL)")
+            return cur.fetchall()
+        finally:
+            conn.close()
+    if factory.db == 'mysql':
+        import MySQLdb
+        # InnoDB refreshes what information_schema.innodb_trx shows at most
+        # every 0.1 s: give it time to show the present.
+        time.sleep(0.25)
+        conn = MySQLdb.connect(**mysql_params(factory.keep_history))
+        try:
+            cur = conn.cursor()
+            cur.execute(
+                "SELECT trx_mysql_thread_id, trx_state "
+                "FROM information_schema.innodb_trx "
+                "WHERE trx_mysql_thread_id <> CONNECTION_ID()")
+            return list(cur.fetchall())
+        finally:
+            conn.close()
+    # SQLite: a reader inside a transaction keeps the WAL from being
+    # copied back in full; a complete passive checkpoint proves none.
+    from relstorage.adapters.sqlite.adapter import MAIN_FILE
+    path = os.path.join(factory.adapter().data_dir, MAIN_FILE)
+    conn = sqlite3.connect(path, isolation_level=None)
+    try:
+        busy, frames, copied = conn.execute(
+            'PRAGMA wal_checkpoint(PASSIVE)').fetchone()
+        return [] if frames == copied else [('wal', frames, copied)]
+    finally:
+        conn.close()
+
+
+def _write(db, key, value):
+    with db.transaction() as conn:
+        root = conn.root()
+        if key in root:
+            root[key]['v'] = value
+        else:
+            root[key] = PersistentMapping(v=value)
+
+
+def test_idle_connections_hold_no_snapshot(factory):
+    db = ZODB.DB(factory.storage())
+    try:
+        _write(db, 'a', 1)
+        # A connection that read, one that wrote, one that aborted, one
+        # with an explicit transaction manager; all left open, idle.
+        idle = []
+        for how in ('read', 'write', 'abort', 'explicit'):
+            tm = transaction.TransactionManager(explicit=how == 'explicit')
+            conn = db.open(transaction_manager=tm)
+            tm.begin()
+            conn.root()['a']._p_activate()
+            assert conn.root()['a']['v'] >= 1
+            if how == 'write':
+                conn.root()['a']['v'] += 1
+                tm.commit()
+            elif how == 'abort':
+                conn.root()['a']['v'] = -1
+                tm.abort()
+            else:
+                tm.commit()
+            idle.append((tm, conn))
+        # Another process's commit makes the snapshots, had they stayed,
+        # hold something back.
+        other = ZODB.DB(factory.storage())
+        _write(other, 'b', 2)
+        other.close()
+
+        # The check itself sees a connection that is in a transaction
+        # (with a commit after its snapshot began, for SQLite's sake).
+        tm, conn = idle[0]
+        tm.begin()
+        conn.cacheMinimize()
+        assert conn.root()['b']['v'] == 2
+        _write(db, 'c', 3)
+        assert _open_transactions(factory), 'the check cannot see snapshots'
+        tm.commit()
+        _write(db, 'c', 4)
+
+        assert _open_transactions(factory) == []
+        # Closed connections (back in ZODB's pool) hold none either.
+        for tm, conn in idle:
+            conn.close()
+        assert _open_transactions(factory) == []
+        # And the idle connections still see every commit when used again.
+        tm = transaction.TransactionManager()
+        conn = db.open(transaction_manager=tm)
+        tm.begin()
+        assert conn.root()['b']['v'] == 2
+        assert conn.root()['a']['v'] == 2
+        tm.abort()
+        conn.close()
+    finally:
+        db.close()
+
+
+def test_storage_used_directly_holds_no_snapshot(factory):
+    """Without ZODB's transaction boundaries, each read ends its own."""
+    storage = factory.storage()
+    db = ZODB.DB(storage)
+    try:
+        _write(db, 'a', 1)
+        other = ZODB.DB(factory.storage())
+        _write(other, 'b', 2)
+        other.close()
+        storage.load(z64)
+        assert len(storage) >= 3
+        assert storage.getSize() > 0
+        assert _open_transactions(factory) == []
+    finally:
+        db.close()
+
+
+@pytest.mark.parametrize('explicit', [False, True])
+def test_snapshot_after_idle_sees_only_the_view(factory, explicit):
+    """A read after the poll begins the snapshot, which may be newer than
+    the view: it must still return the state as of the view (history) or
+    refuse with a retryable conflict (history-free), never a newer one."""
+    db = ZODB.DB(factory.storage())
+    try:
+        _write(db, 'a', 1)
+        tm = transaction.TransactionManager(explicit=explicit)
+        conn = db.open(transaction_manager=tm)
+        tm.begin()
+        oid = conn.root()['a']._p_oid
+        tm.abort()
+        inst = conn._storage
+        view = inst._view_tid
+        # Another process commits after this connection's view, before it
+        # reads (so it begins a snapshot newer than its view).
+        other = ZODB.DB(factory.storage())
+        _write(other, 'a', 5)
+        other.close()
+        inst._cache.clear()
+        assert inst._view_tid == view
+        assert not inst._load.session.in_transaction
+        try:
+            state, serial = inst.load(oid)
+        except ReadConflictError as e:
+            assert not factory.keep_history
+            assert 'after this connection' in str(e)
+        else:
+            assert factory.keep_history
+            assert u64(serial) <= view
+            assert conn._reader.getState(state)['data']['v'] == 1
+        # The next transaction sees the new state.
+        tm.begin()
+        assert conn.root()['a']['v'] == 5
+        tm.abort()
+        conn.close()
+    finally:
+        db.close()
