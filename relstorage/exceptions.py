@@ -60,3 +60,14 @@ class UnableToLockRows(ConflictError):
 
 class CorruptRecord(RelStorageError):
     """A stored row cannot be what it claims to be."""
+
+
+class CommitOutcomeUnknown(RelStorageError):
+    """The connection was lost while the commit was being sent, and the
+    database could not be asked afterwards whether it happened. Not a
+    TransientError: retrying could apply the transaction twice."""
+
+
+class DatabaseFull(RelStorageError):
+    """The database has no room for the transaction (disk full, or a
+    configured size limit reached); nothing of it was written."""

@@ -12,6 +12,7 @@ from ZODB.utils import p64
 from ZODB.utils import u64
 from zope.interface import implementer
 
+from ..exceptions import CommitOutcomeUnknown
 from ..exceptions import DatabaseDisconnected
 from ..exceptions import ReadOnlyError
 from ..exceptions import RelStorageError
@@ -213,11 +214,14 @@ class StoreSession(_SessionWrapper):
             self.mover.upload(self.session, rows)
 
     def commit(self, meta, restore_tid=None, packed=False, empty=False,
-               max_oid=None, before_commit=None, first_row_tid=None):
+               max_oid=None, before_commit=None, first_row_tid=None,
+               probe_oid=None):
         """Make the uploaded rows current; return the tid. With
         *first_row_tid* (history-free copies only) each row keeps the tid
         uploaded in its prev_tid column, the oldest being *first_row_tid*,
-        and *restore_tid* becomes the last transaction."""
+        and *restore_tid* becomes the last transaction. *probe_oid*: an
+        object the commit writes as its tid, to ask the database whether
+        it committed if the connection is lost while committing."""
         session = self.session
         if not session.in_transaction:
             session.begin(self.adapter.store_begin_sql)
@@ -248,6 +252,22 @@ class StoreSession(_SessionWrapper):
                 # it does is undone by the caller if the commit fails.
                 before_commit(tid)
             session.execute_script(script)
+        except DatabaseDisconnected as lost:
+            # The COMMIT may have reached the server before the connection
+            # went: ask, on a new connection. Only a commit known not to
+            # have happened may be retried.
+            committed = self._committed(
+                tid, None if first_row_tid is not None else probe_oid)
+            if committed is None:
+                raise CommitOutcomeUnknown(
+                    '%s; could not find out whether transaction %016x '
+                    'committed: check the database before retrying it'
+                    % (lost, tid)) from lost
+            if not committed:
+                raise
+            log.warning('%s while committing transaction %016x, which '
+                        'committed all the same', lost, tid)
+            return tid
         except Exception:
             # Nothing of it became visible; leave the connection usable.
             self.rollback()
@@ -255,6 +275,21 @@ class StoreSession(_SessionWrapper):
         session.in_transaction = False
         session.holds_commit_lock = False
         return tid
+
+    def _committed(self, tid, probe_oid):
+        """Whether *tid* committed, asked on a new connection; None when
+        that cannot be known."""
+        probe = self.mover.committed_probe(tid, probe_oid)
+        try:
+            self.session.close()
+            self._open()
+            if probe is None:
+                return None
+            return bool(self.session.scalar(*probe))
+        except Exception:  # noqa: BLE001 -- the server is still away
+            log.debug('could not ask whether %016x committed', tid,
+                      exc_info=True)
+            return None
 
     def rollback(self):
         ok = True

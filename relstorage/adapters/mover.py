@@ -103,6 +103,11 @@ class HistoryPreservingMover(Mover):
                    'WHERE tid > %s AND tid <= %s')
     last_tid_sql = 'SELECT COALESCE(MAX(tid), 0) FROM transactions'
     lock_table = 'current_object'
+
+    def committed_probe(self, tid, oid):
+        """A statement counting what proves that *tid* committed (its
+        row in transactions)."""
+        return 'SELECT COUNT(*) FROM transactions WHERE tid = %s', (tid,)
     current_table = 'current_object'
 
     def load_before(self, session, oid, tid):
@@ -152,6 +157,14 @@ class HistoryFreeMover(Mover):
                    'WHERE tid > %s AND tid <= %s')
     last_tid_sql = 'SELECT tid FROM last_transaction WHERE id = 0'
     lock_table = 'object_state'
+
+    def committed_probe(self, tid, oid):
+        # The only trace of a history-free transaction is its rows; one of
+        # them, written as *tid*, proves it committed (None: no row to ask).
+        if oid is None:
+            return None
+        return ('SELECT COUNT(*) FROM object_state WHERE zoid = %s '
+                'AND tid = %s', (oid, tid))
     current_table = 'object_state'
 
     def load_before(self, session, oid, tid):

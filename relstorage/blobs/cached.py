@@ -84,7 +84,7 @@ class DatabaseBlobs(BlobFiles):
             return False
         if blob_id is None:
             raise missing_blob(oid, tid, 'the revision holds no blob')
-        self.fshelper.createPathForOID(p64(oid))
+        self.create_path(oid)
         fd, temp = self.fshelper.blob_mkstemp(p64(oid), p64(tid))
         size = num = 0
         try:

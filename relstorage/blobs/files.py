@@ -75,9 +75,23 @@ class BlobFiles:
         rename_or_copy_blob(path, staged, chmod=False)
         return staged
 
+    def create_path(self, oid):
+        """Create the directory of *oid*'s blob files, and the ones above
+        it, owner-only like the blob directory itself."""
+        path = self.fshelper.getPathForOID(p64(oid))
+        missing = []
+        while not os.path.isdir(path) and path != self.blob_dir:
+            missing.append(path)
+            path = os.path.dirname(path)
+        for path in reversed(missing):
+            try:
+                os.mkdir(path, 0o700)
+            except FileExistsError:  # another thread or process was first
+                pass
+
     def place(self, staged, oid, tid):
         """Make *staged* the committed file of revision *(oid, tid)*."""
-        self.fshelper.createPathForOID(p64(oid))
+        self.create_path(oid)
         target = self.filename(oid, tid)
         rename_or_copy_blob(staged, target)
         return target

@@ -164,3 +164,96 @@ def test_read_only_storage_on_empty_database(misc):
 def test_pg_dsn_helper_points_at_mode_databases():
     assert 'relstoragetest_hp ' in pg_dsn(True) + ' '
     assert 'relstoragetest_hf2' in pg_dsn(False, 'dst')
+
+
+def test_corrupt_record_names_the_object_and_loses_nothing(factory):
+    import transaction
+    import ZODB
+    from persistent.mapping import PersistentMapping
+    from ZODB.utils import p64
+    from ZODB.utils import u64
+
+    from relstorage.exceptions import CorruptRecord
+    db = ZODB.DB(factory.storage())
+    try:
+        with db.transaction() as conn:
+            conn.root()['bad'] = PersistentMapping(v=1)
+            conn.root()['good'] = PersistentMapping(v=2)
+        with db.transaction() as conn:
+            oid = u64(conn.root()['bad']._p_oid)
+            good = conn.root()['good']._p_oid
+        # Something outside the storage truncates one row.
+        adapter = factory.adapter()
+        session = adapter.connect(for_store=True)
+        session.begin()
+        session.execute('UPDATE object_state SET state = %s WHERE zoid = %s',
+                        (b'\x80\x03cpersistent.mapping\nPersistentMa', oid))
+        session.commit()
+        session.close()
+        adapter.close()
+        db.close()
+        db = ZODB.DB(factory.storage())
+        tm = transaction.TransactionManager()
+        conn = db.open(transaction_manager=tm)
+        root = conn.root()
+        with pytest.raises(CorruptRecord) as exc:
+            root['bad']['v']
+        message = str(exc.value)
+        assert '0x%x' % oid in message and 'not a pickle' in message
+        assert factory.adapter().describe() in message
+        # Everything else still loads, and the row is unchanged.
+        assert root['good']['v'] == 2
+        tm.abort()
+        conn.close()
+        assert db.storage.load(good)[0].endswith(b'.')
+        with pytest.raises(CorruptRecord):
+            db.storage.load(p64(oid))
+    finally:
+        db.close()
+
+
+@pytest.mark.parametrize('keep_history', [True, False])
+def test_full_sqlite_database_is_a_clear_error_and_loses_nothing(
+        tmp_path, keep_history):
+    import ZODB
+    from persistent.mapping import PersistentMapping
+
+    from relstorage.adapters.sqlite import SQLiteAdapter
+    from relstorage.exceptions import DatabaseFull
+    from relstorage.storage import RelStorage
+
+    def open_db(**pragmas):
+        return ZODB.DB(RelStorage(SQLiteAdapter(
+            str(tmp_path), pragmas=pragmas,
+            options=Options(keep_history=keep_history))))
+    db = open_db()
+    with db.transaction() as conn:
+        conn.root()['a'] = PersistentMapping(v=1)
+    session = db.storage._adapter.connect(for_store=False)
+    pages = session.scalar('PRAGMA page_count')
+    session.close()
+    db.close()
+    # The disk "fills up": the database may grow by two pages only.
+    db = open_db(max_page_count=pages + 2)
+    try:
+        with pytest.raises(DatabaseFull) as exc:
+            with db.transaction() as conn:
+                conn.root()['a']['v'] = 2
+                conn.root()['big'] = PersistentMapping(v=b'x' * 1000000)
+        assert 'is full' in str(exc.value) and str(tmp_path) in str(exc.value)
+        with db.transaction() as conn:
+            assert conn.root()['a']['v'] == 1
+            assert 'big' not in conn.root()
+    finally:
+        db.close()
+    # With room again, the same commit succeeds.
+    db = open_db()
+    try:
+        with db.transaction() as conn:
+            conn.root()['a']['v'] = 2
+            conn.root()['big'] = PersistentMapping(v=b'x' * 1000000)
+        with db.transaction() as conn:
+            assert conn.root()['a']['v'] == 2
+            assert len(conn.root()['big']['v']) == 1000000
+    finally:
+        db.close()

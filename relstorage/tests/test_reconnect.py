@@ -111,3 +111,126 @@ def test_connection_killed_during_commit_is_retryable(factory, db):
     conn.close()
     with db.transaction() as c:
         assert c.root()['a']['n'] == 11
+
+
+@pytest.fixture(params=[(db, kh) for db in ('postgresql', 'mysql')
+                        for kh in (True, False)],
+                ids=lambda p: '%s-%s' % (p[0], 'HP' if p[1] else 'HF'))
+def both_modes(request):
+    db_name, keep_history = request.param
+    require(db_name)
+    f = DatabaseFactory(db_name, keep_history)
+    f.storage(zap=True).close()
+    yield f
+    f.cleanup()
+
+
+def _locks_held(factory):
+    """Commit (or pack) locks any connection holds on the database."""
+    if factory.db == 'postgresql':
+        import psycopg2
+        conn = psycopg2.connect(pg_dsn(factory.keep_history))
+        try:
+            cur = conn.cursor()
+            cur.execute(
+                "SELECT COUNT(*) FROM pg_locks l JOIN pg_database d "
+                "ON d.oid = l.database WHERE d.datname = current_database() "
+                "AND l.locktype = 'advisory'")
+            return cur.fetchone()[0]
+        finally:
+            conn.close()
+    import MySQLdb
+    from relstorage.adapters.mysql.adapter import COMMIT_LOCK
+    conn = MySQLdb.connect(**mysql_params(factory.keep_history))
+    try:
+        cur = conn.cursor()
+        cur.execute('SELECT IS_USED_LOCK(%s)' % COMMIT_LOCK)
+        return 0 if cur.fetchone()[0] is None else 1
+    finally:
+        conn.close()
+
+
+def _value(factory):
+    db = ZODB.DB(factory.storage())
+    try:
+        with db.transaction() as c:
+            return c.root()['a']['n']
+    finally:
+        db.close()
+
+
+@pytest.mark.parametrize('phase', ['after begin', 'after vote',
+                                   'holding the commit lock',
+                                   'after the commit reached the server'])
+def test_connection_killed_at_each_commit_phase(both_modes, phase):
+    """Killed before the commit transaction began, the session reconnects
+    and the commit succeeds; killed inside it, the commit fails with a
+    TransientError and leaves nothing; killed after the COMMIT reached the
+    server (the reply lost), the storage finds the commit done and says
+    so. Never a lock left behind, never a half commit."""
+    from relstorage.exceptions import DatabaseDisconnected
+    factory = both_modes
+    db = ZODB.DB(factory.storage())
+    try:
+        with db.transaction() as conn:
+            conn.root()['a'] = PersistentMapping(n=1)
+        tm, conn = _connection_changing_a(db)
+        inst = conn._storage
+        store = inst._store_session()
+        victim = _backend_id(store.session)
+        if phase == 'after begin':
+            original = inst.tpc_vote
+
+            def inject(txn):
+                _kill(factory.db, victim)
+                return original(txn)
+            inst.tpc_vote = inject
+        elif phase == 'after vote':
+            original = inst.tpc_vote
+
+            def inject(txn):
+                result = original(txn)
+                _kill(factory.db, victim)
+                return result
+            inst.tpc_vote = inject
+        elif phase == 'holding the commit lock':
+            locker = store.locker
+            original = locker.hold_commit_lock
+
+            def inject(session, sql):
+                result = original(session, sql)
+                _kill(factory.db, victim)
+                return result
+            locker.hold_commit_lock = inject
+        else:
+            session = store.session
+            original = session.execute_script
+
+            def inject(script):
+                original(script)
+                _kill(factory.db, victim)
+                raise DatabaseDisconnected('injected: the reply was lost')
+            session.execute_script = inject
+
+        if phase in ('after vote', 'holding the commit lock'):
+            with pytest.raises(TransientError):
+                tm.commit()
+            tm.abort()
+            expected = 1
+        else:
+            tm.commit()
+            expected = 2
+        for obj in (inst, getattr(store, 'locker', None)):
+            obj.__dict__.pop('tpc_vote', None)
+            obj.__dict__.pop('hold_commit_lock', None)
+        assert _locks_held(factory) == 0
+        assert _value(factory) == expected
+        # The next commits work, on this connection and others.
+        tm.begin()
+        conn.root()['a']['n'] = 10
+        tm.commit()
+        conn.close()
+        assert _value(factory) == 10
+        assert _locks_held(factory) == 0
+    finally:
+        db.close()

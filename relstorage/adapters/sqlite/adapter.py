@@ -9,6 +9,7 @@ import re
 import sqlite3
 
 from ...exceptions import CommitLockTimeout
+from ...exceptions import DatabaseFull
 from ...exceptions import ConfigurationError
 from ...exceptions import DatabaseUnavailable
 from ..adapter import OID_BLOCK
@@ -82,6 +83,12 @@ class SQLiteSession(Session):
                     'longer than commit-lock-timeout (%ss)'
                     % (self.adapter.describe(),
                        self.adapter.options.commit_lock_timeout)) from None
+            if 'full' in str(e):
+                raise DatabaseFull(
+                    'the %s is full (no space left on its disk, or its '
+                    'max_page_count pragma reached): %s; nothing of this '
+                    'transaction was written' % (self.adapter.describe(), e)
+                ) from None
             raise
 
 

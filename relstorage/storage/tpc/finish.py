@@ -1,6 +1,7 @@
 """The finish phase: commit lock, tid, rows made current, commit."""
 from ZODB._compat import dumps
 
+from ...exceptions import CommitOutcomeUnknown
 from ...exceptions import DatabaseDisconnected
 
 
@@ -33,8 +34,9 @@ def finish(storage, tpc):
             restore_tid=tpc.restore_tid, packed=tpc.packed,
             empty=not tpc.rows, max_oid=max_oid,
             first_row_tid=min(serials.values()) if serials else None,
+            probe_oid=tpc.rows[0][0] if tpc.rows else None,
             before_commit=blobs.before_commit(tpc) if blobs else None)
-    except DatabaseDisconnected:
+    except (DatabaseDisconnected, CommitOutcomeUnknown):
         # The commit may have happened: keep blob files already placed
         # (an orphan file is harmless, a missing one is not).
         del tpc.placed[:]
