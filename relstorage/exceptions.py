@@ -71,3 +71,8 @@ class CommitOutcomeUnknown(RelStorageError):
 class DatabaseFull(RelStorageError):
     """The database has no room for the transaction (disk full, or a
     configured size limit reached); nothing of it was written."""
+
+
+class PermissionDenied(RelStorageError):
+    """The database user lacks a privilege the storage needs (typically:
+    a read-only user, without ``read-only true``)."""

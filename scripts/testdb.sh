@@ -2,14 +2,17 @@
 # Prepare the PostgreSQL and MySQL/MariaDB servers used by the relstorage
 # test suite.  Safe to run any number of times.
 #
-# Usage: scripts/testdb.sh [--postgresql] [--mysql]
+# Usage: scripts/testdb.sh [--postgresql] [--mysql] [--stop]
 #
-# With no flag both databases are prepared.  For each one the script makes
+# With no flag both databases are prepared. With --stop the selected local
+# servers are stopped instead (the restart tests stop a server, then run
+# this script again to start it).  For each one the script makes
 # sure a server answers, then creates (when missing) the test account
 # `relstoragetest` and the databases
 #   relstoragetest_hp relstoragetest_hf relstoragetest_hp2
 #   relstoragetest_hf2 relstoragetest_misc
-# owned by / fully granted to that account.
+# owned by / fully granted to that account, and the account
+# `relstoragetest_ro`, which may only read relstoragetest_hp.
 #
 # A local server (127.0.0.1 or localhost on the standard port) is started,
 # and when run as root on Debian/Ubuntu installed from the distribution's
@@ -30,6 +33,7 @@
 set -euo pipefail
 
 TEST_USER=relstoragetest
+RO_USER=relstoragetest_ro  # may only read; its MySQL password is its name
 MYSQL_TEST_PASSWORD=relstoragetest
 TEST_DATABASES=(relstoragetest_hp relstoragetest_hf relstoragetest_hp2
                 relstoragetest_hf2 relstoragetest_misc)
@@ -314,6 +318,18 @@ pg_setup() {
             pg_admin -c "ALTER DATABASE $db OWNER TO $TEST_USER" || return 1
         fi
     done
+    # A user that may only read ${TEST_DATABASES[0]}, for the read-only
+    # user tests; tables the tests create later are readable too.
+    exists=$(pg_admin -tAc "select 1 from pg_roles where rolname = '$RO_USER'") || return 1
+    if [ "$exists" != 1 ]; then
+        pg_admin -c "CREATE ROLE $RO_USER LOGIN" || return 1
+    fi
+    pg_admin -d "${TEST_DATABASES[0]}" -c "
+        GRANT CONNECT ON DATABASE ${TEST_DATABASES[0]} TO $RO_USER;
+        GRANT USAGE ON SCHEMA public TO $RO_USER;
+        GRANT SELECT ON ALL TABLES IN SCHEMA public TO $RO_USER;
+        ALTER DEFAULT PRIVILEGES FOR ROLE $TEST_USER IN SCHEMA public
+            GRANT SELECT ON TABLES TO $RO_USER;" >/dev/null || return 1
 }
 
 prepare_postgresql() {  # explicit
@@ -479,6 +495,11 @@ my_setup() {
             sql+="GRANT ALL PRIVILEGES ON \`$db\`.* TO '$TEST_USER'@'$host';"
         done
     done
+    for host in localhost 127.0.0.1 %; do
+        account="'$RO_USER'@'$host'"
+        sql+="CREATE USER IF NOT EXISTS $account IDENTIFIED BY '$RO_USER';"
+        sql+="GRANT SELECT ON \`${TEST_DATABASES[0]}\`.* TO $account;"
+    done
     if ! my_admin -e "$sql" >"$LOG" 2>&1; then
         show_log
         return 1
@@ -542,14 +563,49 @@ prepare_mysql() {  # explicit
     say "mysql on $where ready"
 }
 
+# ---------------------------------------------------------------- stop
+
+pg_stop_local() {
+    if ! is_local "$PG_HOST" "$PG_PORT" 5432 || ! is_root; then
+        warn "only a local PostgreSQL can be stopped, and only as root"
+        return 1
+    fi
+    local cluster ver name
+    cluster=$(pg_local_cluster || true)
+    if [ -z "$cluster" ]; then
+        warn "no local PostgreSQL cluster on port $PG_PORT"
+        return 1
+    fi
+    read -r ver name <<<"$cluster"
+    say "stopping postgresql cluster $ver/$name"
+    pg_ctlcluster --skip-systemctl-redirect "$ver" "$name" stop -m fast \
+        >"$LOG" 2>&1 || { show_log; return 1; }
+}
+
+my_stop_local() {
+    if ! is_local "$MY_HOST" "$MY_PORT" 3306 || ! is_root; then
+        warn "only a local MySQL can be stopped, and only as root"
+        return 1
+    fi
+    local daemon
+    daemon=$(my_daemon) || { warn "no mysql server installed"; return 1; }
+    say "stopping $daemon"
+    # Waits until the process has exited, so that starting it again
+    # cannot mistake the one shutting down for a running server.
+    start-stop-daemon --stop --oknodo --exec "$daemon" \
+        --retry "TERM/$WAIT_SECONDS/KILL/5" >"$LOG" 2>&1 || { show_log; return 1; }
+}
+
 # ---------------------------------------------------------------- main
 
 want_pg=0
 want_my=0
+stop=0
 for arg in "$@"; do
     case "$arg" in
         --postgresql|--postgres|--pg) want_pg=1 ;;
         --mysql|--mariadb) want_my=1 ;;
+        --stop) stop=1 ;;
         -h|--help) usage; exit 0 ;;
         *) err "unknown argument: $arg"; usage >&2; exit 2 ;;
     esac
@@ -559,6 +615,13 @@ if [ "$want_pg" = 0 ] && [ "$want_my" = 0 ]; then
     want_pg=1
     want_my=1
     explicit=0
+fi
+
+if [ "$stop" = 1 ]; then
+    status=0
+    if [ "$want_pg" = 1 ]; then pg_stop_local || status=1; fi
+    if [ "$want_my" = 1 ]; then my_stop_local || status=1; fi
+    exit "$status"
 fi
 
 if [ "$want_pg" = 1 ]; then

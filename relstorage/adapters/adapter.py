@@ -439,6 +439,10 @@ class Adapter:
         """Whether a driver error means the connection is gone."""
         return False
 
+    def is_permission_error(self, error):
+        """Whether a driver error means the user lacks a privilege."""
+        return False
+
     def note_oid(self, oid):
         if oid > self.max_known_oid:
             self.max_known_oid = oid

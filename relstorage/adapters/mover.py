@@ -5,6 +5,7 @@ loading, uploading into the per-connection ``temp_store`` table and making
 uploaded rows current. Adapters subclass them only where their SQL differs
 (for example the upsert spelling).
 """
+from ..exceptions import CorruptRecord
 from .session import chunks
 from .session import in_list
 
@@ -46,8 +47,19 @@ class Mover:
         row = session.fetchone(self.load_current_sql, (oid,))
         if row is None:
             return None, None
-        state, tid = row
-        return (bytes(state) if state is not None else None), tid
+        state, tid, size = row
+        if state is None:
+            return None, tid
+        state = bytes(state)
+        if len(state) != size:
+            # The row was changed by something else than the storage (which
+            # writes both together), or damaged: say which, rather than
+            # hand ZODB bytes that fail to unpickle without naming it.
+            raise CorruptRecord(
+                'the state of object 0x%x (transaction %016x) in the %s is '
+                'damaged: %d bytes where %d were written'
+                % (oid, tid, self.adapter.describe(), len(state), size))
+        return state, tid
 
     def load_many(self, session, oids):
         result = {}
@@ -89,7 +101,7 @@ class Mover:
 class HistoryPreservingMover(Mover):
 
     load_current_sql = (
-        'SELECT s.state, s.tid FROM current_object c '
+        'SELECT s.state, s.tid, s.state_size FROM current_object c '
         'JOIN object_state s ON s.zoid = c.zoid AND s.tid = c.tid '
         'WHERE c.zoid = %s')
     load_many_sql = (
@@ -149,7 +161,8 @@ class HistoryPreservingMover(Mover):
 
 class HistoryFreeMover(Mover):
 
-    load_current_sql = 'SELECT state, tid FROM object_state WHERE zoid = %s'
+    load_current_sql = ('SELECT state, tid, state_size FROM object_state '
+                        'WHERE zoid = %s')
     load_many_sql = ('SELECT zoid, state, tid FROM object_state '
                      'WHERE zoid IN %s')
     current_tids_sql = 'SELECT zoid, tid FROM object_state WHERE zoid IN %s'

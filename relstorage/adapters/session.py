@@ -9,6 +9,7 @@ import logging
 import threading
 
 from ..exceptions import DatabaseDisconnected
+from ..exceptions import PermissionDenied
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +60,12 @@ class Session:
         except DatabaseDisconnected:
             raise
         except Exception as e:
+            if self.adapter.is_permission_error(e):
+                raise PermissionDenied(
+                    'the database user may not do this in the %s: %s (a '
+                    'user that may only read needs read-only true)'
+                    % (self.adapter.describe(),
+                       str(e).strip().splitlines()[0])) from e
             if not self.adapter.is_disconnect(self, e):
                 raise
             self.in_transaction = False

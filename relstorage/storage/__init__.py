@@ -140,8 +140,8 @@ class RelStorage(Loader, TPC, History, Iteration, BlobMethods,
     def lastTransaction(self):
         if self._is_root:
             # Commits happen through instances; ask the database.
-            with self._load_lock:
-                self._ensure_view()
+            with self._reading():
+                pass
         return p64(max(self._last_tid, self._view_tid or 0))
 
     def __len__(self):

@@ -8,8 +8,6 @@ import time
 
 from ZODB.POSException import POSKeyError
 from ZODB.POSException import ReadConflictError
-
-from ..exceptions import CorruptRecord
 from ZODB.utils import p64
 from ZODB.utils import u64
 
@@ -168,8 +166,9 @@ class Loader:
         retries."""
         if not self._adapter.keep_history:
             raise ReadConflictError(
-                'object %d changed (tid %d) after this connection\'s view '
-                '(tid %d)' % (ioid, tid, view), oid=p64(ioid),
+                'object 0x%x changed (transaction %016x) after this '
+                'connection\'s view (%016x)' % (ioid, tid, view),
+                oid=p64(ioid),
                 serials=(p64(tid), p64(view)))
         found = session.load_before(ioid, view + 1)
         if found is None:
@@ -195,21 +194,9 @@ class Loader:
                 self._end_snapshot()
             if state is None:
                 raise POSKeyError(oid)
-            self._check_record(ioid, tid, state)
             self._cache.store(ioid, tid, state, view)
             self._remember(ioid, tid, state)
             return state, p64(tid)
-
-    def _check_record(self, ioid, tid, state):
-        """A ZODB record is pickles, each ending with the STOP opcode: one
-        that does not was truncated or overwritten. Say which, rather than
-        let the unpickler fail on it without naming the object."""
-        if state[-1:] != b'.':
-            raise CorruptRecord(
-                'the state of object 0x%x (transaction %016x) in the %s is '
-                'not a pickle (%d bytes, ending %r): the row was truncated '
-                'or overwritten' % (ioid, tid, self._adapter.describe(),
-                                    len(state), state[-8:]))
 
     def getTid(self, oid):
         return self.load(oid)[1]
@@ -224,8 +211,7 @@ class Loader:
                 return
             found = self._load_session().load_many(wanted)
             for oid, (state, tid) in found.items():
-                # A corrupt record is left for load() to report.
-                if state is not None and state[-1:] == b'.':
+                if state is not None:
                     cache.store(oid, tid, state, view)
 
     def _remember(self, oid, tid, state):

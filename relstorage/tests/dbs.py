@@ -63,6 +63,24 @@ def mysql_params(keep_history, which='main', **overrides):
     return params
 
 
+def admin_query(db_name, keep_history, sql, params=()):
+    """Rows of *sql* run on a connection of its own to a test database
+    (as an administrator or a monitoring tool would), then closed."""
+    if db_name == 'postgresql':
+        import psycopg2
+        conn = psycopg2.connect(pg_dsn(keep_history))
+        conn.autocommit = True
+    else:
+        import MySQLdb
+        conn = MySQLdb.connect(**mysql_params(keep_history))
+    try:
+        cur = conn.cursor()
+        cur.execute(sql, params)
+        return list(cur.fetchall()) if cur.description else []
+    finally:
+        conn.close()
+
+
 _unreachable = {}
 
 

@@ -199,7 +199,7 @@ def test_corrupt_record_names_the_object_and_loses_nothing(factory):
         with pytest.raises(CorruptRecord) as exc:
             root['bad']['v']
         message = str(exc.value)
-        assert '0x%x' % oid in message and 'not a pickle' in message
+        assert '0x%x' % oid in message and 'damaged' in message
         assert factory.adapter().describe() in message
         # Everything else still loads, and the row is unchanged.
         assert root['good']['v'] == 2
@@ -257,3 +257,74 @@ def test_full_sqlite_database_is_a_clear_error_and_loses_nothing(
             assert len(conn.root()['big']['v']) == 1000000
     finally:
         db.close()
+
+
+RO_USER = 'relstoragetest_ro'
+
+
+@pytest.mark.parametrize('db_name', ['postgresql', 'mysql'])
+def test_read_only_database_user(db_name):
+    """A user that may only read (made by scripts/testdb.sh) can use the
+    storage with read-only true; without it, a commit fails with an error
+    that names the database and the option, and changes nothing."""
+    import ZODB
+    from persistent.mapping import PersistentMapping
+
+    from relstorage.exceptions import PermissionDenied
+    from relstorage.storage import RelStorage
+
+    from .dbs import PG_USER
+    from .dbs import in_ci
+    from .dbs import mysql_params
+    from .dbs import pg_dsn
+    from .dbs import require
+    require(db_name)
+    factory = DatabaseFactory(db_name, True)
+    db = ZODB.DB(factory.storage(zap=True))
+    with db.transaction() as conn:
+        conn.root()['a'] = PersistentMapping(v=1)
+    db.close()
+
+    def ro_storage(read_only):
+        options = Options(keep_history=True, read_only=read_only)
+        if db_name == 'postgresql':
+            from relstorage.adapters.postgresql import PostgreSQLAdapter
+            dsn = pg_dsn(True).replace('user=%s' % PG_USER,
+                                       'user=%s' % RO_USER)
+            adapter = PostgreSQLAdapter(dsn, options=options)
+        else:
+            from relstorage.adapters.mysql import MySQLAdapter
+            adapter = MySQLAdapter(options=options, **mysql_params(
+                True, user=RO_USER, passwd=RO_USER))
+        return RelStorage(adapter)
+
+    try:
+        storage = ro_storage(True)
+    except DatabaseUnavailable as e:
+        if in_ci():
+            raise
+        pytest.skip('no read-only test account (scripts/testdb.sh): %s' % e)
+    db = ZODB.DB(storage)
+    try:
+        with db.transaction() as conn:
+            assert conn.root()['a']['v'] == 1
+    finally:
+        db.close()
+
+    db = ZODB.DB(ro_storage(False))
+    try:
+        with pytest.raises(PermissionDenied) as exc:
+            with db.transaction() as conn:
+                conn.root()['a']['v'] = 2
+        message = str(exc.value)
+        assert 'read-only true' in message
+        assert db.storage._adapter.describe() in message
+    finally:
+        db.close()
+    db = ZODB.DB(factory.storage())
+    try:
+        with db.transaction() as conn:
+            assert conn.root()['a']['v'] == 1
+    finally:
+        db.close()
+        factory.cleanup()

@@ -14,42 +14,29 @@ from ZODB.POSException import ReadConflictError
 from ZODB.utils import u64
 from ZODB.utils import z64
 
-from .dbs import mysql_params
-from .dbs import pg_dsn
+from .dbs import admin_query
 
 
 def _open_transactions(factory):
     """Connections of this test database now inside a transaction (other
     than the one asking)."""
     if factory.db == 'postgresql':
-        import psycopg2
-        conn = psycopg2.connect(pg_dsn(factory.keep_history))
-        try:
-            cur = conn.cursor()
-            cur.execute(
-                "SELECT pid, state, backend_xmin FROM pg_stat_activity "
-                "WHERE datname = current_database() "
-                "AND pid <> pg_backend_pid() "
-                "AND (state LIKE 'idle in transaction%%' "
-                "     OR backend_xmin IS NOT NULL)")
-            return cur.fetchall()
-        finally:
-            conn.close()
+        return admin_query(
+            factory.db, factory.keep_history,
+            "SELECT pid, state, backend_xmin FROM pg_stat_activity "
+            "WHERE datname = current_database() "
+            "AND pid <> pg_backend_pid() "
+            "AND (state LIKE 'idle in transaction%%' "
+            "     OR backend_xmin IS NOT NULL)")
     if factory.db == 'mysql':
-        import MySQLdb
         # InnoDB refreshes what information_schema.innodb_trx shows at most
         # every 0.1 s: give it time to show the present.
         time.sleep(0.25)
-        conn = MySQLdb.connect(**mysql_params(factory.keep_history))
-        try:
-            cur = conn.cursor()
-            cur.execute(
-                "SELECT trx_mysql_thread_id, trx_state "
-                "FROM information_schema.innodb_trx "
-                "WHERE trx_mysql_thread_id <> CONNECTION_ID()")
-            return list(cur.fetchall())
-        finally:
-            conn.close()
+        return admin_query(
+            factory.db, factory.keep_history,
+            "SELECT trx_mysql_thread_id, trx_state "
+            "FROM information_schema.innodb_trx "
+            "WHERE trx_mysql_thread_id <> CONNECTION_ID()")
     # SQLite: a reader inside a transaction keeps the WAL from being
     # copied back in full; a complete passive checkpoint proves none.
     from relstorage.adapters.sqlite.adapter import MAIN_FILE
@@ -138,6 +125,7 @@ def test_storage_used_directly_holds_no_snapshot(factory):
         _write(other, 'b', 2)
         other.close()
         storage.load(z64)
+        assert storage.lastTransaction() > z64
         assert len(storage) >= 3
         assert storage.getSize() > 0
         assert _open_transactions(factory) == []

@@ -8,8 +8,7 @@ from persistent.mapping import PersistentMapping
 from transaction.interfaces import TransientError
 
 from .dbs import DatabaseFactory
-from .dbs import mysql_params
-from .dbs import pg_dsn
+from .dbs import admin_query
 from .dbs import require
 
 
@@ -31,16 +30,10 @@ def _backend_id(session):
 def _kill(db_name, backend_id):
     """Kill one server connection, as an administrator or a crash would."""
     if db_name == 'postgresql':
-        import psycopg2
-        conn = psycopg2.connect(pg_dsn(True))
-        conn.autocommit = True
-        conn.cursor().execute('SELECT pg_terminate_backend(%s)', (backend_id,))
-        conn.close()
+        admin_query(db_name, True, 'SELECT pg_terminate_backend(%s)',
+                    (backend_id,))
     else:
-        import MySQLdb
-        conn = MySQLdb.connect(**mysql_params(True))
-        conn.cursor().execute('KILL %s', (backend_id,))
-        conn.close()
+        admin_query(db_name, True, 'KILL %s', (backend_id,))
 
 
 @pytest.fixture
@@ -128,26 +121,15 @@ def both_modes(request):
 def _locks_held(factory):
     """Commit (or pack) locks any connection holds on the database."""
     if factory.db == 'postgresql':
-        import psycopg2
-        conn = psycopg2.connect(pg_dsn(factory.keep_history))
-        try:
-            cur = conn.cursor()
-            cur.execute(
-                "SELECT COUNT(*) FROM pg_locks l JOIN pg_database d "
-                "ON d.oid = l.database WHERE d.datname = current_database() "
-                "AND l.locktype = 'advisory'")
-            return cur.fetchone()[0]
-        finally:
-            conn.close()
-    import MySQLdb
+        return admin_query(
+            factory.db, factory.keep_history,
+            "SELECT COUNT(*) FROM pg_locks l JOIN pg_database d "
+            "ON d.oid = l.database WHERE d.datname = current_database() "
+            "AND l.locktype = 'advisory'")[0][0]
     from relstorage.adapters.mysql.adapter import COMMIT_LOCK
-    conn = MySQLdb.connect(**mysql_params(factory.keep_history))
-    try:
-        cur = conn.cursor()
-        cur.execute('SELECT IS_USED_LOCK(%s)' % COMMIT_LOCK)
-        return 0 if cur.fetchone()[0] is None else 1
-    finally:
-        conn.close()
+    held = admin_query(factory.db, factory.keep_history,
+                       'SELECT IS_USED_LOCK(%s)' % COMMIT_LOCK)[0][0]
+    return 0 if held is None else 1
 
 
 def _value(factory):
@@ -234,3 +216,37 @@ def test_connection_killed_at_each_commit_phase(both_modes, phase):
         assert _locks_held(factory) == 0
     finally:
         db.close()
+
+
+def _restart_server(db_name):
+    """Stop the local test server and start it again, with the script that
+    prepares the test databases."""
+    import pathlib
+    import subprocess
+    script = pathlib.Path(__file__).parents[2] / 'scripts' / 'testdb.sh'
+    flag = '--postgresql' if db_name == 'postgresql' else '--mysql'
+    stop = subprocess.run(['bash', str(script), flag, '--stop'],
+                          capture_output=True, text=True)
+    if 'only a local' in stop.stderr:
+        pytest.skip(stop.stderr.strip())
+    assert stop.returncode == 0, stop.stderr
+    start = subprocess.run(['bash', str(script), flag],
+                           capture_output=True, text=True)
+    assert start.returncode == 0, start.stderr
+
+
+def test_server_restart_between_transactions(factory, db):
+    tm, conn = _connection_changing_a(db)
+    tm.commit()
+    _restart_server(factory.db)
+    # The connections died with the server; the next transaction opens new
+    # ones without an error, sees the data and commits.
+    tm.begin()
+    assert conn.root()['a']['n'] == 2
+    conn.root()['a']['n'] = 3
+    tm.commit()
+    conn.close()
+    other = ZODB.DB(factory.storage())
+    with other.transaction() as c:
+        assert c.root()['a']['n'] == 3
+    other.close()

@@ -295,6 +295,11 @@ class MySQLAdapter(Adapter):
         session.fetchall('ANALYZE TABLE %s'
                          % ', '.join(self.packer.object_tables))
 
+    def is_permission_error(self, error):
+        # command denied for a table; access denied to a database; needs
+        # a privilege (CREATE TEMPORARY TABLES, say)
+        return error_code(error) in (1142, 1143, 1044, 1227)
+
     def is_disconnect(self, session, error):
         module = self.driver.module
         return (isinstance(error, module.InterfaceError)

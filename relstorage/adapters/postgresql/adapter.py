@@ -180,6 +180,9 @@ class PostgreSQLAdapter(Adapter):
     def before_pack(self, session):
         session.execute('ANALYZE %s' % ', '.join(self.packer.object_tables))
 
+    def is_permission_error(self, error):
+        return getattr(error, 'pgcode', None) == '42501'
+
     def is_disconnect(self, session, error):
         psycopg2 = self.driver
         if isinstance(error, psycopg2.InterfaceError):
