@@ -32,7 +32,11 @@ setup(
         # Pure-Python fallback where mysqlclient cannot be built.
         'pymysql': ['PyMySQL >= 1.0'],
         'oracle': ['oracledb'],
+        # The speed test's charts and its ZEO contender.
+        'speedtest': ['matplotlib', 'ZEO'],
         'test': [
+            'matplotlib',
+            'ZEO',
             'ZODB[test]',
             'zope.testing',
             'pytest',

@@ -1,10 +1,15 @@
-"""``speedtest``: write N objects per transaction, read them back in a new
-connection, check that what was read equals what was written, and report
-the time per transaction for each ``<zodb NAME>`` section of a config file
-(by default, the embedded SQLite storage in a temporary directory).
+"""``speedtest``: how fast each ``<zodb NAME>`` section of a config file
+(RelStorage with any adapter, FileStorage, ZEO) writes and reads objects,
+alone and with concurrent processes, how the cost of a commit changes as
+the database grows, and what the connection (TCP or unix socket, local
+cache on or off) changes. Without a config file it measures the embedded
+SQLite storage, in both history modes, in a temporary directory.
+
+The databases named in the config file are emptied first.
 """
 import argparse
 import json
+import multiprocessing
 import os
 import platform
 import shutil
@@ -13,107 +18,303 @@ import sys
 import tempfile
 import time
 
-import transaction
-import ZODB
-import ZODB.config
-from persistent.mapping import PersistentMapping
+from . import contenders as contenders_mod
+from . import report
+from . import workloads
+from .workloads import SpeedTestError
 
-DEFAULT_CONFIG = """\
-%%import relstorage
-<zodb sqlite>
-  <relstorage>
-    keep-history false
-    <sqlite3>
-      data-dir %s
-    </sqlite3>
-  </relstorage>
-</zodb>
-"""
+__all__ = ['main', 'SpeedTestError']
 
 
-class SpeedTestError(Exception):
-    """What was read back differs from what was written."""
+def _child(queue, func, args, kwargs):
+    try:
+        queue.put(('ok', func(*args, **kwargs)))
+    except BaseException as e:  # noqa: BLE001 -- reported to the parent
+        queue.put(('error', '%s: %s' % (type(e).__name__, e)))
 
 
-def load_databases(config_text):
-    """``[(name, factory)]`` for each ``<zodb NAME>`` section."""
-    from ZConfig import loadConfigFile
-    import io
-    schema = ZODB.config.getDbSchema()
-    config, _ = loadConfigFile(schema, io.StringIO(config_text))
-    return [(section.name, section) for section in config.database]
+class Runner:
+    """Runs workloads in worker processes and says how far it is."""
+
+    def __init__(self, total_steps, quiet=False):
+        self.ctx = multiprocessing.get_context('spawn')
+        self.total = total_steps
+        self.done = 0
+        self.started = time.monotonic()
+        self.quiet = quiet
+
+    def step(self, what):
+        self.done += 1
+        if self.quiet:
+            return
+        elapsed = time.monotonic() - self.started
+        eta = ''
+        if self.done > 1:
+            eta = ', about %.0f s left' % (
+                elapsed / (self.done - 1) * (self.total - self.done + 1))
+        print('[%d/%d] %s (%.0f s%s)' % (self.done, self.total, what,
+                                         elapsed, eta),
+              file=sys.stderr, flush=True)
+
+    def parallel(self, func, arglists, barrier=False):
+        """Run ``func(*args)`` for each of *arglists* in its own process,
+        all at once; their results, in no particular order."""
+        queue = self.ctx.Queue()
+        kwargs = {}
+        if barrier:
+            kwargs['barrier'] = self.ctx.Barrier(len(arglists))
+        procs = [self.ctx.Process(target=_child,
+                                  args=(queue, func, args, kwargs))
+                 for args in arglists]
+        for p in procs:
+            p.start()
+        results, errors = [], []
+        try:
+            for _ in procs:
+                status, value = queue.get(timeout=3600)
+                (results if status == 'ok' else errors).append(value)
+        finally:
+            for p in procs:
+                p.join(60)
+                if p.is_alive():
+                    p.kill()
+        if errors:
+            raise SpeedTestError('; '.join(errors))
+        return results
+
+    def one(self, func, *args):
+        return self.parallel(func, [args])[0]
 
 
-def write_read(db, objects, transactions):
-    """Mean seconds per transaction for writing and for reading back."""
-    writes, reads = [], []
-    for t in range(transactions):
-        tm = transaction.TransactionManager()
-        conn = db.open(transaction_manager=tm)
-        start = time.perf_counter()
-        tm.begin()
-        root = conn.root()
-        batch = root['t%d' % t] = PersistentMapping()
-        for i in range(objects):
-            batch[i] = PersistentMapping(value='%d-%d' % (t, i))
-        tm.commit()
-        writes.append(time.perf_counter() - start)
-        conn.close()
+def _mean_ms(samples):
+    return statistics.mean(samples) * 1000
 
-        db.cacheMinimize()
-        tm = transaction.TransactionManager()
-        conn = db.open(transaction_manager=tm)
-        start = time.perf_counter()
-        tm.begin()
-        batch = conn.root()['t%d' % t]
-        for i in range(objects):
-            if batch[i]['value'] != '%d-%d' % (t, i):
-                raise SpeedTestError('object %d of transaction %d read back '
-                                     'wrong' % (i, t))
-        reads.append(time.perf_counter() - start)
-        tm.abort()
-        conn.close()
-    return statistics.mean(writes), statistics.mean(reads)
+
+def write_read_test(runner, contender, objects, concurrency, runs,
+                    transactions):
+    """Best of *runs* of the mean ms per transaction (each worker's mean,
+    averaged over the workers), for writes and for reads; and the raw
+    samples."""
+    best = {'write': None, 'read': None}
+    raw = []
+    for run in range(runs):
+        runner.step('%s: write/read %d objects, %d process%s, run %d/%d'
+                    % (contender.name, objects, concurrency,
+                       '' if concurrency == 1 else 'es', run + 1, runs))
+        tags = ['n%d-c%d-r%d-w%d-%s' % (objects, concurrency, run, w,
+                                        time.time_ns())
+                for w in range(concurrency)]
+        results = runner.parallel(
+            workloads.write_read,
+            [(contender, tag, objects, transactions) for tag in tags],
+            barrier=concurrency > 1)
+        raw.append(results)
+        for kind in best:
+            value = statistics.mean(_mean_ms(r[kind]) for r in results)
+            if best[kind] is None or value < best[kind]:
+                best[kind] = value
+    return {'write_ms': best['write'], 'read_ms': best['read'],
+            'samples': raw}
+
+
+def environment(contenders):
+    import sqlite3
+
+    import ZODB
+    env = {'python': platform.python_version(),
+           'platform': platform.platform(), 'cpus': os.cpu_count(),
+           'sqlite': sqlite3.sqlite_version, 'packages': {}, 'servers': {}}
+    from importlib import metadata
+    for dist in ('relstorage', 'ZODB', 'persistent', 'BTrees', 'ZEO',
+                 'psycopg2', 'psycopg2-binary', 'mysqlclient', 'PyMySQL',
+                 'oracledb'):
+        try:
+            env['packages'][dist] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            pass
+    env['packages'].setdefault('ZODB', getattr(ZODB, '__version__', '?'))
+    for c in contenders:
+        if c.kind not in ('postgresql', 'mysql'):
+            continue
+        db = c.open()
+        try:
+            session = db.storage._adapter.connect(for_store=False)
+            try:
+                env['servers'][c.name] = session.scalar('SELECT version()')
+            finally:
+                session.close()
+        finally:
+            db.close()
+    return env
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(prog='speedtest', description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog='speedtest', description=__doc__.split('\n\n')[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument('config', nargs='?',
                         help='zope.conf-style file of <zodb NAME> sections')
-    parser.add_argument('-n', '--objects', type=int, default=100)
-    parser.add_argument('-t', '--transactions', type=int, default=10)
-    parser.add_argument('--json', help='write the results to this file')
+    parser.add_argument('--quick', action='store_true',
+                        help='a short run (under 2 minutes on the default)')
+    parser.add_argument('-n', '--objects', default=None,
+                        help='objects per transaction, comma separated '
+                        '(100,10000)')
+    parser.add_argument('-c', '--concurrency', default=None,
+                        help='processes at once, comma separated (1,2,4,8)')
+    parser.add_argument('--runs', type=int, default=None,
+                        help='runs per figure; the best counts (3)')
+    parser.add_argument('-t', '--transactions', type=int, default=None,
+                        help='transactions per run, averaged (10)')
+    parser.add_argument('--growth', type=int, default=None,
+                        help='objects the growth test adds, one per '
+                        'transaction (50000; 0 skips it)')
+    parser.add_argument('--growth-step', type=int, default=1000)
+    parser.add_argument('--no-connections', action='store_true',
+                        help='skip the TCP/unix socket/cache test')
+    parser.add_argument('--no-raw', action='store_true',
+                        help="skip the driver's raw INSERT limit")
+    parser.add_argument('--zeo', action='store_true',
+                        help='also start a ZEO server over a FileStorage '
+                        'on 127.0.0.1 and measure it')
+    parser.add_argument('--only', default=None,
+                        help='measure only these sections (comma separated)')
+    parser.add_argument('--pg-socket-dir', default='/var/run/postgresql')
+    parser.add_argument('--mysql-socket', default='/run/mysqld/mysqld.sock')
+    parser.add_argument('--json', help='write every figure and raw sample '
+                        'to this file')
+    parser.add_argument('--charts', help='write PNG charts into this '
+                        'directory (needs matplotlib)')
+    parser.add_argument('-q', '--quiet', action='store_true',
+                        help='no progress lines')
     args = parser.parse_args(argv)
 
-    tmp = None
-    if args.config:
-        with open(args.config) as f:
-            text = f.read()
-    else:
-        tmp = tempfile.mkdtemp(prefix='speedtest-')
-        text = DEFAULT_CONFIG % tmp
-    results = {'python': platform.python_version(), 'cpus': os.cpu_count(),
-               'objects': args.objects, 'transactions': args.transactions,
-               'contenders': {}}
+    quick = args.quick
+    sizes = [int(x) for x in (args.objects or
+                              ('100' if quick else '100,10000')).split(',')]
+    levels = [int(x) for x in (args.concurrency or
+                               ('1,2' if quick else '1,2,4,8')).split(',')]
+    runs = args.runs or (1 if quick else 3)
+    transactions = args.transactions or (5 if quick else 10)
+    growth_total = args.growth if args.growth is not None else (
+        2000 if quick else 50000)
+    growth_step = min(args.growth_step, max(1, growth_total // 4)) \
+        if quick else args.growth_step
+
+    tmp = tempfile.mkdtemp(prefix='speedtest-')
+    zeo = None
     try:
-        print('%-20s %14s %14s' % ('contender', 'write ms/txn', 'read ms/txn'))
-        for name, section in load_databases(text):
-            db = section.open()
-            try:
-                write, read = write_read(db, args.objects, args.transactions)
-            finally:
-                db.close()
-            results['contenders'][name] = {'write': write, 'read': read}
-            print('%-20s %14.2f %14.2f' % (name, write * 1000, read * 1000))
+        if args.config:
+            with open(args.config) as f:
+                text = f.read()
+        else:
+            text = contenders_mod.DEFAULT_CONFIG.format(tmp=tmp)
+        try:
+            contenders = contenders_mod.parse(text)
+        except ValueError as e:
+            parser.error('%s: %s' % (args.config or 'default config', e))
+        if args.only:
+            wanted = set(args.only.split(','))
+            contenders = [c for c in contenders if c.name in wanted]
+        if args.zeo:
+            zeo = contenders_mod.ZEOServer()
+            contenders.append(zeo.contender())
+        return _run(args, contenders, sizes, levels, runs, transactions,
+                    growth_total, growth_step)
     except SpeedTestError as e:
         print('speedtest: ERROR: %s' % e, file=sys.stderr)
         return 2
     finally:
-        if tmp:
-            shutil.rmtree(tmp, ignore_errors=True)
+        if zeo is not None:
+            zeo.stop()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _run(args, contenders, sizes, levels, runs, transactions, growth_total,
+         growth_step):
+    variants = []
+    if not args.no_connections:
+        for c in contenders:
+            socket_variant = c.over_unix_socket(args.pg_socket_dir,
+                                                args.mysql_socket)
+            if socket_variant is None:
+                continue
+            group = [c, c.without_cache(), socket_variant,
+                     socket_variant.without_cache()]
+            variants.append((c, [v for v in group if v is not None]))
+    raw_contenders = [] if args.no_raw else [
+        c for c in contenders if c.kind in ('postgresql', 'mysql', 'sqlite')]
+
+    steps = sum(runs for c in contenders for n in sizes for level in levels
+                if c.shared or level == 1)
+    steps += sum(runs * len(group) for _, group in variants)
+    steps += len(raw_contenders) * (runs + 1)
+    steps += len(contenders) if growth_total else 0
+    runner = Runner(steps, quiet=args.quiet)
+
+    results = {'environment': environment(contenders),
+               'settings': {'objects': sizes, 'concurrency': levels,
+                            'runs': runs, 'transactions': transactions,
+                            'growth': growth_total,
+                            'growth_step': growth_step,
+                            'payload_bytes': workloads.PAYLOAD},
+               'contenders': {c.name: c.text for c in contenders},
+               'write_read': {}, 'connections': {}, 'raw_limit': {},
+               'growth': {}}
+    for c in contenders:
+        workloads.empty(c)
+
+    # Write/read: for each size and level, every contender in turn.
+    for n in sizes:
+        for level in levels:
+            for c in contenders:
+                if level > 1 and not c.shared:
+                    continue
+                figure = write_read_test(runner, c, n, level, runs,
+                                         transactions)
+                results['write_read'].setdefault(c.name, {}).setdefault(
+                    str(n), {})[str(level)] = figure
+            report.print_write_read(results, n, levels, contenders)
+
+    # Connection: TCP against unix socket, local cache on and off.
+    for base, group in variants:
+        for variant in group:
+            figure = write_read_test(runner, variant, 100, 1, runs,
+                                     transactions)
+            results['connections'].setdefault(base.name, {})[
+                variant.name] = figure
+    if variants:
+        report.print_connections(results)
+
+    # The driver's limit: multi-row INSERTs of 1,000 pickles per
+    # transaction, against writing 1,000 objects per transaction.
+    for c in raw_contenders:
+        ours = write_read_test(runner, c, 1000, 1, runs, transactions)
+        runner.step('%s: raw INSERT of 1000 rows per transaction' % c.name)
+        raw = runner.one(workloads.raw_insert, c, 1000, transactions)
+        if raw:
+            raw_ms = _mean_ms(raw)
+            results['raw_limit'][c.name] = {
+                'raw_ms': raw_ms, 'write_ms': ours['write_ms'],
+                'fraction_of_limit': raw_ms / ours['write_ms'],
+                'raw_samples': raw, 'write_samples': ours['samples']}
+    if results['raw_limit']:
+        report.print_raw_limit(results)
+
+    # Growth: one object per transaction, timed per step.
+    if growth_total:
+        for c in contenders:
+            runner.step('%s: growth to %d objects, one per transaction'
+                        % (c.name, growth_total))
+            results['growth'][c.name] = runner.one(
+                workloads.growth, c, growth_total, growth_step)
+        report.print_growth(results)
+
     if args.json:
         with open(args.json, 'w') as f:
             json.dump(results, f, indent=2)
+    if args.charts:
+        for path in report.charts(results, args.charts):
+            print('chart: %s' % path)
     return 0
 
 

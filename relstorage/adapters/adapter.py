@@ -197,9 +197,9 @@ class StoreSession(_SessionWrapper):
             self.session.begin(self.adapter.store_begin_sql)
         return self.locker.lock_rows(self.session, store_oids, read_oids)
 
-    def new_oid_block(self):
+    def new_oid_blocks(self, blocks):
         return self._outside_commit(
-            lambda: self.adapter.oids.new_block(self.session))
+            lambda: self.adapter.oids.new_blocks(self.session, blocks))
 
     def upload_blob(self, path, chunk_size):
         return blobs.upload_blob(self.session, path, chunk_size)
@@ -430,10 +430,11 @@ class Adapter:
             raise ReadOnlyError()
         return StoreSession(self)
 
-    def new_oid_block(self, store_session):
-        first, count = store_session.new_oid_block()
-        self.note_oid(first + count - 1)
-        return first, count
+    def new_oid_blocks(self, store_session, blocks=1):
+        """``[(first, count)]``: *blocks* blocks of fresh oids."""
+        ranges = store_session.new_oid_blocks(blocks)
+        self.note_oid(max(first + count - 1 for first, count in ranges))
+        return ranges
 
     def is_disconnect(self, session, error):
         """Whether a driver error means the connection is gone."""

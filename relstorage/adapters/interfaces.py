@@ -29,8 +29,9 @@ class IRelStorageAdapter(Interface):
     def open_store_session():
         """Return a new IStoreSession."""
 
-    def new_oid_block():
-        """Reserve a block of fresh oids; return ``(first, count)``."""
+    def new_oid_blocks(store_session, blocks=1):
+        """Reserve *blocks* blocks of fresh oids in one round trip; return
+        ``[(first, count)]``."""
 
     def zap_all():
         """Remove every object and transaction (tests, zodbconvert --clear)."""

@@ -2,13 +2,15 @@
 
 
 class OIDAllocator:
-    """Base: ``new_block`` reserves OID_BLOCK consecutive oids."""
+    """Base: ``new_blocks`` reserves blocks of OID_BLOCK consecutive oids,
+    as many as asked for in one round trip (a storage that creates many
+    objects asks for more at a time)."""
 
     def __init__(self, adapter):
         self.adapter = adapter
 
-    def new_block(self, session):
-        """Return ``(first_oid, count)``."""
+    def new_blocks(self, session, blocks):
+        """Reserve *blocks* blocks; return ``[(first_oid, count)]``."""
         raise NotImplementedError
 
     def raise_to(self, max_oid):

@@ -24,6 +24,9 @@ from .tpc import TPC
 
 log = logging.getLogger(__name__)
 
+#: The most oid blocks (of OID_BLOCK oids) an instance reserves at once.
+MAX_OID_BLOCKS = 64
+
 
 @implementer(
     ZODB.interfaces.IStorage,
@@ -81,6 +84,7 @@ class RelStorage(Loader, TPC, History, Iteration, BlobMethods,
         self._store_lock = threading.Lock()
         self._last_tid = 0
         self._free_oids = []
+        self._oid_blocks = 1
         self._seen = None if adapter.keep_history else {}
         self._closed = False
         self._instances = weakref.WeakSet()
@@ -161,9 +165,15 @@ class RelStorage(Loader, TPC, History, Iteration, BlobMethods,
         self._check_writable()
         with self._oid_lock:
             if not self._free_oids:
-                first, count = self._adapter.new_oid_block(
-                    self._store_session())
-                self._free_oids = list(range(first + count - 1, first - 1, -1))
+                ranges = self._adapter.new_oid_blocks(
+                    self._store_session(), self._oid_blocks)
+                # An instance that keeps running out asks for more at once
+                # (an unused rest is lost when it closes: oids are many).
+                self._oid_blocks = min(self._oid_blocks * 2, MAX_OID_BLOCKS)
+                free = []
+                for first, count in reversed(ranges):
+                    free.extend(range(first + count - 1, first - 1, -1))
+                self._free_oids = free
             return p64(self._free_oids.pop())
 
     def _after_commit(self, tid, rows, previous=None, serials=None):

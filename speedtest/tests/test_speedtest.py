@@ -1,13 +1,82 @@
-"""The speed test runs and checks what it reads back (no timing asserts)."""
+"""The speed test runs end to end and checks what it reads back (no
+timing asserts: the figures are only checked to exist)."""
 import json
+import os
 
+from speedtest.contenders import parse
 from speedtest.main import main
 
+CONFIG = """\
+%%import relstorage
+<zodb sqlite-hp>
+  <relstorage>
+    keep-history true
+    cache-local-mb 5
+    <sqlite3>
+      data-dir %(tmp)s/hp
+    </sqlite3>
+  </relstorage>
+</zodb>
+<zodb plain>
+  <filestorage>
+    path %(tmp)s/Data.fs
+  </filestorage>
+</zodb>
+"""
 
-def test_speedtest_default_sqlite(tmp_path, capsys):
+
+def test_quick_run_on_the_default(tmp_path, capsys):
     out = tmp_path / 'r.json'
-    assert main(['-n', '20', '-t', '2', '--json', str(out)]) == 0
+    charts = tmp_path / 'charts'
+    assert main(['--quick', '-q', '-t', '2', '--growth', '100',
+                 '--json', str(out), '--charts', str(charts)]) == 0
     data = json.loads(out.read_text())
-    assert set(data['contenders']) == {'sqlite'}
-    assert data['contenders']['sqlite']['write'] > 0
-    assert 'sqlite' in capsys.readouterr().out
+    assert set(data['write_read']) == {'sqlite-hp', 'sqlite-hf'}
+    for name, by_size in data['write_read'].items():
+        for level in ('1', '2'):
+            figure = by_size['100'][level]
+            assert figure['write_ms'] > 0 and figure['read_ms'] > 0
+            assert len(figure['samples'][0]) == int(level)
+            assert len(figure['samples'][0][0]['write']) == 2
+    assert set(data['raw_limit']) == {'sqlite-hp', 'sqlite-hf'}
+    assert all(len(times) == 4 for times in data['growth'].values())
+    assert data['environment']['packages']['ZODB']
+    assert sorted(os.listdir(charts)) == ['growth.png', 'read.png',
+                                          'write.png']
+    shown = capsys.readouterr().out
+    assert 'sqlite-hf' in shown and 'Growth' in shown
+
+
+def test_config_file_with_filestorage_and_zeo(tmp_path, capsys):
+    config = tmp_path / 'speed.conf'
+    config.write_text(CONFIG % {'tmp': tmp_path})
+    out = tmp_path / 'r.json'
+    assert main([str(config), '--zeo', '-q', '-n', '20', '-c', '1,2',
+                 '--runs', '1', '-t', '2', '--growth', '0', '--no-raw',
+                 '--json', str(out)]) == 0
+    data = json.loads(out.read_text())
+    assert set(data['write_read']) == {'sqlite-hp', 'plain', 'zeo'}
+    # A FileStorage cannot be opened by two processes: one level only.
+    assert set(data['write_read']['plain']['20']) == {'1'}
+    assert set(data['write_read']['zeo']['20']) == {'1', '2'}
+
+
+def test_variants_for_the_connection_test(tmp_path):
+    (pg,) = parse('%import relstorage\n<zodb pg>\n  <relstorage>\n'
+                  '    cache-local-mb 20\n    <postgresql>\n'
+                  '      dsn dbname=x host=127.0.0.1\n    </postgresql>\n'
+                  '  </relstorage>\n</zodb>\n')
+    assert pg.kind == 'postgresql'
+    socket = pg.over_unix_socket(str(tmp_path), '/nonexistent')
+    assert 'host=%s' % tmp_path in socket.text
+    nocache = socket.without_cache()
+    assert 'cache-local-mb 0' in nocache.text
+    assert 'cache-local-mb 20' not in nocache.text
+    (my,) = parse('<zodb my>\n  <relstorage>\n    <mysql>\n'
+                  '      host 127.0.0.1\n      port 3306\n'
+                  '    </mysql>\n  </relstorage>\n</zodb>\n')
+    sock = tmp_path / 'mysqld.sock'
+    sock.write_text('')
+    variant = my.over_unix_socket('/nonexistent', str(sock))
+    assert 'unix_socket %s' % sock in variant.text
+    assert 'host' not in variant.text and 'port' not in variant.text

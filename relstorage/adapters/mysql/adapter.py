@@ -205,12 +205,24 @@ class MySQLOIDAllocator(OIDAllocator):
     AUTO_INCREMENT counter is the only shared state, and InnoDB hands out
     its values without waiting for other transactions."""
 
-    def new_block(self, session):
+    #: Whether one multi-row INSERT gets consecutive AUTO_INCREMENT
+    #: values (not with innodb_autoinc_lock_mode 2); None: not asked yet.
+    consecutive = None
+
+    def new_blocks(self, session, blocks):
         with session.lock:
-            session.execute('INSERT INTO new_oid VALUES ()')
+            if self.consecutive is None:
+                self.consecutive = session.scalar(
+                    'SELECT @@innodb_autoinc_lock_mode') != 2
+            if not self.consecutive:
+                blocks = 1
+            # One statement, one commit: the rows get consecutive values,
+            # LAST_INSERT_ID() being the first.
+            session.execute('INSERT INTO new_oid VALUES '
+                            + ', '.join(['()'] * blocks))
             n = session.scalar('SELECT LAST_INSERT_ID()')
             session.execute('DELETE FROM new_oid WHERE zoid < %s', (n,))
-        return (n - 1) * OID_BLOCK + 1, OID_BLOCK
+        return [((n - 1) * OID_BLOCK + 1, blocks * OID_BLOCK)]
 
     def raise_to(self, max_oid):
         # The next block must start above max_oid.

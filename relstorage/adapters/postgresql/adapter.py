@@ -129,8 +129,12 @@ class PostgreSQLHFMover(PostgreSQLMoverMixin, HistoryFreeMover):
 
 class PostgreSQLOIDAllocator(OIDAllocator):
 
-    def new_block(self, session):
-        return session.scalar("SELECT nextval('zoid_seq')"), OID_BLOCK
+    def new_blocks(self, session, blocks):
+        # The sequence steps by OID_BLOCK: each value starts a block.
+        rows = session.fetchall(
+            "SELECT nextval('zoid_seq') FROM generate_series(1, %s)",
+            (blocks,))
+        return [(first, OID_BLOCK) for (first,) in rows]
 
     def raise_to(self, max_oid):
         # Only ever moves the sequence forward.

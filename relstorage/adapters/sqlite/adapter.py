@@ -162,14 +162,15 @@ class SQLiteOIDAllocator(OIDAllocator):
             conn.execute('INSERT OR IGNORE INTO next_oid (id, next) '
                          'VALUES (0, ?)', (start,))
 
-    def new_block(self, session):
+    def new_blocks(self, session, blocks):
         conn = self._connection()
+        count = blocks * OID_BLOCK
         with self.adapter.oid_lock:
             self._ensure_row(conn, session)
             first = conn.execute(
                 'UPDATE next_oid SET next = next + ? WHERE id = 0 '
-                'RETURNING next', (OID_BLOCK,)).fetchone()[0] - OID_BLOCK
-        return first, OID_BLOCK
+                'RETURNING next', (count,)).fetchone()[0] - count
+        return [(first, count)]
 
     def raise_to(self, max_oid):
         # The counter lives in its own file, so it is raised at once rather

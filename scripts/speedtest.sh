@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# Set up relstorage (with the speed test's extras) in .venv and run the
+# speed test; with no config file, on the embedded SQLite default.
+#
+# Usage: scripts/speedtest.sh [--quick] [config.conf] [speedtest arguments...]
+set -euo pipefail
+SCRIPT_NAME=speedtest.sh
+EXTRAS=speedtest
+source "$(dirname "${BASH_SOURCE[0]}")/setup.sh"
+
+exec "$VENV/bin/speedtest" "$@"

@@ -1,0 +1,162 @@
+"""The measured work. Each function here runs in a worker process of its
+own (several at once for the concurrency levels), opens the contender's
+database from its config text, and returns plain numbers; what it reads
+back is checked against what it wrote, and any difference aborts the run
+with SpeedTestError."""
+import time
+
+import transaction
+from BTrees.OOBTree import OOBTree
+from persistent.mapping import PersistentMapping
+
+#: Bytes of payload per object (plus the pickle's own overhead).
+PAYLOAD = 100
+
+
+class SpeedTestError(Exception):
+    """What was read back differs from what was written."""
+
+
+def value(tag, t, i):
+    text = '%s-%d-%d:' % (tag, t, i)
+    return text + 'x' * max(0, PAYLOAD - len(text))
+
+
+def empty(contender):
+    """Remove everything from the contender's database, where the storage
+    can (RelStorage); other storages start from their own empty files."""
+    db = contender.open()
+    try:
+        zap = getattr(db.storage, 'zap_all', None)
+        if zap is not None:
+            zap()
+    finally:
+        db.close()
+
+
+def write_read(contender, tag, objects, transactions, barrier=None):
+    """Write *objects* new objects per transaction, *transactions* times,
+    then read each transaction's objects back in a fresh connection.
+    Returns ``{'write': [seconds...], 'read': [seconds...]}``."""
+    db = contender.open()
+    try:
+        tm = transaction.TransactionManager()
+        conn = db.open(transaction_manager=tm)
+        with tm:
+            conn.root()[tag] = OOBTree()
+        if barrier is not None:
+            barrier.wait(300)  # every worker starts measuring together
+        writes = []
+        for t in range(transactions):
+            start = time.perf_counter()
+            tm.begin()
+            tree = conn.root()[tag]
+            for i in range(objects):
+                tree[t, i] = PersistentMapping(v=value(tag, t, i))
+            tm.commit()
+            writes.append(time.perf_counter() - start)
+        conn.close()
+        if barrier is not None:
+            barrier.wait(300)
+        reads = []
+        for t in range(transactions):
+            # A fresh connection: nothing of the object cache carries over;
+            # the storage's own cache is used as configured.
+            db.cacheMinimize()
+            conn = db.open(transaction_manager=tm)
+            conn.cacheMinimize()
+            start = time.perf_counter()
+            tm.begin()
+            tree = conn.root()[tag]
+            for i in range(objects):
+                if tree[t, i]['v'] != value(tag, t, i):
+                    raise SpeedTestError(
+                        '%s: object %d of transaction %d read back wrong'
+                        % (contender.name, i, t))
+            reads.append(time.perf_counter() - start)
+            tm.abort()
+            conn.close()
+        return {'write': writes, 'read': reads}
+    finally:
+        db.close()
+
+
+def growth(contender, total, step):
+    """Add one object per transaction until *total*; the seconds each
+    further *step* objects took."""
+    db = contender.open()
+    try:
+        tm = transaction.TransactionManager()
+        conn = db.open(transaction_manager=tm)
+        with tm:
+            conn.root()['growth'] = OOBTree()
+        times = []
+        start = time.perf_counter()
+        for i in range(total):
+            tm.begin()
+            conn.root()['growth'][i] = PersistentMapping(
+                v=value('growth', 0, i))
+            tm.commit()
+            if (i + 1) % step == 0:
+                now = time.perf_counter()
+                times.append(now - start)
+                start = now
+        conn.cacheMinimize()
+        tm.begin()
+        tree = conn.root()['growth']
+        if len(tree) != total or any(
+                tree[i]['v'] != value('growth', 0, i)
+                for i in range(0, total, max(1, total // 1000))):
+            raise SpeedTestError('%s: the growth test read back wrong'
+                                 % contender.name)
+        tm.abort()
+        conn.close()
+        return times
+    finally:
+        db.close()
+
+
+def raw_insert(contender, rows, transactions):
+    """The driver's limit: plain multi-row INSERTs of the pickles the write
+    test stored, one transaction per *rows* rows, into a scratch table of
+    the same database. Seconds per transaction, or None when the contender
+    is not a RelStorage."""
+    db = contender.open()
+    try:
+        adapter = getattr(db.storage, '_adapter', None)
+        if adapter is None:
+            return None
+        session = adapter.connect(for_store=True)
+        try:
+            pickles = [bytes(r[0]) for r in session.fetchall(
+                'SELECT state FROM object_state WHERE state IS NOT NULL '
+                'ORDER BY zoid DESC LIMIT %d' % rows)]
+            if not pickles:
+                return None
+            pickles = (pickles * (rows // len(pickles) + 1))[:rows]
+            types = adapter.types
+            session.execute('DROP TABLE IF EXISTS speedtest_raw')
+            session.execute(
+                'CREATE TABLE speedtest_raw (zoid %s NOT NULL PRIMARY KEY, '
+                'tid %s NOT NULL, state %s)'
+                % (types.bigint, types.bigint, types.blob))
+            times = []
+            oid = 0
+            values = ', '.join(['(%s, %s, %s)'] * rows)
+            for t in range(transactions):
+                params = []
+                for state in pickles:
+                    oid += 1
+                    params.extend((oid, t + 1, state))
+                start = time.perf_counter()
+                session.begin(adapter.store_begin_sql)
+                session.execute('INSERT INTO speedtest_raw (zoid, tid, '
+                                'state) VALUES ' + values, params)
+                session.commit()
+                times.append(time.perf_counter() - start)
+            session.execute('DROP TABLE speedtest_raw')
+            return times
+        finally:
+            session.close()
+    finally:
+        db.close()
