@@ -17,6 +17,7 @@ import statistics
 import sys
 import tempfile
 import time
+from queue import Empty
 
 from . import contenders as contenders_mod
 from . import report
@@ -30,6 +31,9 @@ def _child(queue, func, args, kwargs):
     try:
         queue.put(('ok', func(*args, **kwargs)))
     except BaseException as e:  # noqa: BLE001 -- reported to the parent
+        barrier = kwargs.get('barrier')
+        if barrier is not None:
+            barrier.abort()  # the others stop waiting for this one
         queue.put(('error', '%s: %s' % (type(e).__name__, e)))
 
 
@@ -70,8 +74,16 @@ class Runner:
             p.start()
         results, errors = [], []
         try:
-            for _ in procs:
-                status, value = queue.get(timeout=3600)
+            while len(results) + len(errors) < len(procs):
+                try:
+                    status, value = queue.get(timeout=1)
+                except Empty:
+                    if not any(p.is_alive() for p in procs) and \
+                            queue.empty():
+                        errors.append('a worker process died (exit codes '
+                                      '%s)' % [p.exitcode for p in procs])
+                        break
+                    continue
                 (results if status == 'ok' else errors).append(value)
         finally:
             for p in procs:

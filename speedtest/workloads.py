@@ -42,8 +42,10 @@ def write_read(contender, tag, objects, transactions, barrier=None):
     try:
         tm = transaction.TransactionManager()
         conn = db.open(transaction_manager=tm)
-        with tm:
-            conn.root()[tag] = OOBTree()
+        # Workers starting together all change the root: retry conflicts.
+        for attempt in tm.attempts(50):
+            with attempt:
+                conn.root()[tag] = OOBTree()
         if barrier is not None:
             barrier.wait(300)  # every worker starts measuring together
         writes = []
