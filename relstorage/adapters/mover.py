@@ -43,8 +43,12 @@ class Mover:
 
     # Loading
 
+    def fetch_current(self, session, oid):
+        """The ``(state, tid, state_size)`` row of *oid*, or None."""
+        return session.fetchone(self.load_current_sql, (oid,))
+
     def load_current(self, session, oid):
-        row = session.fetchone(self.load_current_sql, (oid,))
+        row = self.fetch_current(session, oid)
         if row is None:
             return None, None
         state, tid, size = row

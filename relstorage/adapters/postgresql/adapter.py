@@ -108,6 +108,15 @@ class PostgreSQLLocker(Locker):
 
 class PostgreSQLMoverMixin:
 
+    def fetch_current(self, session, oid):
+        # The most frequent statement, planned once per connection (a
+        # prepared statement outlives transactions and their rollbacks).
+        if not getattr(session, 'load_prepared', False):
+            session.execute('PREPARE rs_load_current (bigint) AS '
+                            + self.load_current_sql.replace('%s', '$1'))
+            session.load_prepared = True
+        return session.fetchone('EXECUTE rs_load_current (%s)', (oid,))
+
     def upload(self, session, rows):
         with session.lock, session.guarded():
             session.flush()
