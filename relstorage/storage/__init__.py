@@ -78,6 +78,7 @@ class RelStorage(Loader, TPC, History, Iteration, BlobMethods,
         #: this instance's own last commit, when nothing else was committed
         #: between _view_tid and it (own changes are not invalidations).
         self._poll_base = None
+        self._own_changes = []
         self._last_poll = 0.0
         self._poll_forced = False
         self._poll_failed = False
@@ -188,8 +189,17 @@ class RelStorage(Loader, TPC, History, Iteration, BlobMethods,
                 cache.store_committed(oid, serial, state)
                 self._remember(oid, serial, state)
             base = self._poll_base or self._view_tid
-            self._poll_base = (tid if base is not None and previous == base
-                               else None)
+            if base is not None and previous == base:
+                self._poll_base = tid
+                # What changed between the view and this commit: exactly
+                # these rows; the next poll tells the shared cache, so
+                # that it serves them.
+                self._own_changes.extend(
+                    (oid, serials[oid] if serials else tid)
+                    for oid, _prev, _state in rows)
+            else:
+                self._poll_base = None
+                del self._own_changes[:]
 
     # Whole-database operations
 
@@ -244,6 +254,7 @@ class RelStorage(Loader, TPC, History, Iteration, BlobMethods,
         self._cache.clear()
         with self._load_lock:
             self._view_tid = self._poll_base = None
+            del self._own_changes[:]
             self._last_tid = 0
         self._free_oids = []
 

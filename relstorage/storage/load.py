@@ -71,10 +71,17 @@ class Loader:
         session = self._load_session()
         old = self._poll_base or self._view_tid
         unknown = self._poll_failed
-        self._poll_failed = True
-        new = session.restart() if snapshot else session.poll()
         cache = self._cache
         fetch = self._fetch_changes
+        if self._poll_base and not unknown:
+            # This instance's own commits since its view are every change
+            # there: the shared cache learns them without asking.
+            cache.after_poll(self._view_tid, self._poll_base,
+                             self._own_changes, complete=True,
+                             fetch_changes=fetch)
+        del self._own_changes[:]
+        self._poll_failed = True
+        new = session.restart() if snapshot else session.poll()
         if old is None or unknown or new < old:
             # A first poll; or the changes since the last view are unknown,
             # or the database was emptied or replaced under us.
