@@ -60,14 +60,19 @@ class Session:
         except DatabaseDisconnected:
             raise
         except Exception as e:
-            if self.adapter.is_permission_error(e):
-                raise PermissionDenied(
-                    'the database user may not do this in the %s: %s (a '
-                    'user that may only read needs read-only true)'
-                    % (self.adapter.describe(),
-                       str(e).strip().splitlines()[0])) from e
-            if not self.adapter.is_disconnect(self, e):
-                raise
+            self.translate_error(e)
+            raise
+
+    def translate_error(self, e):
+        """Raise what a driver error *e* means to the storage, if it means
+        more than itself (a lost connection, a missing privilege)."""
+        if self.adapter.is_permission_error(e):
+            raise PermissionDenied(
+                'the database user may not do this in the %s: %s (a '
+                'user that may only read needs read-only true)'
+                % (self.adapter.describe(),
+                   str(e).strip().splitlines()[0])) from e
+        if self.adapter.is_disconnect(self, e):
             self.in_transaction = False
             self.pending = ''
             raise DatabaseDisconnected(
@@ -77,14 +82,21 @@ class Session:
                    else type(e).__name__)) from e
 
     def execute(self, stmt, params=()):
-        with self.lock, self.guarded():
+        # The hot path: errors are translated inline, without a context
+        # manager's cost (the results are fetched with the statement, so
+        # fetching them cannot lose the connection).
+        with self.lock:
             self.round_trips += 1
             if self.pending:
                 stmt = self.pending + self.translate(stmt)
                 self.pending = ''
             else:
                 stmt = self.translate(stmt)
-            self.cursor.execute(stmt, params)
+            try:
+                self.cursor.execute(stmt, params)
+            except Exception as e:
+                self.translate_error(e)
+                raise
         return self.cursor
 
     def flush(self):
@@ -109,7 +121,7 @@ class Session:
                 self.execute(stmt, params)
 
     def fetchone(self, stmt, params=()):
-        with self.lock, self.guarded():
+        with self.lock:
             return self.execute(stmt, params).fetchone()
 
     def fetchall(self, stmt, params=()):

@@ -125,6 +125,15 @@ class SQLiteMoverMixin:
     # the history-free statement has one of its own.
     insert_select_where = ' WHERE 1'
 
+    def fetch_current(self, session, oid):
+        # The hottest statement, run in-process: straight to the cursor
+        # (an embedded database has no connection to lose, and a busy
+        # writer does not block readers in WAL mode).
+        with session.lock:
+            session.round_trips += 1
+            return session.cursor.execute(
+                session.translate(self.load_current_sql), (oid,)).fetchone()
+
 
 class SQLiteHPMover(SQLiteMoverMixin, HistoryPreservingMover):
     pass
