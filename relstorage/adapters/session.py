@@ -125,7 +125,7 @@ class Session:
             return self.execute(stmt, params).fetchone()
 
     def fetchall(self, stmt, params=()):
-        with self.lock, self.guarded():
+        with self.lock:
             return self.execute(stmt, params).fetchall()
 
     def scalar(self, stmt, params=()):

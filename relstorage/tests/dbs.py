@@ -8,6 +8,7 @@ under CI (``CI=true``), where that is a failure.
 """
 import os
 import shutil
+import sys
 import tempfile
 import unittest
 
@@ -61,6 +62,12 @@ def mysql_params(keep_history, which='main', **overrides):
                   passwd=MYSQL_PASSWORD, db=db)
     params.update(overrides)
     return params
+
+
+def child_env():
+    """The environment for a child Python process of a test: it imports
+    what this one does."""
+    return dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
 
 
 def admin_query(db_name, keep_history, sql, params=()):

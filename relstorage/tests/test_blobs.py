@@ -24,16 +24,13 @@ from relstorage.blobs.cachesize import cache_files
 from relstorage.blobs.cachesize import shrink
 
 from .dbs import DATABASES
-
-
-def _child_env():
-    return dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+from .dbs import child_env
 
 
 def _run_child(script, *args, timeout=600):
     proc = subprocess.run([sys.executable, '-c', script] + [str(a) for a
                                                             in args],
-                          capture_output=True, text=True, env=_child_env(),
+                          capture_output=True, text=True, env=child_env(),
                           timeout=timeout)
     assert proc.returncode == 0, proc.stderr
     return json.loads(proc.stdout.strip().splitlines()[-1])
@@ -193,7 +190,7 @@ def test_shrink_by_hand_and_lock(tmp_path):
     assert (blob_dir / 'tmp' / 'uncommitted.blob').exists()
     out = subprocess.run(
         [sys.executable, '-m', 'relstorage.blobs.cachesize', str(blob_dir),
-         '1000'], capture_output=True, text=True, env=_child_env())
+         '1000'], capture_output=True, text=True, env=child_env())
     assert out.returncode == 0, out.stderr
     assert '2000 bytes before, 1000 after' in out.stdout
 

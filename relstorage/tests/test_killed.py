@@ -2,7 +2,6 @@
 tpc_vote has locked its rows, or in tpc_finish holding the commit lock):
 the others go on within commit-lock-timeout, and the database holds no
 trace of the half-done transaction."""
-import os
 import select
 import signal
 import subprocess
@@ -11,6 +10,8 @@ import sys
 import pytest
 import ZODB
 from persistent.mapping import PersistentMapping
+
+from .dbs import child_env
 
 CHILD = r'''
 import sys, time
@@ -57,7 +58,7 @@ def test_client_killed_mid_commit_leaves_no_trace(factory, phase):
             conn.root()['a'] = PersistentMapping(n=1)
     finally:
         db.close()
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    env = child_env()
     child = subprocess.Popen(
         [sys.executable, '-c', CHILD, factory.db, str(factory.keep_history),
          factory.data_dir(), phase],

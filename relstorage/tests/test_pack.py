@@ -9,6 +9,8 @@ from ZODB.POSException import POSKeyError
 from ZODB.POSException import StorageError
 from ZODB.serialize import referencesf
 
+from .dbs import child_env
+
 
 def _build(db):
     """A root with two children; one child later unlinked (garbage); the
@@ -137,7 +139,6 @@ def _contents(storage):
 
 
 def test_killed_pack_then_rerun_equals_uninterrupted_pack(factory):
-    import os
     import subprocess
     import sys
     # Two identical databases: 'dst' packs in one go, 'main' is killed in
@@ -154,7 +155,7 @@ def test_killed_pack_then_rerun_equals_uninterrupted_pack(factory):
     expected = _contents(reference)
     reference.close()
 
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    env = child_env()
     out = subprocess.run(
         [sys.executable, '-c', KILLED_PACK, factory.db,
          str(factory.keep_history), factory.data_dir()],
@@ -228,7 +229,6 @@ print(name, 'committed', done)
 
 
 def test_pack_while_other_processes_commit(factory):
-    import os
     import subprocess
     import sys
     db = ZODB.DB(factory.storage())
@@ -236,7 +236,7 @@ def test_pack_while_other_processes_commit(factory):
         for name in ('w1', 'w2'):
             conn.root()[name] = PersistentMapping(n=0)
     db.close()
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    env = child_env()
     writers = [subprocess.Popen(
         [sys.executable, '-c', WRITER, factory.db, str(factory.keep_history),
          factory.data_dir(), name, '100'],

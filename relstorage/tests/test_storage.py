@@ -1,6 +1,5 @@
 """relstorage's own tests of the storage against real databases: commits
 seen across clients and processes, conflicts, readCurrent, polling."""
-import os
 import subprocess
 import sys
 import textwrap
@@ -12,6 +11,8 @@ from persistent.mapping import PersistentMapping
 from ZODB.POSException import ConflictError
 from ZODB.POSException import ReadConflictError
 from ZODB.tests.ConflictResolution import PCounter
+
+from .dbs import child_env
 
 
 
@@ -233,7 +234,7 @@ CHILD = textwrap.dedent('''
 
 def test_two_processes_see_each_others_commits(factory):
     _db(factory.storage()).close()  # the schema and the root object exist
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    env = child_env()
     args = [factory.db, str(factory.keep_history), factory.data_dir()]
     procs = [subprocess.Popen([sys.executable, '-c', CHILD] + args + [me, other],
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE,

@@ -15,6 +15,8 @@ import transaction
 import ZODB
 from BTrees.OOBTree import OOBTree
 
+from .dbs import child_env
+
 ACCOUNTS = 12
 START = 1000
 WORKERS = 3
@@ -90,7 +92,7 @@ def test_transfers_between_accounts_keep_the_total(factory):
         conn.root()['transfers'] = OOBTree()
     db.close()
 
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    env = child_env()
     procs = [subprocess.Popen(
         [sys.executable, '-c', WORKER, factory.db, str(factory.keep_history),
          factory.data_dir(), str(worker), str(seconds), str(ACCOUNTS),

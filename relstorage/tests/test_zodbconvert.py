@@ -20,6 +20,7 @@ from relstorage import zodbconvert
 
 from .dbs import DATABASES
 from .dbs import DatabaseFactory
+from .dbs import child_env
 from .dbs import mysql_params
 from .dbs import pg_dsn
 
@@ -312,7 +313,7 @@ def test_copy_killed_midway_resumes_with_incremental(db_name, tmp_path):
     factory.storage(zap=True).close()
     try:
         fs, blobs, config = source_and_config(factory, tmp_path, count=30)
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+        env = child_env()
         proc = subprocess.run(
             [sys.executable, '-c', KILLED_COPY, fs, blobs, db_name,
              factory.data_dir(), str(tmp_path / 'cache1'), '16'],

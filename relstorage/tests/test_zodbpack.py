@@ -12,6 +12,7 @@ from ZODB.FileStorage import FileStorage
 from persistent.mapping import PersistentMapping
 from ZODB.Connection import TransactionMetaData
 
+from .dbs import child_env
 from .dbs import mysql_params
 from .dbs import pg_dsn
 
@@ -37,7 +38,7 @@ def write_config(tmp_path, factory, extra=''):
 
 
 def run(*args):
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    env = child_env()
     return subprocess.run([sys.executable, '-m', 'relstorage.zodbpack']
                           + list(args), capture_output=True, text=True,
                           env=env, timeout=300)

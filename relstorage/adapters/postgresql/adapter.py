@@ -52,6 +52,8 @@ def _import_driver(name):
 class PostgreSQLSession(Session):
 
     defers_verbs = True
+    #: Whether this connection has the load statement prepared.
+    load_prepared = False
 
     def execute_script(self, statements):
         # psycopg2 interpolates parameters on the client, so a whole script
@@ -136,7 +138,7 @@ class PostgreSQLMoverMixin:
     def fetch_current(self, session, oid):
         # The most frequent statement, planned once per connection (a
         # prepared statement outlives transactions and their rollbacks).
-        if not getattr(session, 'load_prepared', False):
+        if not session.load_prepared:
             session.execute('PREPARE rs_load_current (bigint) AS '
                             + self.load_current_sql.replace('%s', '$1'))
             session.load_prepared = True
