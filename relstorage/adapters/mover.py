@@ -32,9 +32,16 @@ class Mover:
     def poll_sql(self):
         """One statement (so one consistent view, even outside any
         transaction) giving the newest tid, on the row whose oid is -1,
-        and each object changed after ``%s`` up to it, with its tid."""
+        and each object changed after ``%s`` up to it, with its tid.
+
+        No row the statement sees is newer than the newest tid it sees
+        (both are written by the same transactions), so the scan needs no
+        upper bound; and without one, PostgreSQL estimates its rows from
+        the index (a handful) rather than as a fixed share of the table,
+        which on a large table chose a parallel plan with JIT compilation,
+        60 ms for a thousand rows."""
         return ('SELECT -1, ({last}) UNION ALL SELECT zoid, tid FROM {table} '
-                'WHERE tid > %s AND tid <= ({last})').format(
+                'WHERE tid > %s').format(
                     last=self.last_tid_sql, table=self.current_table)
 
     def upsert(self, key, cols):
