@@ -33,11 +33,10 @@ class Locker:
         for oids, clause in ((sorted(store_oids), self.exclusive_clause),
                              (sorted(set(read_oids) - set(store_oids)),
                               self.shared_clause)):
-            for chunk in chunks(oids):
-                sql = ('SELECT zoid, tid FROM %s WHERE zoid IN %s '
-                       'ORDER BY zoid%s' % (table, in_list(chunk), clause))
+            for chunk, sql, params in self.lock_statements(table, oids,
+                                                           clause):
                 try:
-                    current.update(session.fetchall(sql, chunk))
+                    current.update(session.fetchall(sql, params))
                 except Exception as e:
                     if not self.is_lock_error(e):
                         raise
@@ -49,6 +48,14 @@ class Locker:
                            self.adapter.options.commit_lock_timeout,
                            str(e).strip().splitlines()[0])) from None
         return current
+
+    def lock_statements(self, table, oids, clause):
+        """``(oids, sql, params)`` selecting ``zoid, tid`` of the sorted
+        *oids* with the lock *clause*, in as many statements as needed."""
+        for chunk in chunks(oids):
+            yield chunk, ('SELECT zoid, tid FROM %s WHERE zoid IN %s '
+                          'ORDER BY zoid%s' % (table, in_list(chunk),
+                                               clause)), chunk
 
     def hold_commit_lock(self, session, last_tid_sql):
         """Take the commit lock for the rest of the session's transaction;

@@ -291,6 +291,11 @@ class StorageCache:
                 self._reset(new_view)
             return index.covers(new_view)
 
+    def holds(self, oid):
+        """Whether there is an entry for ``oid``, of any revision (a hint,
+        read without the lock)."""
+        return oid in self._entries
+
     def peek(self, oid, tid):
         """The state of revision ``tid`` of ``oid`` if the cache holds
         exactly that revision, else None. Revisions never change, so no

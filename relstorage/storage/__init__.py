@@ -20,6 +20,7 @@ from .history import History
 from .iteration import Iteration
 from .load import Loader
 from .pack import Pack
+from .readahead import ReadAhead
 from .tpc import TPC
 
 log = logging.getLogger(__name__)
@@ -87,6 +88,9 @@ class RelStorage(Loader, TPC, History, Iteration, BlobMethods,
         self._free_oids = []
         self._oid_blocks = 1
         self._seen = None if adapter.keep_history else {}
+        # Read-ahead fills the shared cache: without one it is of no use.
+        self._readahead = (ReadAhead(self._cache.holds)
+                           if self._cache.limit_bytes else None)
         self._closed = False
         self._instances = weakref.WeakSet()
         if adapter.keep_history:

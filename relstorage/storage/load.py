@@ -99,6 +99,10 @@ class Loader:
                 new, changes = session.poll_changes(old)
                 cache.after_poll(old, new, changes, fetch_changes=fetch)
                 oids = [oid for oid, _ in changes]
+        if self._readahead is not None:
+            # What was read ahead in the last transaction is of no use to
+            # tell what to read ahead in the next.
+            self._readahead.forget_walks()
         self._view_tid = new
         self._poll_base = None
         self._last_poll = time.monotonic()
@@ -188,22 +192,44 @@ class Loader:
         ioid = u64(oid)
         with self._load_lock:
             view = self._ensure_view()
-            hit = self._cache.get(ioid, view)
+            cache = self._cache
+            readahead = self._readahead
+            hit = cache.get(ioid, view)
             if hit is not None:
                 state, tid = hit
                 self._remember(ioid, tid, state)
+                if readahead is not None:
+                    readahead.read(ioid, state)
                 return state, p64(tid)
             session = self._load_session()
-            state, tid = session.load_current(ioid)
+            batch = (readahead.along_with(ioid) if readahead is not None
+                     else None)
+            if batch is None:
+                state, tid = session.load_current(ioid)
+            else:
+                state, tid = self._load_along(session, batch, view)
             if tid is not None and tid > view:
                 state, tid = self._as_of_view(session, ioid, tid, view)
             if self._is_root:
                 self._end_snapshot()
             if state is None:
                 raise POSKeyError(oid)
-            self._cache.store(ioid, tid, state, view)
+            cache.store(ioid, tid, state, view)
             self._remember(ioid, tid, state)
+            if readahead is not None:
+                readahead.read(ioid, state)
             return state, p64(tid)
+
+    def _load_along(self, session, oids, view):
+        """Read *oids* in one query; offer all but the first to the shared
+        cache; return the first one's ``(state, tid)``."""
+        found = session.load_many(oids)
+        store = self._cache.store
+        for oid in oids[1:]:
+            row = found.get(oid)
+            if row is not None and row[0] is not None:
+                store(oid, row[1], row[0], view)
+        return found.get(oids[0], (None, None))
 
     def getTid(self, oid):
         return self.load(oid)[1]

@@ -79,6 +79,12 @@ class PostgreSQLSchema(Schema):
 
 class PostgreSQLLocker(Locker):
 
+    def lock_statements(self, table, oids, clause):
+        # One statement, whatever the number: an array is one parameter.
+        if oids:
+            yield oids, ('SELECT zoid, tid FROM %s WHERE zoid = ANY(%%s) '
+                         'ORDER BY zoid%s' % (table, clause)), (oids,)
+
     def try_commit_lock(self, session, last_tid_sql):
         if not session.scalar('SELECT pg_try_advisory_xact_lock(%s)',
                               (COMMIT_LOCK_KEY,)):
@@ -216,9 +222,11 @@ class PostgreSQLAdapter(Adapter):
         timeout_ms = int(self.options.commit_lock_timeout * 1000)
         session.execute('SET lock_timeout = %s', (timeout_ms,))
         if not for_store:
-            # Loads and polls are short index lookups: compiling one is
-            # never worth it, even when stale statistics make it look so.
-            session.execute('SET jit = off')
+            # Loads and polls are short index lookups: compiling one, or
+            # starting workers for it, is never worth it, even when stale
+            # statistics make it look so.
+            session.execute('SET jit = off; '
+                            'SET max_parallel_workers_per_gather = 0')
         return session
 
     def prepare_store_session(self, session):

@@ -1,0 +1,144 @@
+"""Reading ahead among the objects one object refers to.
+
+Code that walks a container (its values, a BTree's buckets, a folder's
+children) loads each child with its own database round trip. When a
+second child of the same recently read object misses the cache, the walk
+is likely to go on: the next children are read in one query, a few at
+first and twice as many each time the walk reaches past them, into the
+shared cache, where the loads that follow find them.
+
+A child loaded on its own (a lookup in a BTree, one item of a folder)
+costs nothing more than noticing, with a substring search, which recent
+state refers to it. Only a second miss among the same object's references
+parses that state, and only with a pattern search for the 8-byte oids of
+ZODB's persistent references (``SHORT_BINBYTES`` of length 8 in the
+pickle): an oid found there by chance is read ahead for nothing, one
+never found is simply loaded when asked for. Read-ahead only ever puts
+into the cache states it proves current, like any load.
+"""
+import collections
+import re
+
+from ZODB.utils import p64
+
+#: Persistent references in ZODB's pickles (protocol 3) start with the
+#: referenced oid as an 8-byte ``bytes``.
+_OID_IN_PICKLE = re.compile(rb'C\x08([\x00-\xff]{8})')
+
+
+class _Referrer:
+    """A recently read object and the oids it refers to, in order."""
+
+    __slots__ = ('oids', 'requested', 'misses', 'batch')
+
+    def __init__(self, oids):
+        self.oids = oids
+        #: Positions already read (or asked for) through this object.
+        self.requested = bytearray(len(oids))
+        self.misses = 0
+        self.batch = ReadAhead.FIRST_BATCH
+
+
+class ReadAhead:
+    """Per storage instance (used under its load lock)."""
+
+    #: How many of the last states read are searched for a missed oid.
+    RECENT = 8
+    #: How many parsed referrers are kept.
+    REFERRERS = 8
+    #: The first and the largest number of objects read ahead at once.
+    FIRST_BATCH = 16
+    MAX_BATCH = 500
+    #: States longer than this are not searched (large states are seldom
+    #: containers walked child by child, and the search would cost).
+    MAX_SEARCHED = 1 << 20
+
+    def __init__(self, holds):
+        #: holds(oid) -> whether the shared cache has an entry for oid.
+        self._holds = holds
+        self._recent = collections.deque(maxlen=self.RECENT)
+        self._referrers = collections.OrderedDict()  # oid -> _Referrer
+        #: oid -> (referrer, position), for the oids of parsed referrers.
+        self._where = {}
+        #: Referrers not yet parsed: oid -> misses seen among their oids.
+        self._first_misses = {}
+
+    def read(self, oid, state):
+        """Note that *oid* was read with *state* (from the cache or not)."""
+        if state is not None and len(state) <= self.MAX_SEARCHED:
+            self._recent.append((oid, state))
+
+    def forget_walks(self):
+        """Start over at a new transaction (what the last one read ahead
+        may have been changed or evicted since); the recent states stay,
+        as hints to what refers to what."""
+        self._referrers.clear()
+        self._where.clear()
+        self._first_misses.clear()
+
+    def along_with(self, oid):
+        """The oids to read together with *oid*, which is not cached: a
+        list starting with *oid*, or None to read it alone."""
+        found = self._where.get(oid)
+        if found is None:
+            found = self._find_referrer(oid)
+            if found is None:
+                return None
+        referrer, pos = found
+        referrer.misses += 1
+        requested = referrer.requested
+        if referrer.misses < 2 or requested[pos]:
+            # The first child of an object read so far, or one read ahead
+            # already that the cache could not keep: alone.
+            requested[pos] = 1
+            return None
+        oids = referrer.oids
+        holds = self._holds
+        batch = [oid]
+        requested[pos] = 1
+        want = referrer.batch
+        referrer.batch = min(want * 2, self.MAX_BATCH)
+        for i in range(pos + 1, len(oids)):
+            if len(batch) >= want:
+                break
+            if not requested[i]:
+                requested[i] = 1
+                other = oids[i]
+                if other != oid and not holds(other):
+                    batch.append(other)
+        return batch if len(batch) > 1 else None
+
+    def _find_referrer(self, oid):
+        key = p64(oid)
+        for parent, state in reversed(self._recent):
+            if parent == oid or key not in state:
+                continue
+            if parent in self._referrers:
+                continue  # parsed already, and oid is not among its refs
+            misses = self._first_misses.get(parent, 0) + 1
+            if misses < 2:
+                # The first miss among its references: remember it, but
+                # parse nothing yet (a lookup reads one child only).
+                self._first_misses[parent] = misses
+                if len(self._first_misses) > 4 * self.REFERRERS:
+                    del self._first_misses[next(iter(self._first_misses))]
+                return None
+            self._first_misses.pop(parent, None)
+            return self._parse(parent, state, oid)
+        return None
+
+    def _parse(self, parent, state, oid):
+        ints = int.from_bytes
+        oids = [ints(raw, 'big') for raw in _OID_IN_PICKLE.findall(state)]
+        referrer = _Referrer(oids)
+        referrer.misses = 1   # the first miss, counted by _find_referrer
+        where = self._where
+        for pos, child in enumerate(oids):
+            where.setdefault(child, (referrer, pos))
+        self._referrers[parent] = referrer
+        if len(self._referrers) > self.REFERRERS:
+            _, old = self._referrers.popitem(last=False)
+            for child in old.oids:
+                if where.get(child, (None,))[0] is old:
+                    del where[child]
+        return where.get(oid)

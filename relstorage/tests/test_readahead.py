@@ -1,0 +1,158 @@
+"""Read-ahead among an object's references: walking a container costs a
+few queries, a single lookup reads nothing more, and what is read ahead
+is never stale."""
+import pytest
+import transaction
+import ZODB
+from persistent.mapping import PersistentMapping
+from ZODB.tests.MinPO import MinPO
+from ZODB.utils import u64
+
+from relstorage.storage.readahead import ReadAhead
+
+N = 300
+
+
+def _container(db, n=N, key='box'):
+    conn = db.open()
+    conn.root()[key] = PersistentMapping(
+        {i: MinPO('value %d' % i) for i in range(n)})
+    transaction.commit()
+    conn.close()
+
+
+def _count_reads(conn):
+    """A list that grows by one per query for states on *conn*."""
+    session = conn._storage._load_session()
+    reads = []
+    for name in ('load_current', 'load_many'):
+        def counted(*args, _real=getattr(session, name)):
+            reads.append(args)
+            return _real(*args)
+        setattr(session, name, counted)
+    return reads
+
+
+def test_walk_reads_ahead_and_lookup_does_not(factory):
+    db = ZODB.DB(factory.storage())
+    try:
+        _container(db)
+        db.close()
+        # A new process: nothing cached anywhere.
+        db = ZODB.DB(factory.storage())
+        conn = db.open()
+        box = conn.root()['box']
+        box._p_activate()
+        reads = _count_reads(conn)
+        assert box[7].value == 'value 7'     # one lookup: one query
+        assert len(reads) == 1
+        assert [box[i].value for i in range(N)] == [
+            'value %d' % i for i in range(N)]
+        # 16, 32, 64, ... at a time: a handful of queries, not 300.
+        assert len(reads) <= 10
+        cache = conn._storage._cache
+        assert cache.hits >= N - 10
+        conn.close()
+    finally:
+        db.close()
+
+
+def test_read_ahead_is_never_stale(factory):
+    """A walk reads ahead; another client then changes some children; the
+    next walk sees every change."""
+    db1 = ZODB.DB(factory.storage())
+    db2 = ZODB.DB(factory.storage())
+    try:
+        _container(db1)
+        tm1 = transaction.TransactionManager()
+        conn1 = db1.open(tm1)
+        box1 = conn1.root()['box']
+        assert sum(box1[i].value.startswith('value') for i in range(N)) == N
+        tm1.commit()
+
+        tm2 = transaction.TransactionManager()
+        conn2 = db2.open(tm2)
+        box2 = conn2.root()['box']
+        for i in range(0, N, 7):
+            box2[i].value = 'changed %d' % i
+        tm2.commit()
+        conn2.close()
+
+        # Nothing in conn1's own cache either: every child is loaded again,
+        # read ahead in batches, and each must be the new revision.
+        conn1.cacheMinimize()
+        tm1.begin()
+        box1 = conn1.root()['box']
+        got = [box1[i].value for i in range(N)]
+        assert got == [('changed %d' if i % 7 == 0 else 'value %d') % i
+                       for i in range(N)]
+        tm1.commit()
+        conn1.close()
+    finally:
+        db1.close()
+        db2.close()
+
+
+def test_off_without_a_cache(factory):
+    storage = factory.storage(cache_local_mb=0)
+    assert storage._readahead is None
+    storage.close()
+
+
+def _pickle_of(db, obj):
+    return db.storage.load(obj._p_oid)[0]
+
+
+def test_finds_references_in_order():
+    from ZODB.MappingStorage import MappingStorage
+    db = ZODB.DB(MappingStorage())
+    try:
+        _container(db, n=50)
+        conn = db.open()
+        box = conn.root()['box']
+        children = [u64(box[i]._p_oid) for i in range(50)]
+        state = _pickle_of(db, box)
+        parent = u64(box._p_oid)
+        held = set()
+        ra = ReadAhead(held.__contains__)
+        ra.read(parent, state)
+        # The first child: alone, and nothing parsed yet.
+        assert ra.along_with(children[0]) is None
+        assert not ra._referrers
+        # The second: it and the next FIRST_BATCH - 1 children.
+        batch = ra.along_with(children[1])
+        assert batch == children[1:1 + ReadAhead.FIRST_BATCH]
+        # Past them, twice as many; cached ones are left out.
+        held.update(children[20:30])
+        nxt = 1 + ReadAhead.FIRST_BATCH
+        batch = ra.along_with(children[nxt])
+        assert batch == [children[nxt]] + [
+            c for c in children[nxt + 1:] if c not in held][:31]
+        # One read ahead already but missed again (evicted): alone.
+        assert ra.along_with(children[2]) is None
+        # A new transaction starts the walk over.
+        ra.forget_walks()
+        assert ra.along_with(children[40]) is None
+        assert ra.along_with(children[41]) == children[41:50]
+        conn.close()
+    finally:
+        db.close()
+
+
+def test_lookups_in_different_objects_parse_nothing():
+    """One child of each of many objects (a BTree descent, say): each is
+    read alone and no state is parsed."""
+    held = set()
+    ra = ReadAhead(held.__contains__)
+    for parent in range(1, 20):
+        child = 1000 + parent
+        ra.read(parent, b'C\x08' + child.to_bytes(8, 'big') + b'junk')
+        assert ra.along_with(child) is None
+    assert not ra._referrers
+
+
+@pytest.mark.parametrize('cached', [False, True])
+def test_unrelated_oid_is_read_alone(cached):
+    ra = ReadAhead(lambda oid: cached)
+    ra.read(1, b'no references here')
+    assert ra.along_with(99) is None
