@@ -183,32 +183,47 @@ class StorageCache:
         so storing it early is safe.  ``state`` None means the object was
         deleted: the entry is dropped.  Returns whether it was kept.
         """
+        return self.store_committed_many(((oid, tid, state),)) == 1
+
+    def store_committed_many(self, rows):
+        """:meth:`store_committed` for each ``(oid, tid, state)`` of one
+        commit, under one acquisition of the lock; returns how many were
+        kept."""
+        kept = 0
         with self._lock:
             index = self._index
             p0 = index.p0
             if p0 is None:
-                return False
+                return 0
+            cmax = index.cmax
             entries = self._entries
-            old = entries.get(oid)
-            if old is not None and old[1] > tid:
-                return False
-            if state is None or len(state) > self._max_state:
-                if old is not None:
-                    self._lru.pop(oid)
-                return False
-            if old is not None and old[1] == tid:
-                entries.move_to_end(oid)
-                return True
-            if tid <= index.cmax and not (
-                    p0 <= tid and is_current(self._by_oid.get(oid), tid,
-                                             tid, p0)):
-                # A poll already went past tid; keep the revision only if
-                # the index agrees it is that change.
-                self.rejected_stores += 1
-                return False
-            self._lru.put(oid, (state, tid))
-            self.stores += 1
-            return True
+            get = entries.get
+            lru = self._lru
+            max_state = self._max_state
+            by_oid = self._by_oid
+            for oid, tid, state in rows:
+                old = get(oid)
+                if old is not None and old[1] > tid:
+                    continue
+                if state is None or len(state) > max_state:
+                    if old is not None:
+                        lru.pop(oid)
+                    continue
+                if old is not None and old[1] == tid:
+                    entries.move_to_end(oid)
+                    kept += 1
+                    continue
+                if tid <= cmax and not (
+                        p0 <= tid and is_current(by_oid.get(oid), tid,
+                                                 tid, p0)):
+                    # A poll already went past tid; keep the revision only
+                    # if the index agrees it is that change.
+                    self.rejected_stores += 1
+                    continue
+                lru.put(oid, (state, tid))
+                kept += 1
+            self.stores += kept
+        return kept
 
     # -- keeping coherent --------------------------------------------------
 

@@ -187,11 +187,16 @@ class RelStorage(Loader, TPC, History, Iteration, BlobMethods,
         self._last_tid = tid
         self._poll_forced = True
         cache = self._cache
+        if serials:
+            committed = [(oid, serials[oid], state) for oid, _, state in rows]
+        else:
+            committed = [(oid, tid, state) for oid, _, state in rows]
         with self._load_lock:
-            for oid, _prev, state in rows:
-                serial = serials[oid] if serials else tid
-                cache.store_committed(oid, serial, state)
-                self._remember(oid, serial, state)
+            cache.store_committed_many(committed)
+            if self._seen is not None:
+                remember = self._remember
+                for oid, serial, state in committed:
+                    remember(oid, serial, state)
             base = self._poll_base or self._view_tid
             if base is not None and previous == base:
                 self._poll_base = tid
@@ -199,8 +204,7 @@ class RelStorage(Loader, TPC, History, Iteration, BlobMethods,
                 # these rows; the next poll tells the shared cache, so
                 # that it serves them.
                 self._own_changes.extend(
-                    (oid, serials[oid] if serials else tid)
-                    for oid, _prev, _state in rows)
+                    (oid, serial) for oid, serial, _ in committed)
             else:
                 self._poll_base = None
                 del self._own_changes[:]
