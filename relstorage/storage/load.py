@@ -11,6 +11,8 @@ from ZODB.POSException import ReadConflictError
 from ZODB.utils import p64
 from ZODB.utils import u64
 
+from ..exceptions import CorruptRecord
+
 #: States a history-free instance keeps for conflict resolution.
 SEEN_LIMIT = 10000
 
@@ -223,7 +225,12 @@ class Loader:
     def _load_along(self, session, oids, view):
         """Read *oids* in one query; offer all but the first to the shared
         cache; return the first one's ``(state, tid)``."""
-        found = session.load_many(oids)
+        try:
+            found = session.load_many(oids)
+        except CorruptRecord:
+            # A damaged row among those read ahead must not fail the load
+            # of another: the error belongs to the load of that row.
+            return session.load_current(oids[0])
         store = self._cache.store
         for oid in oids[1:]:
             row = found.get(oid)

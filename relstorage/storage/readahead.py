@@ -49,9 +49,9 @@ class ReadAhead:
     #: The first and the largest number of objects read ahead at once.
     FIRST_BATCH = 16
     MAX_BATCH = 500
-    #: States longer than this are not searched (large states are seldom
-    #: containers walked child by child, and the search would cost).
-    MAX_SEARCHED = 1 << 20
+    #: States longer than this are not searched, which bounds what a miss
+    #: costs to a substring search in at most RECENT times this.
+    MAX_SEARCHED = 1 << 16
 
     def __init__(self, holds):
         #: holds(oid) -> whether the shared cache has an entry for oid.

@@ -156,3 +156,36 @@ def test_unrelated_oid_is_read_alone(cached):
     ra = ReadAhead(lambda oid: cached)
     ra.read(1, b'no references here')
     assert ra.along_with(99) is None
+
+
+def test_damaged_row_read_ahead_fails_only_its_own_load(factory):
+    from relstorage.exceptions import CorruptRecord
+    db = ZODB.DB(factory.storage())
+    try:
+        _container(db, n=6)
+        conn = db.open()
+        bad = u64(conn.root()['box'][3]._p_oid)
+        conn.close()
+        db.close()
+        session = factory.adapter().connect(for_store=True)
+        session.begin()
+        session.execute('UPDATE object_state SET state = %s WHERE zoid = %s',
+                        (b'\x80\x03cZODB.tests.MinPO\nMinPO', bad))
+        session.commit()
+        session.close()
+        db = ZODB.DB(factory.storage())
+        conn = db.open()
+        box = conn.root()['box']
+        reads = _count_reads(conn)
+        # The second child reads ahead the others, the damaged one among
+        # them: that must not fail it, nor the ones after.
+        assert [box[i].value for i in (0, 1, 2)] == [
+            'value 0', 'value 1', 'value 2']
+        assert any(len(args[0]) > 1 for args in reads if
+                   isinstance(args[0], list))   # it did read ahead
+        with pytest.raises(CorruptRecord):
+            box[3].value
+        assert [box[i].value for i in (4, 5)] == ['value 4', 'value 5']
+        conn.close()
+    finally:
+        db.close()
