@@ -93,6 +93,11 @@ class Loader:
             oids = () if old is None else None
         elif new == old:
             oids = ()
+            if cache.p0 is None:
+                # Nothing changed, but the cache was cleared: start its
+                # change index here, or it would keep nothing until the
+                # next commit moves the view.
+                cache.after_poll(old, new, (), fetch_changes=fetch)
         else:
             oids = cache.changes_between(old, new)
             if oids is None:

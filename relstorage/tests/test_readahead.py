@@ -189,3 +189,25 @@ def test_damaged_row_read_ahead_fails_only_its_own_load(factory):
         conn.close()
     finally:
         db.close()
+
+
+def test_cache_cleared_between_transactions_is_used_again(factory):
+    """Clearing the shared cache (as benchmarks do for cold reads) must not
+    leave it refusing every state until the next commit."""
+    db = ZODB.DB(factory.storage())
+    try:
+        _container(db)
+        for _ in range(2):
+            conn = db.open()
+            conn.cacheMinimize()
+            db.storage._cache.clear()
+            conn.close()
+            conn = db.open()            # polls: nothing changed
+            box = conn.root()['box']
+            box._p_activate()
+            reads = _count_reads(conn)
+            assert sum(box[i].value.startswith('value') for i in range(N)) == N
+            assert len(reads) <= 10
+            conn.close()
+    finally:
+        db.close()

@@ -39,6 +39,10 @@ def test_quick_run_on_the_default(tmp_path, capsys):
             assert len(figure['samples'][0]) == int(level)
             assert len(figure['samples'][0][0]['write']) == 2
     assert set(data['raw_limit']) == {'sqlite-hp', 'sqlite-hf'}
+    for figure in data['raw_limit'].values():
+        assert len(figure['raw_samples']) == len(
+            figure['storage_samples']) == 2
+        assert 0 < figure['raw_ms'] and 0 < figure['storage_ms']
     assert all(len(times) == 4 for times in data['growth'].values())
     assert data['environment']['packages']['ZODB']
     assert sorted(os.listdir(charts)) == ['growth.png', 'read.png',

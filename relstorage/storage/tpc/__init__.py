@@ -10,7 +10,6 @@ from ZODB.POSException import ReadOnlyError
 from ZODB.POSException import StorageTransactionError
 from ZODB.utils import p64
 from ZODB.utils import u64
-from ZODB.utils import z64
 
 from .finish import finish
 from .vote import vote
@@ -86,13 +85,19 @@ class TPC:
         self._tpc = buffer
 
     def store(self, oid, serial, data, version, transaction):
-        self._check_writable()
-        if version:
-            raise StorageTransactionError('versions are not supported')
-        tpc = self._buffer_for(transaction)
-        if isinstance(serial, str):  # some callers spell z64 as a str
-            serial = serial.encode('latin-1')
-        tpc.stores[u64(oid)] = (u64(serial or z64), data)
+        tpc = self._tpc
+        if (tpc is None or tpc.transaction is not transaction or version
+                or isinstance(serial, str)):
+            # The rare cases, and the errors, off the path taken once per
+            # object of every commit.
+            self._check_writable()
+            if version:
+                raise StorageTransactionError('versions are not supported')
+            tpc = self._buffer_for(transaction)
+            if isinstance(serial, str):  # some callers spell z64 as a str
+                serial = serial.encode('latin-1')
+        tpc.stores[int.from_bytes(oid, 'big')] = (
+            int.from_bytes(serial, 'big') if serial else 0, data)
 
     def restore(self, oid, serial, data, version, prev_txn, transaction):
         """Store a copied revision as it is (no conflict checks); *data*
