@@ -196,18 +196,22 @@ class Loader:
     # Current state
 
     def load(self, oid, version=''):
-        ioid = u64(oid)
+        # The hot path is a hit in the shared cache: kept to a few calls.
+        ioid = int.from_bytes(oid, 'big')
         with self._load_lock:
-            view = self._ensure_view()
+            view = self._view_tid
+            if view is None or self._is_root or self._poll_failed:
+                view = self._ensure_view()
             cache = self._cache
             readahead = self._readahead
             hit = cache.get(ioid, view)
             if hit is not None:
                 state, tid = hit
-                self._remember(ioid, tid, state)
+                if self._seen is not None:
+                    self._remember(ioid, tid, state)
                 if readahead is not None:
                     readahead.read(ioid, state)
-                return state, p64(tid)
+                return state, tid.to_bytes(8, 'big')
             session = self._load_session()
             batch = (readahead.along_with(ioid) if readahead is not None
                      else None)

@@ -65,8 +65,7 @@ class ReadAhead:
 
     def read(self, oid, state):
         """Note that *oid* was read with *state* (from the cache or not)."""
-        if state is not None and len(state) <= self.MAX_SEARCHED:
-            self._recent.append((oid, state))
+        self._recent.append((oid, state))
 
     def forget_walks(self):
         """Start over at a new transaction (what the last one read ahead
@@ -111,7 +110,8 @@ class ReadAhead:
     def _find_referrer(self, oid):
         key = p64(oid)
         for parent, state in reversed(self._recent):
-            if parent == oid or key not in state:
+            if (parent == oid or len(state) > self.MAX_SEARCHED
+                    or key not in state):
                 continue
             if parent in self._referrers:
                 continue  # parsed already, and oid is not among its refs
