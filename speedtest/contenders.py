@@ -146,11 +146,16 @@ class ZEOServer:
     def __init__(self):
         self.dir = tempfile.mkdtemp(prefix='speedtest-zeo-')
         self.port = _free_port()
-        self.proc = subprocess.Popen(
-            [sys.executable, '-m', 'ZEO.runzeo', '-a',
-             '127.0.0.1:%d' % self.port, '-f',
-             os.path.join(self.dir, 'Data.fs')],
-            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        # The server logs to a file: a pipe nobody reads fills up with its
+        # "waiting for the lock" lines under 8 writers, and the server then
+        # blocks writing to it, and every client with it.
+        self.log = os.path.join(self.dir, 'server.log')
+        with open(self.log, 'wb') as log:
+            self.proc = subprocess.Popen(
+                [sys.executable, '-m', 'ZEO.runzeo', '-a',
+                 '127.0.0.1:%d' % self.port, '-f',
+                 os.path.join(self.dir, 'Data.fs')],
+                stdout=subprocess.DEVNULL, stderr=log)
         deadline = time.monotonic() + 30
         while True:
             try:
@@ -159,7 +164,8 @@ class ZEOServer:
             except OSError:
                 if self.proc.poll() is not None or \
                         time.monotonic() > deadline:
-                    err = self.proc.stderr.read().decode(errors='replace')
+                    with open(self.log, 'rb') as log:
+                        err = log.read().decode(errors='replace')
                     self.stop()
                     raise RuntimeError('the ZEO server did not start: %s'
                                        % err[-2000:])

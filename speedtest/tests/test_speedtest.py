@@ -84,3 +84,16 @@ def test_variants_for_the_connection_test(tmp_path):
     variant = my.over_unix_socket('/nonexistent', str(sock))
     assert 'unix_socket %s' % sock in variant.text
     assert 'host' not in variant.text and 'port' not in variant.text
+
+
+def test_zeo_server_logs_to_a_file_not_an_unread_pipe():
+    """Under 8 writers the server logs a line per lock wait: into a pipe
+    that nobody reads, it blocked once the pipe was full, and every client
+    with it."""
+    from speedtest.contenders import ZEOServer
+    server = ZEOServer()
+    try:
+        assert server.proc.stderr is None
+        assert os.path.exists(server.log)
+    finally:
+        server.stop()
