@@ -232,20 +232,24 @@ class Loader:
             return state, p64(tid)
 
     def _load_along(self, session, oids, view):
-        """Read *oids* in one query; offer all but the first to the shared
-        cache; return the first one's ``(state, tid)``."""
+        """Read *oids* in one query into the shared cache; return the
+        first one's ``(state, tid)``."""
         try:
             found = session.load_many(oids)
         except CorruptRecord:
             # A damaged row among those read ahead must not fail the load
             # of another: the error belongs to the load of that row.
             return session.load_current(oids[0])
-        store = self._cache.store
-        for oid in oids[1:]:
-            row = found.get(oid)
-            if row is not None and row[0] is not None:
-                store(oid, row[1], row[0], view)
+        self._offer(found, view)
         return found.get(oids[0], (None, None))
+
+    def _offer(self, found, view):
+        """Offer the ``{oid: (state, tid)}`` read at *view* to the shared
+        cache (which keeps only what it can prove current)."""
+        store = self._cache.store
+        for oid, (state, tid) in found.items():
+            if state is not None:
+                store(oid, tid, state, view)
 
     def getTid(self, oid):
         return self.load(oid)[1]
@@ -258,10 +262,7 @@ class Loader:
             wanted = [oid for oid in wanted if cache.get(oid, view) is None]
             if not wanted:
                 return
-            found = self._load_session().load_many(wanted)
-            for oid, (state, tid) in found.items():
-                if state is not None:
-                    cache.store(oid, tid, state, view)
+            self._offer(self._load_session().load_many(wanted), view)
 
     def _remember(self, oid, tid, state):
         """History-free storages keep no old revisions, but conflict
