@@ -52,6 +52,12 @@ class CommitLockTimeout(RelStorageError, TransientError):
     """The commit lock could not be had within commit-lock-timeout."""
 
 
+class OidOutOfRange(RelStorageError, ValueError):
+    """An oid above 2**63 - 1 was to be stored: database columns are signed
+    64-bit integers. (ZODB allocates oids from 1 upwards; such an oid comes
+    from a copy of another storage or from code choosing its own.)"""
+
+
 class UnableToLockRows(ConflictError):
     """Rows to change (or read-current rows) stayed locked by another
     transaction past commit-lock-timeout, or locking them deadlocked.

@@ -6,6 +6,7 @@ from ZODB.utils import p64
 from ZODB.utils import u64
 
 from ..blobs.files import copy_into
+from .load import stored_id
 
 
 class BlobMethods:
@@ -45,7 +46,7 @@ class BlobMethods:
             blobfilename)
 
     def loadBlob(self, oid, serial):
-        return self._blob_helper().load(self, u64(oid), u64(serial))
+        return self._blob_helper().load(self, stored_id(oid), u64(serial))
 
     def openCommittedBlobFile(self, oid, serial, blob=None):
         # The cache check may remove a cached file between loadBlob and

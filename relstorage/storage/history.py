@@ -7,6 +7,8 @@ from ZODB.utils import p64
 from ZODB.utils import u64
 from ZODB._compat import loads
 
+from .load import stored_id
+
 
 def _extension(ext_bytes):
     if not ext_bytes:
@@ -35,7 +37,8 @@ class History:
 
     def history(self, oid, size=1):
         with self._reading():
-            rows = self._load_session().object_history(u64(oid), size or 1)
+            rows = self._load_session().object_history(
+                stored_id(oid), size or 1)
         if not rows:
             raise POSKeyError(oid)
         result = []

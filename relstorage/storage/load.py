@@ -16,6 +16,19 @@ from ..exceptions import CorruptRecord
 #: States a history-free instance keeps for conflict resolution.
 SEEN_LIMIT = 10000
 
+#: The largest oid or tid the databases' signed 64-bit columns hold.
+MAX_ID = (1 << 63) - 1
+
+
+def stored_id(oid):
+    """*oid* (8 bytes) as the integer it is stored under; POSKeyError for
+    one above MAX_ID, which no row can have (asking the database would
+    fail on its type instead)."""
+    ioid = int.from_bytes(oid, 'big')
+    if ioid > MAX_ID:
+        raise POSKeyError(oid)
+    return ioid
+
 log = logging.getLogger(__name__)
 
 
@@ -212,6 +225,8 @@ class Loader:
                 if readahead is not None:
                     readahead.read(ioid, state)
                 return state, tid.to_bytes(8, 'big')
+            if ioid > MAX_ID:
+                raise POSKeyError(oid)
             session = self._load_session()
             batch = (readahead.along_with(ioid) if readahead is not None
                      else None)
@@ -259,7 +274,8 @@ class Loader:
         with self._reading() as view:
             cache = self._cache
             wanted = [u64(oid) for oid in oids]
-            wanted = [oid for oid in wanted if cache.get(oid, view) is None]
+            wanted = [oid for oid in wanted
+                      if oid <= MAX_ID and cache.get(oid, view) is None]
             if not wanted:
                 return
             self._offer(self._load_session().load_many(wanted), view)
@@ -283,7 +299,9 @@ class Loader:
     # Older revisions
 
     def loadSerial(self, oid, serial):
-        ioid, itid = u64(oid), u64(serial)
+        ioid, itid = stored_id(oid), u64(serial)
+        if itid > MAX_ID:
+            raise POSKeyError(oid, serial)
         seen = self._seen.get(ioid) if self._seen is not None else None
         if seen is not None and seen[0] == itid:
             return seen[1]
@@ -305,11 +323,15 @@ class Loader:
 
     def loadBefore(self, oid, tid):
         with self._reading():
-            result = self._load_session().load_before(u64(oid), u64(tid))
+            ioid = stored_id(oid)
+            # Before a tid past the largest a column holds: the newest
+            # revision (no revision is ever committed as MAX_ID itself).
+            result = self._load_session().load_before(
+                ioid, min(u64(tid), MAX_ID))
             if result is None:
                 # "No revision before tid" for an object that exists, but
                 # an error for one the database has never heard of.
-                if self._load_session().load_current(u64(oid))[1] is None:
+                if self._load_session().load_current(ioid)[1] is None:
                     raise POSKeyError(oid)
                 return None
         state, start, end = result

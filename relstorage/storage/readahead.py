@@ -22,8 +22,10 @@ import re
 from ZODB.utils import p64
 
 #: Persistent references in ZODB's pickles (protocol 3) start with the
-#: referenced oid as an 8-byte ``bytes``.
-_OID_IN_PICKLE = re.compile(rb'C\x08([\x00-\xff]{8})')
+#: referenced oid as an 8-byte ``bytes``. Only oids a database can hold
+#: (below 2**63) are taken: the pattern also matches by chance inside
+#: other data (an integer whose bytes spell ``C\x08``, say).
+_OID_IN_PICKLE = re.compile(rb'C\x08([\x00-\x7f][\x00-\xff]{7})')
 
 
 class _Referrer:

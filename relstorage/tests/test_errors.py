@@ -328,3 +328,53 @@ def test_read_only_database_user(db_name):
     finally:
         db.close()
         factory.cleanup()
+
+
+def test_oids_above_the_columns_range(factory):
+    """Oids of 2**63 and above fit no database column: reading one is a
+    POSKeyError like any missing object, storing one names the problem and
+    commits nothing."""
+    import transaction as txn_mod
+    from ZODB.Connection import TransactionMetaData
+    from ZODB.POSException import POSKeyError
+    from ZODB.utils import p64
+    from ZODB.utils import z64
+
+    from relstorage.exceptions import OidOutOfRange
+    storage = factory.storage()
+    try:
+        db = ZODB.DB(storage)
+        with txn_mod.manager:
+            db.open().root()['kept'] = 1
+        for oid in (p64(1 << 63), p64((1 << 64) - 1)):
+            with pytest.raises(POSKeyError):
+                storage.load(oid)
+            with pytest.raises(POSKeyError):
+                storage.loadBefore(oid, p64(1 << 62))
+            with pytest.raises(POSKeyError):
+                storage.loadSerial(oid, storage.lastTransaction())
+            with pytest.raises(POSKeyError):
+                storage.history(oid)
+            storage.prefetch([oid, z64])     # nothing to read ahead
+        # A tid past the largest reads as "the newest".
+        state, tid, end = storage.loadBefore(z64, p64((1 << 64) - 1))
+        assert tid == storage.lastTransaction() and end is None
+
+        instance = storage.new_instance()
+        meta = TransactionMetaData()
+        instance.tpc_begin(meta)
+        instance.store(instance.new_oid(), z64, b'fine', '', meta)
+        instance.store(p64(1 << 63), z64, b'too far', '', meta)
+        with pytest.raises(OidOutOfRange, match='0x8000000000000000'):
+            instance.tpc_vote(meta)
+        instance.tpc_abort(meta)
+        before = len(storage)
+        with txn_mod.manager:
+            root = db.open().root()
+            assert root['kept'] == 1
+            root['after'] = 2
+        assert len(storage) == before
+        instance.release()
+        db.close()
+    finally:
+        storage.close()

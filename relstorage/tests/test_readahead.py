@@ -211,3 +211,30 @@ def test_cache_cleared_between_transactions_is_used_again(factory):
             conn.close()
     finally:
         db.close()
+
+
+def test_bytes_that_look_like_large_oids_are_not_read(factory):
+    """The reference pattern also matches data; 8 bytes from 2**63 up are
+    no oid any database holds, and a walk past them reads as usual."""
+    db = ZODB.DB(factory.storage())
+    try:
+        conn = db.open()
+        box = {i: MinPO('value %d' % i) for i in range(40)}
+        # Interleaved with the references, values pickled exactly like
+        # one: SHORT_BINBYTES of length 8.
+        box.update({'fake %d' % i: bytes([0x80 + i]) + b'\xff' * 7
+                    for i in range(40)})
+        conn.root()['box'] = PersistentMapping(box)
+        transaction.commit()
+        conn.close()
+        db.close()
+        db = ZODB.DB(factory.storage())
+        conn = db.open()
+        box = conn.root()['box']
+        reads = _count_reads(conn)
+        assert [box[i].value for i in range(40)] == [
+            'value %d' % i for i in range(40)]
+        assert len(reads) <= 8
+        conn.close()
+    finally:
+        db.close()

@@ -3,6 +3,9 @@ from ZODB.POSException import ConflictError
 from ZODB.POSException import ReadConflictError
 from ZODB.utils import p64
 
+from ...exceptions import OidOutOfRange
+from ..load import MAX_ID
+
 
 def vote(storage, tpc):
     """Lock the rows *tpc* changes (and its readCurrent rows, shared), check
@@ -11,6 +14,12 @@ def vote(storage, tpc):
     ``tpc.resolved``; raises ConflictError / ReadConflictError."""
     session = storage._store_session()
     stores = tpc.stores
+    highest = max(max(stores, default=0), max(tpc.read_current, default=0))
+    if highest > MAX_ID:
+        raise OidOutOfRange(
+            'object 0x%x cannot be stored in the %s: its oid is above '
+            '0x7fffffffffffffff, the largest its 64-bit signed columns hold'
+            % (highest, storage._adapter.describe()))
     current = session.lock_and_read_current(stores.keys(),
                                             tpc.read_current.keys())
 
