@@ -37,28 +37,48 @@ def _child(queue, func, args, kwargs):
         queue.put(('error', '%s: %s' % (type(e).__name__, e)))
 
 
+def cost(objects, transactions, level=1, commits=None):
+    """A rough prior of a step's seconds, so that progress is told by work
+    rather than by steps (a 10,000-object step takes 100 times a 100-object
+    one; a growth step, thousands of commits): starting the worker
+    processes, then per commit and per object, with *level* processes
+    sharing the CPUs."""
+    share = level / min(level, os.cpu_count() or 1)
+    if commits is None:
+        commits = transactions
+    return 0.3 + share * (commits * 0.003 + objects * transactions * 0.0001)
+
+
 class Runner:
     """Runs workloads in worker processes and says how far it is."""
 
-    def __init__(self, total_steps, quiet=False):
+    def __init__(self, total_steps, total_cost=None, quiet=False):
         self.ctx = multiprocessing.get_context('spawn')
         self.total = total_steps
+        self.total_cost = total_cost or total_steps
         self.done = 0
+        self.done_cost = 0.0
+        self.pending_cost = 0.0
         self.started = time.monotonic()
         self.quiet = quiet
 
-    def step(self, what):
+    def step(self, what, cost=1.0):
+        """A step of about *cost* (see ``cost()``) begins."""
         self.done += 1
+        self.done_cost += self.pending_cost
+        self.pending_cost = cost
         if self.quiet:
             return
         elapsed = time.monotonic() - self.started
         eta = ''
-        if self.done > 1:
-            eta = ', about %.0f s left' % (
-                elapsed / (self.done - 1) * (self.total - self.done + 1))
-        print('[%d/%d] %s (%.0f s%s)' % (self.done, self.total, what,
-                                         elapsed, eta),
-              file=sys.stderr, flush=True)
+        if self.done_cost > 0:
+            # The priors are scaled by what the steps so far really took.
+            left = self.total_cost - self.done_cost
+            eta = ', about %s left' % _duration(
+                elapsed / self.done_cost * left)
+        print('[%d/%d, %d%%] %s (%s%s)' % (
+            self.done, self.total, 100 * self.done_cost / self.total_cost,
+            what, _duration(elapsed), eta), file=sys.stderr, flush=True)
 
     def parallel(self, func, arglists, barrier=False):
         """Run ``func(*args)`` for each of *arglists* in its own process,
@@ -98,6 +118,14 @@ class Runner:
         return self.parallel(func, [args])[0]
 
 
+def _duration(seconds):
+    if seconds < 100:
+        return '%.0f s' % seconds
+    if seconds < 6000:
+        return '%.0f min' % (seconds / 60)
+    return '%.1f h' % (seconds / 3600)
+
+
 def _mean_ms(samples):
     return statistics.mean(samples) * 1000
 
@@ -112,7 +140,8 @@ def write_read_test(runner, contender, objects, concurrency, runs,
     for run in range(runs):
         runner.step('%s: write/read %d objects, %d process%s, run %d/%d'
                     % (contender.name, objects, concurrency,
-                       '' if concurrency == 1 else 'es', run + 1, runs))
+                       '' if concurrency == 1 else 'es', run + 1, runs),
+                    cost(objects, transactions, concurrency))
         tags = ['n%d-c%d-r%d-w%d-%s' % (objects, concurrency, run, w,
                                         time.time_ns())
                 for w in range(concurrency)]
@@ -256,12 +285,17 @@ def _run(args, contenders, sizes, levels, runs, transactions, growth_total,
     raw_contenders = [] if args.no_raw else [
         c for c in contenders if c.kind in ('postgresql', 'mysql', 'sqlite')]
 
-    steps = sum(runs for c in contenders for n in sizes for level in levels
-                if c.shared or level == 1)
-    steps += sum(runs * len(group) for _, group in variants)
-    steps += len(raw_contenders) * (runs + 1)
-    steps += len(contenders) if growth_total else 0
-    runner = Runner(steps, quiet=args.quiet)
+    plan = [cost(n, transactions, level) for c in contenders for n in sizes
+            for level in levels if c.shared or level == 1
+            for _ in range(runs)]
+    plan += [cost(100, transactions)] * sum(
+        runs * len(group) for _, group in variants)
+    for _ in raw_contenders:
+        plan += [cost(1000, transactions)] * runs
+        plan.append(2 * cost(1000, transactions))
+    if growth_total:
+        plan += [cost(1, 1, commits=growth_total)] * len(contenders)
+    runner = Runner(len(plan), sum(plan), quiet=args.quiet)
 
     results = {'environment': environment(contenders),
                'settings': {'objects': sizes, 'concurrency': levels,
@@ -301,7 +335,8 @@ def _run(args, contenders, sizes, levels, runs, transactions, growth_total,
     # transaction, against writing 1,000 objects per transaction.
     for c in raw_contenders:
         ours = write_read_test(runner, c, 1000, 1, runs, transactions)
-        runner.step('%s: raw INSERT of 1000 rows per transaction' % c.name)
+        runner.step('%s: raw INSERT of 1000 rows per transaction' % c.name,
+                    2 * cost(1000, transactions))
         limit = runner.one(workloads.raw_limit, c, 1000, transactions)
         if limit:
             raw_ms = _mean_ms(limit['raw'])
@@ -321,7 +356,8 @@ def _run(args, contenders, sizes, levels, runs, transactions, growth_total,
     if growth_total:
         for c in contenders:
             runner.step('%s: growth to %d objects, one per transaction'
-                        % (c.name, growth_total))
+                        % (c.name, growth_total),
+                        cost(1, 1, commits=growth_total))
             results['growth'][c.name] = runner.one(
                 workloads.growth, c, growth_total, growth_step)
         report.print_growth(results)

@@ -97,3 +97,63 @@ def test_zeo_server_logs_to_a_file_not_an_unread_pipe():
         assert os.path.exists(server.log)
     finally:
         server.stop()
+
+
+def test_servers_with_connection_variants_and_raw_limit(tmp_path):
+    """PostgreSQL and MariaDB/MySQL contenders: the write/read test, the
+    connection test (TCP and unix socket, cache on and off) and the raw
+    INSERT limit, with the servers' versions in the environment."""
+    from relstorage.tests.dbs import mysql_params
+    from relstorage.tests.dbs import pg_dsn
+    from relstorage.tests.dbs import require
+    require('postgresql')
+    require('mysql')
+    my = mysql_params(False)
+    lines = ['host %(host)s', 'port %(port)s', 'user %(user)s', 'db %(db)s']
+    if my['passwd']:
+        lines.append('passwd %(passwd)s')
+    config = tmp_path / 'servers.conf'
+    config.write_text(
+        '%%import relstorage\n'
+        '<zodb pg>\n  <relstorage>\n    keep-history false\n'
+        '    <postgresql>\n      dsn %s\n    </postgresql>\n'
+        '  </relstorage>\n</zodb>\n'
+        '<zodb my>\n  <relstorage>\n    keep-history false\n'
+        '    <mysql>\n%s\n    </mysql>\n  </relstorage>\n</zodb>\n'
+        % (pg_dsn(False), '\n'.join('      ' + line % my for line in lines)))
+    out = tmp_path / 'r.json'
+    assert main([str(config), '-q', '-n', '20', '-c', '1', '--runs', '1',
+                 '-t', '2', '--growth', '0', '--json', str(out)]) == 0
+    data = json.loads(out.read_text())
+    assert set(data['write_read']) == {'pg', 'my'}
+    for name in ('pg', 'my'):
+        variants = data['connections'][name]
+        assert {name, name + ' no-cache'} <= set(variants)
+        for figure in variants.values():
+            assert figure['write_ms'] > 0 and figure['read_ms'] > 0
+        assert data['raw_limit'][name]['raw_ms'] > 0
+        assert data['raw_limit'][name]['storage_ms'] > 0
+    assert 'PostgreSQL' in data['environment']['servers']['pg']
+    assert 'MariaDB' in data['environment']['servers']['my'] or \
+        data['environment']['servers']['my'][0].isdigit()
+    if os.path.isdir('/var/run/postgresql'):
+        assert 'pg unix-socket no-cache' in data['connections']['pg']
+
+
+def test_progress_is_told_by_work_not_by_steps(capsys):
+    """A 10,000-object step weighs far more than a 100-object one, and
+    growth by its commits: the share done counts that."""
+    from speedtest.main import Runner
+    from speedtest.main import cost
+    small, big = cost(100, 10), cost(10000, 10)
+    growth = cost(1, 1, commits=50000)
+    assert big > 10 * small and growth > big
+    runner = Runner(3, small + big + growth)
+    runner.step('small', small)
+    runner.step('big', big)
+    runner.step('growth', growth)
+    lines = capsys.readouterr().err.splitlines()
+    assert lines[0].startswith('[1/3, 0%] small')
+    share = 100 * small // (small + big + growth)
+    assert lines[1].startswith('[2/3, %d%%] big' % share)
+    assert 'left)' in lines[2]
