@@ -181,6 +181,8 @@ class StoreSession(_SessionWrapper):
         self.locker = adapter.locker
         #: The newest tid before the last commit (set by commit()).
         self.previous_tid = None
+        #: The tid chosen at upload, when the rows were written in place.
+        self.chosen_tid = None
 
     def _outside_commit(self, func, *args):
         """Like at_boundary, but reconnect only when no commit transaction
@@ -207,11 +209,35 @@ class StoreSession(_SessionWrapper):
     def drop_replaced_blobs(self, oids):
         blobs.drop_replaced_blobs(self.session, oids)
 
-    def upload(self, rows):
+    def upload(self, rows, tid_free=False):
+        """*tid_free*: the commit's tid is not imposed (no restore), so a
+        database whose commit transaction is already the only writer
+        (SQLite) chooses it now and writes the rows in place, sparing
+        their copy through temp_store."""
+        self.chosen_tid = None
+        if tid_free and rows and self.adapter.only_writer_from_vote:
+            # Nobody can commit before this transaction does now.
+            self.previous_tid, self.chosen_tid = self._choose_tid()
+            self.mover.write_in_place(self.session, rows, self.chosen_tid)
+            return
         if not self.adapter.temp_store_emptied_by_commit:
             self.mover.clear_temp(self.session)
         if rows:
             self.mover.upload(self.session, rows)
+
+    def _choose_tid(self, restore_tid=None, first_row_tid=None):
+        """Take the commit lock; ``(the newest tid, the commit's tid)``."""
+        last = self.locker.hold_commit_lock(self.session,
+                                            self.mover.last_tid_sql) or 0
+        if restore_tid is None:
+            return last, tid_for_now(last)
+        first = min(restore_tid, first_row_tid or restore_tid)
+        if first <= last:
+            raise RelStorageError(
+                'cannot restore transaction %016x: the database already '
+                'holds transaction %016x, and transaction ids must '
+                'increase' % (first, last))
+        return last, restore_tid
 
     def commit(self, meta, restore_tid=None, packed=False, empty=False,
                max_oid=None, before_commit=None, first_row_tid=None,
@@ -223,25 +249,20 @@ class StoreSession(_SessionWrapper):
         object the commit writes as its tid, to ask the database whether
         it committed if the connection is lost while committing."""
         session = self.session
-        if not session.in_transaction:
-            session.begin(self.adapter.store_begin_sql)
-        last = self.locker.hold_commit_lock(session,
-                                            self.mover.last_tid_sql) or 0
-        #: The newest tid before this commit.
-        self.previous_tid = last
-        if restore_tid is not None:
-            first = min(restore_tid, first_row_tid or restore_tid)
-            if first <= last:
-                raise RelStorageError(
-                    'cannot restore transaction %016x: the database already '
-                    'holds transaction %016x, and transaction ids must '
-                    'increase' % (first, last))
-            tid = restore_tid
+        tid = self.chosen_tid
+        self.chosen_tid = None
+        if tid is not None:
+            # Chosen, and the rows written, at upload.
+            script = self.mover.add_transaction(tid, meta, packed, empty)
         else:
-            tid = tid_for_now(last)
-        script = self.mover.add_transaction(tid, meta, packed, empty)
-        script += self.mover.move_into_place(
-            tid, own_tids=first_row_tid is not None)
+            if not session.in_transaction:
+                session.begin(self.adapter.store_begin_sql)
+            #: The newest tid before this commit.
+            self.previous_tid, tid = self._choose_tid(restore_tid,
+                                                      first_row_tid)
+            script = self.mover.add_transaction(tid, meta, packed, empty)
+            script += self.mover.move_into_place(
+                tid, own_tids=first_row_tid is not None)
         if max_oid is not None:
             script += self.adapter.oids.raise_to(max_oid)
         script.append(('COMMIT', ()))
@@ -292,6 +313,7 @@ class StoreSession(_SessionWrapper):
             return None
 
     def rollback(self):
+        self.chosen_tid = None
         ok = True
         if self.session.in_transaction:
             ok = self.session.rollback_quietly()
@@ -318,6 +340,11 @@ class Adapter:
     store_begin_sql = 'BEGIN'
     #: Whether temp_store loses its rows when the transaction ends.
     temp_store_emptied_by_commit = True
+    #: Whether the commit transaction is the only writer from vote on (the
+    #: tid may then be chosen at vote and rows written in place).
+    only_writer_from_vote = False
+    #: The most parameters one statement may carry.
+    max_params = 30000
     #: Seconds a pack waits between batches before taking the commit lock
     #: again, so that committers already waiting for it get it first.
     #: Servers queue lock waiters, so no pause is needed there.

@@ -90,9 +90,11 @@ class IStoreSession(Interface):
         for *store_oids*, shared for *read_oids*); return
         ``{oid: current_tid}`` for those that exist."""
 
-    def upload(rows):
+    def upload(rows, tid_free=False):
         """Send ``[(oid, prev_tid, state, blob_id)]`` to the server (still
-        invisible to others)."""
+        invisible to others). *tid_free*: no tid is imposed, so a database
+        whose commit transaction is already the only writer may choose
+        the tid now and write the rows in place."""
 
     def commit(tid_hint, meta, restore_tid=None):
         """Take the commit lock, choose the tid (> every earlier one; the

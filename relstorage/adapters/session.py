@@ -227,6 +227,12 @@ def in_list(values):
     return '(' + ', '.join(['%s'] * len(values)) + ')'
 
 
+def values_list(rows, width):
+    """``'(%s, %s), (%s, %s), ...'``: *rows* rows of *width* placeholders,
+    for a multi-row ``INSERT ... VALUES``."""
+    return ', '.join(['(' + ', '.join(['%s'] * width) + ')'] * rows)
+
+
 def chunks(seq, size=500):
     seq = list(seq)
     for i in range(0, len(seq), size):

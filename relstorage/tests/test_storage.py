@@ -280,6 +280,67 @@ def test_commit_and_poll_round_trips_on_postgresql():
         db.close()
 
 
+@pytest.mark.parametrize('keep_history', [True, False], ids=['HP', 'HF'])
+def test_sqlite_writes_rows_in_place_at_vote(keep_history):
+    """SQLite's commit transaction is the only writer from vote on: the
+    tid is chosen then and the rows go straight into their tables with
+    multi-row statements, never through temp_store; a new object, a
+    changed one and a deletion all read back right."""
+    from ZODB.Connection import TransactionMetaData
+    from ZODB.POSException import POSKeyError
+    from ZODB.utils import z64
+
+    from .dbs import DatabaseFactory
+    f = DatabaseFactory('sqlite', keep_history)
+    storage = f.storage(zap=True)
+    try:
+        def commit(stores, deletions=()):
+            meta = TransactionMetaData()
+            storage.tpc_begin(meta)
+            for oid, serial, state in stores:
+                storage.store(oid, serial, state, '', meta)
+            for oid, serial in deletions:
+                storage.deleteObject(oid, serial, meta)
+            storage.tpc_vote(meta)
+            return storage.tpc_finish(meta)
+        oids = [storage.new_oid() for _ in range(1200)]
+        first = commit([(oid, z64, b'state %d' % i)
+                        for i, oid in enumerate(oids)])
+        session = storage._store_session().session
+        sent = []
+        real = session.execute
+
+        def record(stmt, params=()):
+            sent.append(stmt)
+            return real(stmt, params)
+        session.execute = record
+        second = commit([(oids[0], first, b'changed'),
+                         (storage.new_oid(), z64, b'new')] +
+                        [(oid, first, b'again %d' % i)
+                         for i, oid in enumerate(oids[2:], 2)],
+                        deletions=[(oids[1], first)])
+        assert sent and not any('temp_store' in stmt for stmt in sent)
+        # 1,200 rows in three statements per table, not one per row.
+        inserts = [stmt for stmt in sent if stmt.startswith('INSERT INTO '
+                                                            'object_state')]
+        assert len(inserts) == 3
+        storage.close()
+
+        storage = f.storage()
+        assert storage.load(oids[0]) == (b'changed', second)
+        assert storage.load(oids[1199]) == (b'again 1199', second)
+        with pytest.raises(POSKeyError):
+            storage.load(oids[1])
+        if keep_history:
+            assert storage.loadSerial(oids[5], first) == b'state 5'
+            assert [h['tid'] for h in storage.history(oids[0], 5)] == [
+                second, first]
+        assert storage.lastTransaction() == second > first
+    finally:
+        storage.close()
+        f.cleanup()
+
+
 def test_lock_wait_past_commit_lock_timeout_is_a_clear_transient_error(factory):
     from transaction.interfaces import TransientError
     from ZODB.Connection import TransactionMetaData

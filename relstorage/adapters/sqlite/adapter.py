@@ -218,6 +218,10 @@ class SQLiteAdapter(Adapter):
     load_begin_sql = 'BEGIN DEFERRED'
     store_begin_sql = 'BEGIN IMMEDIATE'
     temp_store_emptied_by_commit = False
+    # BEGIN IMMEDIATE at vote makes the commit transaction the writer.
+    only_writer_from_vote = True
+    # SQLite's limit before 3.32 (32766 since); read from each connection.
+    max_params = 999
     # SQLite queues nobody: a waiting writer's busy handler retries after
     # sleeps of up to 100 ms, so a pack that took the lock again at once
     # would keep it from that writer for the whole pack.
@@ -263,6 +267,8 @@ class SQLiteAdapter(Adapter):
                 isolation_level=None, check_same_thread=False)
             for name, value in self.pragmas.items():
                 conn.execute('PRAGMA %s = %s' % (name, value))
+            self.max_params = conn.getlimit(
+                sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER)
         except (OSError, sqlite3.Error) as e:
             raise DatabaseUnavailable(
                 'cannot open the %s: %s' % (self.describe(), e)) from None

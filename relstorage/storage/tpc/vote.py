@@ -56,6 +56,7 @@ def vote(storage, tpc):
                         for oid, actual, state in rows])
     else:
         session.upload([(oid, actual, state, blob_ids.get(oid))
-                        for oid, actual, state in rows])
+                        for oid, actual, state in rows],
+                       tid_free=tpc.restore_tid is None)
     tpc.rows = rows
     tpc.resolved = resolved
