@@ -257,7 +257,6 @@ class StoreSession(_SessionWrapper):
         else:
             if not session.in_transaction:
                 session.begin(self.adapter.store_begin_sql)
-            #: The newest tid before this commit.
             self.previous_tid, tid = self._choose_tid(restore_tid,
                                                       first_row_tid)
             script = self.mover.add_transaction(tid, meta, packed, empty)
