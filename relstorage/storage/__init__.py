@@ -4,6 +4,7 @@ import logging
 import threading
 import time
 import weakref
+from collections import OrderedDict
 
 import ZODB.interfaces
 from ZODB.ConflictResolution import ConflictResolvingStorage
@@ -26,7 +27,7 @@ from .tpc import TPC
 log = logging.getLogger(__name__)
 
 #: The most oid blocks (of OID_BLOCK oids) an instance reserves at once.
-MAX_OID_BLOCKS = 64
+MAX_OID_BLOCKS = 1024
 
 
 @implementer(
@@ -87,7 +88,7 @@ class RelStorage(Loader, TPC, History, Iteration, BlobMethods,
         self._last_tid = 0
         self._free_oids = []
         self._oid_blocks = 1
-        self._seen = None if adapter.keep_history else {}
+        self._seen = None if adapter.keep_history else OrderedDict()
         # Read-ahead fills the shared cache: without one it is of no use.
         self._readahead = (ReadAhead(self._cache.holds)
                            if self._cache.limit_bytes else None)
@@ -167,19 +168,26 @@ class RelStorage(Loader, TPC, History, Iteration, BlobMethods,
     # Writing helpers used by the tpc phases
 
     def new_oid(self):
-        self._check_writable()
+        # Called once per new object: the common case is one pop. (A
+        # read-only storage never has free oids: _more_oids refuses.)
         with self._oid_lock:
-            if not self._free_oids:
-                ranges = self._adapter.new_oid_blocks(
-                    self._store_session(), self._oid_blocks)
-                # An instance that keeps running out asks for more at once
-                # (an unused rest is lost when it closes: oids are many).
-                self._oid_blocks = min(self._oid_blocks * 2, MAX_OID_BLOCKS)
-                free = []
-                for first, count in reversed(ranges):
-                    free.extend(range(first + count - 1, first - 1, -1))
-                self._free_oids = free
-            return p64(self._free_oids.pop())
+            free = self._free_oids
+            if not free:
+                free = self._more_oids()
+            return free.pop().to_bytes(8, 'big')
+
+    def _more_oids(self):
+        self._check_writable()
+        ranges = self._adapter.new_oid_blocks(self._store_session(),
+                                              self._oid_blocks)
+        # An instance that keeps running out asks for more at once (an
+        # unused rest is lost when it closes: oids are many).
+        self._oid_blocks = min(self._oid_blocks * 2, MAX_OID_BLOCKS)
+        free = []
+        for first, count in reversed(ranges):
+            free.extend(range(first + count - 1, first - 1, -1))
+        self._free_oids = free
+        return free
 
     def _after_commit(self, tid, rows, previous=None, serials=None):
         """*previous*: the newest tid before this commit, if known;

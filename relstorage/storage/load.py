@@ -285,7 +285,10 @@ class Loader:
         resolution needs the state a transaction started from: keep the
         states this instance read or committed until a poll reports them
         changed (ZODB keeps using an object it committed without loading
-        it again), at most SEEN_LIMIT of them, the oldest forgotten first.
+        it again), at most SEEN_LIMIT of them, the oldest forgotten first
+        (an OrderedDict: deleting a plain dict's first key, one at a time,
+        makes each next search for it step over every key deleted before,
+        5 us per state past the limit).
         """
         seen = self._seen
         if seen is not None:
@@ -294,7 +297,7 @@ class Loader:
                 return
             seen[oid] = (tid, state)
             if len(seen) > SEEN_LIMIT:
-                del seen[next(iter(seen))]
+                seen.popitem(last=False)
 
     # Older revisions
 

@@ -457,3 +457,38 @@ def test_own_commits_are_not_reported_back_as_invalidations(factory):
     finally:
         db1.close()
         db2.close()
+
+
+def test_history_free_instance_keeps_the_newest_states(monkeypatch):
+    """Without history an instance keeps the states it committed (for
+    conflict resolution), at most SEEN_LIMIT of them, the oldest
+    forgotten first, however many commits go past the limit."""
+    from ZODB.Connection import TransactionMetaData
+    from ZODB.utils import z64
+
+    from relstorage.storage import load as load_module
+
+    from .dbs import DatabaseFactory
+    monkeypatch.setattr(load_module, 'SEEN_LIMIT', 50)
+    f = DatabaseFactory('sqlite', False)
+    storage = f.storage(zap=True)
+    try:
+        committed = []
+        for t in range(6):
+            meta = TransactionMetaData()
+            storage.tpc_begin(meta)
+            oids = [storage.new_oid() for _ in range(30)]
+            for oid in oids:
+                storage.store(oid, z64, b'state of %r' % oid, '', meta)
+            storage.tpc_vote(meta)
+            tid = storage.tpc_finish(meta)
+            committed += [(oid, tid) for oid in oids]
+        seen = storage._seen
+        assert len(seen) == 50
+        assert list(seen) == [int.from_bytes(oid, 'big')
+                              for oid, _ in committed[-50:]]
+        oid, tid = committed[-1]
+        assert storage.loadSerial(oid, tid) == b'state of %r' % oid
+    finally:
+        storage.close()
+        f.cleanup()
