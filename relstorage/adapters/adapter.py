@@ -147,6 +147,12 @@ class LoadSession(_SessionWrapper):
     def end_snapshot(self):
         self.session.end_read()
 
+    def commits_announced(self):
+        """Whether the database announced a commit since the last call:
+        True or False where it announces them (without a round trip),
+        None where it cannot tell."""
+        return self.adapter.commits_announced(self.session)
+
     def _read(self, func, *args):
         if self.session.in_transaction:
             return func(self.session, *args)
@@ -264,6 +270,7 @@ class StoreSession(_SessionWrapper):
                 tid, own_tids=first_row_tid is not None)
         if max_oid is not None:
             script += self.adapter.oids.raise_to(max_oid)
+        script += self.adapter.announce_commit()
         script.append(('COMMIT', ()))
         script += self.locker.release_commit_lock()
         try:
@@ -465,6 +472,16 @@ class Adapter:
     def is_disconnect(self, session, error):
         """Whether a driver error means the connection is gone."""
         return False
+
+    def announce_commit(self):
+        """Statements, run with each commit, that tell listening load
+        sessions a commit happened (see commits_announced)."""
+        return []
+
+    def commits_announced(self, session):
+        """Whether a commit was announced to the load *session* since the
+        last call; None: this database announces nothing."""
+        return None
 
     def is_permission_error(self, error):
         """Whether a driver error means the user lacks a privilege."""

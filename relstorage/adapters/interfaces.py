@@ -59,6 +59,11 @@ class ILoadSession(Interface):
     def end_snapshot():
         """End the current snapshot now, if one is open."""
 
+    def commits_announced():
+        """Whether the database announced a commit since the last call,
+        told without a round trip (PostgreSQL's LISTEN/NOTIFY, with a
+        poll-interval); None where it cannot tell."""
+
     def changes(after_tid, upto_tid):
         """``[(oid, tid)]`` naming every object changed in (after, upto],
         with at least its newest tid there."""

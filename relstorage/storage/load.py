@@ -145,7 +145,10 @@ class Loader:
             interval = self._options.poll_interval
             if (interval and self._view_tid is not None
                     and not self._poll_forced
-                    and time.monotonic() - self._last_poll < interval):
+                    and time.monotonic() - self._last_poll < interval
+                    and not self._load_session().commits_announced()):
+                # Within the interval, and no commit announced (or a
+                # database that announces none): keep the view.
                 return []
             # History-free reads need a snapshot exactly at the view (the
             # revisions a newer one would hide are gone), except after the

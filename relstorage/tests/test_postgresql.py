@@ -64,3 +64,73 @@ def test_zap_deletes_when_a_reader_holds_the_table(factory):
     finally:
         reader.close()
         storage.close()
+
+
+def _wait_for(predicate, timeout=10):
+    """Whether *predicate()* became true within *timeout* seconds (a
+    notification travels on its own, shortly after the COMMIT)."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.002)
+    return True
+
+
+def test_poll_interval_with_commit_announcements(factory):
+    """With a poll-interval, every commit is announced (NOTIFY) to the
+    load sessions listening: an instance within its interval sees another
+    process's commit at once, and polls nothing while nobody commits."""
+    import transaction
+    import ZODB
+    writer = ZODB.DB(factory.storage(zap=True))
+    reader = ZODB.DB(factory.storage(poll_interval=3600))
+    try:
+        wtm = transaction.TransactionManager()
+        wconn = writer.open(wtm)
+        wconn.root()['x'] = 1
+        wtm.commit()
+        rtm = transaction.TransactionManager()
+        rconn = reader.open(rtm)
+        assert rconn.root()['x'] == 1
+        rtm.abort()
+        inst = rconn._storage
+        session = inst._load.session
+        assert session.fetchall('SELECT pg_listening_channels()') == [
+            ('relstorage_commits',)]
+
+        trips = session.round_trips
+        for _ in range(5):          # nobody commits: no query at all
+            rtm.begin()
+            assert rconn.root()['x'] == 1
+            rtm.abort()
+        assert session.round_trips == trips
+
+        wconn.root()['x'] = 2
+        wtm.commit()
+
+        def sees_it():
+            rtm.begin()
+            try:
+                return rconn.root()['x'] == 2
+            finally:
+                rtm.abort()
+        # Without the announcement the view would stay for an hour.
+        assert _wait_for(sees_it)
+        assert session.round_trips > trips
+    finally:
+        writer.close()
+        reader.close()
+
+
+def test_no_listening_without_a_poll_interval(factory):
+    """Without an interval every transaction polls; a listening session
+    would only pile notifications up in the driver."""
+    storage = factory.storage(zap=True)
+    try:
+        storage._ensure_view()
+        session = storage._load.session
+        assert session.fetchall('SELECT pg_listening_channels()') == []
+        assert storage._load.commits_announced() is None
+    finally:
+        storage.close()

@@ -150,8 +150,11 @@ def test_poll_interval_delays_seeing_others_but_not_own_commits(factory):
         tm.abort()
         _commit(db1, lambda root: root['a'].__setitem__('n', 2))
         tm.begin()
-        # Within the poll interval the old snapshot is kept.
-        assert conn.root()['a']['n'] == 1
+        if factory.db != 'postgresql':
+            # Within the poll interval the old snapshot is kept. (On
+            # PostgreSQL commits are announced to the instance, which then
+            # polls: see test_postgresql.)
+            assert conn.root()['a']['n'] == 1
         tm.abort()
         # A commit of its own forces the next poll.
         tm.begin()

@@ -23,6 +23,10 @@ log = logging.getLogger(__name__)
 COMMIT_LOCK_KEY = 0x52656c53
 PACK_LOCK_KEY = 0x52656c50
 
+#: Every commit notifies this channel (NOTIFY is scoped to the database);
+#: load sessions with a poll-interval listen on it.
+COMMIT_CHANNEL = 'relstorage_commits'
+
 TEMP_STORE_DDL = """
 CREATE TEMPORARY TABLE IF NOT EXISTS temp_store (
     zoid        BIGINT NOT NULL PRIMARY KEY,
@@ -225,9 +229,33 @@ class PostgreSQLAdapter(Adapter):
             # Loads and polls are short index lookups: compiling one, or
             # starting workers for it, is never worth it, even when stale
             # statistics make it look so.
-            session.execute('SET jit = off; '
-                            'SET max_parallel_workers_per_gather = 0')
+            setup = 'SET jit = off; SET max_parallel_workers_per_gather = 0'
+            if self.options.poll_interval:
+                # Told of every commit, an instance within its interval
+                # polls only when there is something to see. (Not without
+                # an interval: nothing would read the notifications, which
+                # the driver keeps in a list.)
+                setup += '; LISTEN ' + COMMIT_CHANNEL
+            session.execute(setup)
         return session
+
+    def announce_commit(self):
+        # Sent with the COMMIT; delivered to listeners once it is done.
+        return [('NOTIFY ' + COMMIT_CHANNEL, ())]
+
+    def commits_announced(self, session):
+        if not self.options.poll_interval:
+            return None
+        conn = session.conn
+        try:
+            # Reads what the server sent, without a round trip.
+            conn.poll()
+        except self.driver.Error:
+            return True     # a real poll finds out (and reconnects)
+        if conn.notifies:
+            del conn.notifies[:]
+            return True
+        return False
 
     def prepare_store_session(self, session):
         session.execute(TEMP_STORE_DDL)
