@@ -33,6 +33,15 @@ def _count_reads(conn):
     return reads
 
 
+def _reopened(factory):
+    """A new storage (as in a new process: nothing cached) opened on the
+    box; its db, connection, box and a list of the queries for states."""
+    db = ZODB.DB(factory.storage())
+    conn = db.open()
+    box = conn.root()['box']
+    return db, conn, box, _count_reads(conn)
+
+
 def test_walk_reads_ahead_and_lookup_does_not(factory):
     db = ZODB.DB(factory.storage())
     try:
@@ -173,10 +182,7 @@ def test_damaged_row_read_ahead_fails_only_its_own_load(factory):
                         (b'\x80\x03cZODB.tests.MinPO\nMinPO', bad))
         session.commit()
         session.close()
-        db = ZODB.DB(factory.storage())
-        conn = db.open()
-        box = conn.root()['box']
-        reads = _count_reads(conn)
+        db, conn, box, reads = _reopened(factory)
         # The second child reads ahead the others, the damaged one among
         # them: that must not fail it, nor the ones after.
         assert [box[i].value for i in (0, 1, 2)] == [
@@ -228,10 +234,7 @@ def test_bytes_that_look_like_large_oids_are_not_read(factory):
         transaction.commit()
         conn.close()
         db.close()
-        db = ZODB.DB(factory.storage())
-        conn = db.open()
-        box = conn.root()['box']
-        reads = _count_reads(conn)
+        db, conn, box, reads = _reopened(factory)
         assert [box[i].value for i in range(40)] == [
             'value %d' % i for i in range(40)]
         assert len(reads) <= 8
