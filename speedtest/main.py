@@ -270,6 +270,11 @@ def main(argv=None):
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+def _write_json(path, results):
+    with open(path, 'w') as f:
+        json.dump(results, f, indent=2)
+
+
 def _run(args, contenders, sizes, levels, runs, transactions, growth_total,
          growth_step):
     variants = []
@@ -306,65 +311,74 @@ def _run(args, contenders, sizes, levels, runs, transactions, growth_total,
                'contenders': {c.name: c.text for c in contenders},
                'write_read': {}, 'connections': {}, 'raw_limit': {},
                'growth': {}}
-    for c in contenders:
-        workloads.empty(c)
-
-    # Write/read: for each size and level, every contender in turn.
-    for n in sizes:
-        for level in levels:
-            for c in contenders:
-                if level > 1 and not c.shared:
-                    continue
-                figure = write_read_test(runner, c, n, level, runs,
-                                         transactions)
-                results['write_read'].setdefault(c.name, {}).setdefault(
-                    str(n), {})[str(level)] = figure
-            report.print_write_read(results, n, levels, contenders)
-
-    # Connection: TCP against unix socket, local cache on and off.
-    for base, group in variants:
-        for variant in group:
-            figure = write_read_test(runner, variant, 100, 1, runs,
-                                     transactions)
-            results['connections'].setdefault(base.name, {})[
-                variant.name] = figure
-    if variants:
-        report.print_connections(results)
-
-    # The driver's limit: multi-row INSERTs of 1,000 pickles per
-    # transaction, against writing 1,000 objects per transaction.
-    for c in raw_contenders:
-        ours = write_read_test(runner, c, 1000, 1, runs, transactions)
-        runner.step('%s: raw INSERT of 1000 rows per transaction' % c.name,
-                    2 * cost(1000, transactions))
-        limit = runner.one(workloads.raw_limit, c, 1000, transactions)
-        if limit:
-            raw_ms = _mean_ms(limit['raw'])
-            store_ms = _mean_ms(limit['storage'])
-            results['raw_limit'][c.name] = {
-                'raw_ms': raw_ms, 'write_ms': ours['write_ms'],
-                'fraction_of_limit': raw_ms / ours['write_ms'],
-                'storage_ms': store_ms,
-                'storage_fraction_of_limit': raw_ms / store_ms,
-                'raw_samples': limit['raw'],
-                'storage_samples': limit['storage'],
-                'write_samples': ours['samples']}
-    if results['raw_limit']:
-        report.print_raw_limit(results)
-
-    # Growth: one object per transaction, timed per step.
-    if growth_total:
+    try:
         for c in contenders:
-            runner.step('%s: growth to %d objects, one per transaction'
-                        % (c.name, growth_total),
-                        cost(1, 1, commits=growth_total))
-            results['growth'][c.name] = runner.one(
-                workloads.growth, c, growth_total, growth_step)
-        report.print_growth(results)
+            workloads.empty(c)
+
+        # Write/read: for each size and level, every contender in turn.
+        for n in sizes:
+            for level in levels:
+                for c in contenders:
+                    if level > 1 and not c.shared:
+                        continue
+                    figure = write_read_test(runner, c, n, level, runs,
+                                             transactions)
+                    results['write_read'].setdefault(c.name, {}).setdefault(
+                        str(n), {})[str(level)] = figure
+                report.print_write_read(results, n, levels, contenders)
+
+        # Connection: TCP against unix socket, local cache on and off.
+        for base, group in variants:
+            for variant in group:
+                figure = write_read_test(runner, variant, 100, 1, runs,
+                                         transactions)
+                results['connections'].setdefault(base.name, {})[
+                    variant.name] = figure
+        if variants:
+            report.print_connections(results)
+
+        # The driver's limit: multi-row INSERTs of 1,000 pickles per
+        # transaction, against writing 1,000 objects per transaction.
+        for c in raw_contenders:
+            ours = write_read_test(runner, c, 1000, 1, runs, transactions)
+            runner.step('%s: raw INSERT of 1000 rows per transaction' % c.name,
+                        2 * cost(1000, transactions))
+            limit = runner.one(workloads.raw_limit, c, 1000, transactions)
+            if limit:
+                raw_ms = _mean_ms(limit['raw'])
+                store_ms = _mean_ms(limit['storage'])
+                results['raw_limit'][c.name] = {
+                    'raw_ms': raw_ms, 'write_ms': ours['write_ms'],
+                    'fraction_of_limit': raw_ms / ours['write_ms'],
+                    'storage_ms': store_ms,
+                    'storage_fraction_of_limit': raw_ms / store_ms,
+                    'raw_samples': limit['raw'],
+                    'storage_samples': limit['storage'],
+                    'write_samples': ours['samples']}
+        if results['raw_limit']:
+            report.print_raw_limit(results)
+
+        # Growth: one object per transaction, timed per step.
+        if growth_total:
+            for c in contenders:
+                runner.step('%s: growth to %d objects, one per transaction'
+                            % (c.name, growth_total),
+                            cost(1, 1, commits=growth_total))
+                results['growth'][c.name] = runner.one(
+                    workloads.growth, c, growth_total, growth_step)
+            report.print_growth(results)
+    except Exception as e:
+        # An hour of figures is not lost to a failure in the last step.
+        results['error'] = ('%s' % e if isinstance(e, SpeedTestError)
+                            else '%s: %s' % (type(e).__name__, e))
+        if args.json:
+            _write_json(args.json, results)
+            print('speedtest: what was measured before the error is in %s'
+                  % args.json, file=sys.stderr)
+        raise
 
     if args.json:
-        with open(args.json, 'w') as f:
-            json.dump(results, f, indent=2)
+        _write_json(args.json, results)
     if args.charts:
         for path in report.charts(results, args.charts):
             print('chart: %s' % path)

@@ -157,3 +157,26 @@ def test_progress_is_told_by_work_not_by_steps(capsys):
     share = 100 * small // (small + big + growth)
     assert lines[1].startswith('[2/3, %d%%] big' % share)
     assert 'left)' in lines[2]
+
+
+def test_a_failing_step_keeps_what_was_measured(tmp_path, capsys):
+    """A step that fails ends the run with an error, but the figures
+    measured before it are written to the JSON file."""
+    import ZODB
+    from ZODB.FileStorage import FileStorage
+    ZODB.DB(FileStorage(str(tmp_path / 'ro.fs'))).close()   # has a root
+    config = tmp_path / 'speed.conf'
+    config.write_text(
+        '<zodb good>\n  <filestorage>\n    path %s/good.fs\n'
+        '  </filestorage>\n</zodb>\n'
+        '<zodb readonly>\n  <filestorage>\n    path %s/ro.fs\n'
+        '    read-only true\n  </filestorage>\n</zodb>\n'
+        % (tmp_path, tmp_path))
+    out = tmp_path / 'r.json'
+    assert main([str(config), '-q', '-n', '10', '-c', '1', '--runs', '1',
+                 '-t', '1', '--growth', '0', '--json', str(out)]) == 2
+    data = json.loads(out.read_text())
+    assert data['write_read']['good']['10']['1']['write_ms'] > 0
+    assert 'readonly' not in data['write_read']
+    assert 'ReadOnlyError' in data['error']
+    assert 'ReadOnlyError' in capsys.readouterr().err
