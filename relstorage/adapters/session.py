@@ -5,6 +5,7 @@ travel as parameters. Drivers with another paramstyle translate the
 statement once (``Session.translate``) and cache it.
 """
 import contextlib
+import functools
 import logging
 import threading
 
@@ -227,6 +228,7 @@ def in_list(values):
     return '(' + ', '.join(['%s'] * len(values)) + ')'
 
 
+@functools.lru_cache(maxsize=64)
 def values_list(rows, width):
     """``'(%s, %s), (%s, %s), ...'``: *rows* rows of *width* placeholders,
     for a multi-row ``INSERT ... VALUES``."""
