@@ -60,6 +60,9 @@ class _SessionWrapper:
 
     def _open(self):
         self.session = self.adapter.connect(for_store=self.for_store)
+        #: Whether temp_store may hold rows of an earlier transaction (a
+        #: new connection's temp table is new).
+        self.temp_rows = False
         if self.for_store:
             self.adapter.prepare_store_session(self.session)
 
@@ -226,10 +229,30 @@ class StoreSession(_SessionWrapper):
             self.previous_tid, self.chosen_tid = self._choose_tid()
             self.mover.write_in_place(self.session, rows, self.chosen_tid)
             return
-        if not self.adapter.temp_store_emptied_by_commit:
+        if self.temp_rows:
             self.mover.clear_temp(self.session)
         if rows:
             self.mover.upload(self.session, rows)
+            self.temp_rows = not self.adapter.temp_store_emptied_by_commit
+
+    def _empty_temp(self):
+        """Empty temp_store once its transaction has ended, where the
+        database does that better outside a transaction (an InnoDB
+        temporary table keeps deleted rows as garbage that every later
+        DELETE and INSERT ... SELECT scans again, so DELETE grows slower
+        with each commit of a long-lived connection; TRUNCATE, which
+        would end a transaction, drops them). Otherwise the next upload
+        deletes them."""
+        sql = self.adapter.empty_temp_store_sql
+        if not self.temp_rows or sql is None:
+            return
+        try:
+            self.session.execute(sql)
+        except Exception:  # noqa: BLE001 -- the next upload deletes them
+            log.debug('could not empty temp_store on %s',
+                      self.adapter.describe(), exc_info=True)
+            return
+        self.temp_rows = False
 
     def _choose_tid(self, restore_tid=None, first_row_tid=None):
         """Take the commit lock; ``(the newest tid, the commit's tid)``."""
@@ -301,6 +324,7 @@ class StoreSession(_SessionWrapper):
             raise
         session.in_transaction = False
         session.holds_commit_lock = False
+        self._empty_temp()
         return tid
 
     def _committed(self, tid, probe_oid):
@@ -324,6 +348,8 @@ class StoreSession(_SessionWrapper):
         if self.session.in_transaction:
             ok = self.session.rollback_quietly()
         self.locker.after_rollback(self.session)
+        if ok:
+            self._empty_temp()
         return ok
 
 
@@ -346,6 +372,10 @@ class Adapter:
     store_begin_sql = 'BEGIN'
     #: Whether temp_store loses its rows when the transaction ends.
     temp_store_emptied_by_commit = True
+    #: Where it does not: a statement that empties it outside any
+    #: transaction, run after each commit or rollback that left rows in
+    #: it (None: the next upload deletes them inside its transaction).
+    empty_temp_store_sql = None
     #: Whether the commit transaction is the only writer from vote on (the
     #: tid may then be chosen at vote and rows written in place).
     only_writer_from_vote = False

@@ -190,3 +190,52 @@ def test_server_flavour_and_features(version, flavour, for_share):
     info = ServerInfo(version)
     assert info.flavour == flavour
     assert info.has_for_share is for_share
+
+
+@pytest.mark.parametrize('keep_history', [True, False])
+def test_temp_store_is_emptied_outside_the_transaction(keep_history):
+    """An InnoDB temporary table keeps the rows DELETE removed, and every
+    later DELETE and INSERT ... SELECT scans them again: commits of a
+    long-lived connection grew slower without end. After each commit or
+    abort temp_store is truncated instead, so no DELETE is needed."""
+    require('mysql')
+    factory = DatabaseFactory('mysql', keep_history)
+    storage = factory.storage(zap=True)
+    try:
+        session = storage._store_session().session
+        sent = []
+        execute = session.execute
+
+        def recording(stmt, params=()):
+            sent.append(stmt)
+            return execute(stmt, params)
+        session.execute = recording
+
+        def temp_rows():
+            return session.scalar('SELECT COUNT(*) FROM temp_store')
+
+        oids = [storage.new_oid() for _ in range(50)]
+        for value in (1, 2):
+            t = TransactionMetaData()
+            storage.tpc_begin(t)
+            for oid in oids:
+                serial = storage.load(oid)[1] if value > 1 else None
+                storage.store(oid, serial, zodb_pickle(MinPO(value)), '', t)
+            storage.tpc_vote(t)
+            storage.tpc_finish(t)
+            assert temp_rows() == 0
+        # Voted (rows uploaded), then aborted.
+        t = TransactionMetaData()
+        storage.tpc_begin(t)
+        storage.store(oids[0], storage.load(oids[0])[1],
+                      zodb_pickle(MinPO(3)), '', t)
+        storage.tpc_vote(t)
+        storage.tpc_abort(t)
+        assert temp_rows() == 0
+        assert not [s for s in sent if 'DELETE FROM temp_store' in s]
+        assert sum(s.startswith('TRUNCATE') for s in sent) == 3
+        for oid in oids:
+            assert storage.load(oid)[0] == zodb_pickle(MinPO(2))
+    finally:
+        storage.close()
+        factory.cleanup()

@@ -8,9 +8,14 @@ import pytest
 import transaction
 import ZODB
 from persistent.mapping import PersistentMapping
+from ZODB.Connection import TransactionMetaData
 from ZODB.POSException import ConflictError
 from ZODB.POSException import ReadConflictError
 from ZODB.tests.ConflictResolution import PCounter
+from ZODB.tests.MinPO import MinPO
+from ZODB.tests.StorageTestBase import zodb_pickle
+from ZODB.utils import p64
+from ZODB.utils import u64
 
 from .dbs import child_env
 
@@ -495,3 +500,45 @@ def test_history_free_instance_keeps_the_newest_states(monkeypatch):
     finally:
         storage.close()
         f.cleanup()
+
+
+def test_row_locks_read_exactly_the_oids_asked_for(factory):
+    """Runs of consecutive oids are locked as ranges; what is locked and
+    read is still exactly the rows asked for, on both sides of a gap, with
+    missing oids among them."""
+    storage = factory.storage()
+    try:
+        t = TransactionMetaData()
+        storage.tpc_begin(t)
+        oids = [u64(storage.new_oid()) for _ in range(40)]
+        for oid in oids:
+            storage.store(p64(oid), None, zodb_pickle(MinPO(oid)), '', t)
+        storage.tpc_vote(t)
+        tid = u64(storage.tpc_finish(t))
+        missing = [oids[-1] + 100, oids[-1] + 101, oids[-1] + 102]
+        store = oids[:10] + oids[12:13] + oids[15:17] + oids[20:] + missing
+        read = oids[10:11] + oids[19:20]
+        session = storage._store_session()
+        try:
+            current = session.lock_and_read_current(store, read)
+        finally:
+            session.rollback()
+        assert current == {oid: tid for oid in store + read
+                           if oid not in missing}
+    finally:
+        storage.close()
+
+
+def test_consecutive_oids_are_locked_by_range():
+    from relstorage.adapters.locker import Locker
+    locker = Locker(None, None)
+    statements = list(locker.lock_statements(
+        'object_state', list(range(1, 10001)), ' FOR UPDATE'))
+    assert [(len(oids), params) for oids, _, params in statements] == [
+        (10000, [1, 10000])]
+    # Scattered oids: one parameter each, at most 500 per statement.
+    scattered = list(range(1, 2400, 2))
+    statements = list(locker.lock_statements('object_state', scattered, ''))
+    assert [len(params) for _, _, params in statements] == [500, 500, 200]
+    assert [oid for oids, _, _ in statements for oid in oids] == scattered
+    assert [p for _, _, params in statements for p in params] == scattered

@@ -4,6 +4,7 @@ and on every rollback), ON DUPLICATE KEY upserts, and a consistent-snapshot
 read-only transaction for loads."""
 import logging
 import re
+from operator import itemgetter
 
 from ...exceptions import DatabaseUnavailable
 from ..adapter import OID_BLOCK
@@ -17,6 +18,7 @@ from ..packer import HistoryPreservingPacker
 from ..schema import Schema
 from ..schema import Types
 from ..session import Session
+from ..session import values_list
 from .drivers import CONNECT_ERRORS
 from .drivers import DISCONNECT_ERRORS
 from .drivers import LOCK_ERRORS
@@ -30,10 +32,12 @@ log = logging.getLogger(__name__)
 COMMIT_LOCK = "CONCAT('relstorage.commit.', LEFT(MD5(DATABASE()), 16))"
 PACK_LOCK = "CONCAT('relstorage.pack.', LEFT(MD5(DATABASE()), 16))"
 
+UPLOAD_COLUMNS = ('zoid', 'prev_tid', 'state', 'blob_id')
+
 TEMP_STORE_DDL = """
 CREATE TEMPORARY TABLE IF NOT EXISTS temp_store (
     zoid        BIGINT NOT NULL PRIMARY KEY,
-    prev_tid    BIGINT NOT NULL,
+    prev_tid    BIGINT NOT NULL DEFAULT 0,
     state       LONGBLOB,
     blob_id     BIGINT
 ) ENGINE = InnoDB
@@ -164,10 +168,21 @@ class MySQLMoverMixin:
 
     @staticmethod
     def _insert(session, chunk):
+        # mysqlclient quotes every parameter in Python (about a microsecond
+        # each): columns that hold only their default in this chunk (no
+        # previous tid: new objects; no blob) are left out.
+        columns = [0]
+        if any(row[1] for row in chunk):
+            columns.append(1)
+        columns.append(2)
+        if any(row[3] is not None for row in chunk):
+            columns.append(3)
+        pick = itemgetter(*columns)
         session.execute(
-            'INSERT INTO temp_store (zoid, prev_tid, state, blob_id) VALUES '
-            + ', '.join(['(%s, %s, %s, %s)'] * len(chunk)),
-            [v for row in chunk for v in row])
+            'INSERT INTO temp_store (%s) VALUES %s' % (
+                ', '.join(UPLOAD_COLUMNS[i] for i in columns),
+                values_list(len(chunk), len(columns))),
+            [v for row in chunk for v in pick(row)])
 
 
 class MySQLHPMover(MySQLMoverMixin, HistoryPreservingMover):
@@ -247,6 +262,8 @@ class MySQLAdapter(Adapter):
     load_begin_sql = 'START TRANSACTION WITH CONSISTENT SNAPSHOT, READ ONLY'
     store_begin_sql = 'START TRANSACTION'
     temp_store_emptied_by_commit = False
+    # Not DELETE: an InnoDB temporary table keeps the rows it deleted.
+    empty_temp_store_sql = 'TRUNCATE TABLE temp_store'
 
     def __init__(self, driver='auto', options=None, **params):
         from ...options import Options
