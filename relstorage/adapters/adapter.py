@@ -370,6 +370,9 @@ class Adapter:
     load_begin_sql = 'BEGIN'
     #: Starts the commit transaction of a store session.
     store_begin_sql = 'BEGIN'
+    #: Starts the transaction that reads, and may create, the schema
+    #: (None: the session's usual BEGIN).
+    schema_begin_sql = None
     #: Whether temp_store loses its rows when the transaction ends.
     temp_store_emptied_by_commit = True
     #: Where it does not: a statement that empties it outside any
@@ -432,7 +435,9 @@ class Adapter:
             return
         session = self.connect(for_store=True)
         try:
-            session.begin()
+            session.begin(None if self.options.read_only
+                          or not self.options.create_schema
+                          else self.schema_begin_sql)
             meta = self.schema.read_meta(session)
             if meta is None:
                 if self.options.read_only or not self.options.create_schema:

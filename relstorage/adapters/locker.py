@@ -74,27 +74,27 @@ class Locker:
         selected as one range, two parameters instead of one per oid (a
         parameter costs a client-side quote on MySQL, and the server one
         lookup instead of many). The rows are those of *oids* exactly."""
-        conditions, params, covered = [], [], []
+        zoid_where, params, covered = [], [], []
         singles = []
 
         def statement():
             if singles:
-                conditions.append('zoid IN %s' % in_list(singles))
+                zoid_where.append('zoid IN %s' % in_list(singles))
                 params.extend(singles)
             sql = ('SELECT zoid, tid FROM %s WHERE %s ORDER BY zoid%s'
-                   % (table, ' OR '.join(conditions), clause))
+                   % (table, ' OR '.join(zoid_where), clause))
             return covered[:], sql, params[:]
 
         for first, last in runs(oids):
             if last - first + 1 >= MIN_RANGE:
-                conditions.append('zoid BETWEEN %s AND %s')
+                zoid_where.append('zoid BETWEEN %s AND %s')
                 params += (first, last)
             else:
                 singles.extend(range(first, last + 1))
             covered.extend(range(first, last + 1))
             if len(params) + len(singles) >= PARAMS_PER_LOCK:
                 yield statement()
-                del conditions[:], params[:], covered[:], singles[:]
+                del zoid_where[:], params[:], covered[:], singles[:]
         if covered:
             yield statement()
 

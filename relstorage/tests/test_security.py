@@ -36,7 +36,7 @@ def _safe(node):
     if isinstance(node, ast.Call):
         func = node.func
         name = getattr(func, 'attr', getattr(func, 'id', None))
-        if name == 'in_list':  # placeholders, as many as the values
+        if name in ('in_list', 'values_list'):  # placeholders only
             return True
         if name == 'join':
             # ', '.join(placeholders or identifiers)

@@ -542,3 +542,58 @@ def test_consecutive_oids_are_locked_by_range():
     assert [len(params) for _, _, params in statements] == [500, 500, 200]
     assert [oid for oids, _, _ in statements for oid in oids] == scattered
     assert [p for _, _, params in statements for p in params] == scattered
+
+
+SIMULTANEOUS_OPEN = textwrap.dedent('''
+    import sys, transaction, ZODB
+    from ZODB.POSException import ConflictError
+    from persistent.mapping import PersistentMapping
+    from relstorage.adapters.sqlite.adapter import SQLiteAdapter
+    from relstorage.options import Options
+    from relstorage.storage import RelStorage
+    data_dir, name, start = sys.argv[1], sys.argv[2], float(sys.argv[3])
+    import time
+    time.sleep(max(0, start - time.time()))
+    options = Options(keep_history=True)
+    storage = RelStorage(SQLiteAdapter(data_dir, options=options),
+                         options=options)
+    for attempt in range(20):
+        try:
+            # Each process may find no root and add one: ZODB.DB's own
+            # race, on every storage several processes share.
+            db = ZODB.DB(storage)
+            break
+        except ConflictError:
+            continue
+    for attempt in transaction.manager.attempts(20):
+        with attempt:
+            db.open().root()[name] = PersistentMapping(n=1)
+    db.close()
+''')
+
+
+def test_processes_opening_a_new_sqlite_database_at_once(tmp_path):
+    """Application workers often start together: the first to open a new
+    SQLite database switches it to WAL and creates the schema while the
+    others open it; they wait for that, none fails."""
+    import time
+    for round_ in range(3):
+        data_dir = str(tmp_path / ('db%d' % round_))
+        start = time.time() + 1.5
+        procs = [subprocess.Popen(
+            [sys.executable, '-c', SIMULTANEOUS_OPEN, data_dir, 'p%d' % i,
+             str(start)], env=child_env(), stderr=subprocess.PIPE)
+            for i in range(4)]
+        errors = [p.communicate(timeout=120)[1].decode() for p in procs]
+        assert [p.returncode for p in procs] == [0] * 4, errors
+        from relstorage.adapters.sqlite.adapter import SQLiteAdapter
+        from relstorage.options import Options
+        from relstorage.storage import RelStorage
+        options = Options(keep_history=True)
+        db = ZODB.DB(RelStorage(SQLiteAdapter(data_dir, options=options),
+                                options=options))
+        try:
+            assert sorted(_read(db, lambda root: list(root))) == [
+                'p0', 'p1', 'p2', 'p3']
+        finally:
+            db.close()

@@ -7,6 +7,7 @@ import logging
 import os
 import re
 import sqlite3
+import time
 
 from ...exceptions import CommitLockTimeout
 from ...exceptions import DatabaseFull
@@ -217,6 +218,10 @@ class SQLiteAdapter(Adapter):
     oid_allocator_class = SQLiteOIDAllocator
     load_begin_sql = 'BEGIN DEFERRED'
     store_begin_sql = 'BEGIN IMMEDIATE'
+    # A reader cannot become the writer while another process is one
+    # (SQLite fails at once): whoever may create the schema starts as the
+    # writer, and the others wait for it, then find the schema made.
+    schema_begin_sql = 'BEGIN IMMEDIATE'
     temp_store_emptied_by_commit = False
     # BEGIN IMMEDIATE at vote makes the commit transaction the writer.
     only_writer_from_vote = True
@@ -265,14 +270,32 @@ class SQLiteAdapter(Adapter):
             conn = sqlite3.connect(
                 path, timeout=self.options.commit_lock_timeout,
                 isolation_level=None, check_same_thread=False)
-            for name, value in self.pragmas.items():
-                conn.execute('PRAGMA %s = %s' % (name, value))
+            self._apply_pragmas(conn)
             self.max_params = conn.getlimit(
                 sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER)
         except (OSError, sqlite3.Error) as e:
             raise DatabaseUnavailable(
                 'cannot open the %s: %s' % (self.describe(), e)) from None
         return SQLiteSession(self, conn)
+
+    def _apply_pragmas(self, conn):
+        # Turning a new database to WAL needs it to itself, and SQLite
+        # answers "locked" at once, without its busy handler, while
+        # another process does the same (workers starting together):
+        # retry within commit-lock-timeout.
+        deadline = time.monotonic() + self.options.commit_lock_timeout
+        delay = 0.001
+        for name, value in self.pragmas.items():
+            while True:
+                try:
+                    conn.execute('PRAGMA %s = %s' % (name, value))
+                    break
+                except sqlite3.OperationalError as e:
+                    if ('locked' not in str(e) and 'busy' not in str(e)
+                            or time.monotonic() > deadline):
+                        raise
+                    time.sleep(delay)
+                    delay = min(delay * 2, 0.05)
 
     def prepare_store_session(self, session):
         session.execute(TEMP_STORE_DDL)
