@@ -281,7 +281,18 @@ class Loader:
                       if oid <= MAX_ID and cache.get(oid, view) is None]
             if not wanted:
                 return
-            self._offer(self._load_session().load_many(wanted), view)
+            session = self._load_session()
+            try:
+                found = session.load_many(wanted)
+            except CorruptRecord:
+                # A hint: a damaged row fails its own load, not this.
+                found = {}
+                for oid in wanted:
+                    try:
+                        found[oid] = session.load_current(oid)
+                    except CorruptRecord:
+                        continue
+            self._offer(found, view)
 
     def _remember(self, oid, tid, state):
         """History-free storages keep no old revisions, but conflict

@@ -208,6 +208,16 @@ def test_corrupt_record_names_the_object_and_loses_nothing(factory):
         assert db.storage.load(good)[0].endswith(b'.')
         with pytest.raises(CorruptRecord):
             db.storage.load(p64(oid))
+        # prefetch is a hint: it reads what it can, and the damaged row
+        # fails only its own load.
+        fresh = factory.storage()
+        try:
+            fresh.prefetch([p64(oid), good])
+            assert len(fresh._cache) == 1
+            with pytest.raises(CorruptRecord):
+                fresh.load(p64(oid))
+        finally:
+            fresh.close()
     finally:
         db.close()
 

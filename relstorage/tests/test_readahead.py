@@ -241,3 +241,40 @@ def test_bytes_that_look_like_large_oids_are_not_read(factory):
         conn.close()
     finally:
         db.close()
+
+
+def test_walk_goes_on_through_btree_buckets(factory):
+    """A BTree's buckets each refer to the next: reading a bucket's values
+    ahead reads the next bucket, whose values are then read ahead from
+    its first miss, as many at once as the walk had reached."""
+    from BTrees.OOBTree import OOBTree
+    db = ZODB.DB(factory.storage())
+    try:
+        conn = db.open()
+        tree = conn.root()['tree'] = OOBTree()
+        for i in range(3000):
+            tree[i] = MinPO(i)
+        transaction.commit()
+        conn.close()
+        db.close()
+        db = ZODB.DB(factory.storage())
+        conn = db.open()
+        tree = conn.root()['tree']
+        buckets = 0
+        bucket = tree._firstbucket
+        while bucket is not None:
+            buckets += 1
+            bucket = bucket._next
+        assert buckets > 50
+        db.close()
+        db = ZODB.DB(factory.storage())
+        conn = db.open()
+        tree = conn.root()['tree']
+        tree._p_activate()
+        reads = _count_reads(conn)
+        assert [v.value for v in tree.values()] == list(range(3000))
+        # Without going on from bucket to bucket: about four per bucket.
+        assert len(reads) < 1.5 * buckets, (len(reads), buckets)
+        transaction.abort()
+    finally:
+        db.close()
