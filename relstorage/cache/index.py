@@ -152,12 +152,13 @@ class ChangeIndex:
         rec = self.by_oid.get(oid)
         return None if rec is None else rec[-2]
 
-    def between(self, old, new):
-        """The oids that may have changed in ``(old, new]``.
+    def between(self, old, new, skip_tids=()):
+        """The oids that may have changed in ``(old, new]``, leaving out
+        the changes made by the transactions *skip_tids*.
 
         None when the index does not cover that interval.  The answer never
-        misses a change; it may name an object whose only possible change
-        there is an unrecorded one inside a window.
+        misses another change; it may name an object whose only possible
+        change there is an unrecorded one inside a window.
         """
         p0 = self.p0
         if p0 is None or old is None or new is None or old < p0 \
@@ -172,7 +173,8 @@ class ChangeIndex:
         for i in range(bisect_right(tids, old), len(tids)):
             t = tids[i]
             if t <= new:
-                result.update(oids_at[t])
+                if t not in skip_tids:
+                    result.update(oids_at[t])
                 continue
             for oid in oids_at[t]:
                 if oid in result:

@@ -320,16 +320,17 @@ class StorageCache:
             return entry[0]
         return None
 
-    def changes_between(self, old_view, new_view):
+    def changes_between(self, old_view, new_view, skip_tids=()):
         """The set of oids that may have changed in ``(old_view,
         new_view]``, from the index alone, or None if the index does not
         cover that interval (the caller then asks the database).
 
-        Every changed object is named; an object whose change cannot be
-        placed exactly may be named too.
+        Every changed object is named, except those changed only by the
+        transactions *skip_tids*; an object whose change cannot be placed
+        exactly may be named too.
         """
         with self._lock:
-            return self._index.between(old_view, new_view)
+            return self._index.between(old_view, new_view, skip_tids)
 
     def invalidate(self, oids):
         """Drop the entries of ``oids`` (after undo, or a corrupt row)."""

@@ -81,6 +81,9 @@ class RelStorage(Loader, TPC, History, Iteration, BlobMethods,
         #: between _view_tid and it (own changes are not invalidations).
         self._poll_base = None
         self._own_changes = []
+        #: The tids of this instance's own commits since its view: their
+        #: changes are no invalidations for it, whatever else committed.
+        self._own_tids = set()
         self._last_poll = 0.0
         self._poll_forced = False
         self._poll_failed = False
@@ -189,9 +192,13 @@ class RelStorage(Loader, TPC, History, Iteration, BlobMethods,
         self._free_oids = free
         return free
 
-    def _after_commit(self, tid, rows, previous=None, serials=None):
+    def _after_commit(self, tid, rows, previous=None, serials=None,
+                      checked=True):
         """*previous*: the newest tid before this commit, if known;
-        *serials*: oid -> tid for rows that keep their own (copies)."""
+        *serials*: oid -> tid for rows that keep their own (copies);
+        *checked*: every row was checked against the revision this
+        instance read (no restore, no undo), so no other change of those
+        objects since the view can hide behind this commit."""
         self._last_tid = tid
         self._poll_forced = True
         cache = self._cache
@@ -201,6 +208,8 @@ class RelStorage(Loader, TPC, History, Iteration, BlobMethods,
             committed = [(oid, tid, state) for oid, _, state in rows]
         with self._load_lock:
             cache.store_committed_many(committed)
+            if checked:
+                self._own_tids.add(tid)
             if self._seen is not None:
                 remember = self._remember
                 for oid, serial, state in committed:
@@ -271,6 +280,7 @@ class RelStorage(Loader, TPC, History, Iteration, BlobMethods,
         with self._load_lock:
             self._view_tid = self._poll_base = None
             del self._own_changes[:]
+            self._own_tids.clear()
             self._last_tid = 0
         self._free_oids = []
 

@@ -102,6 +102,7 @@ class History:
         if packed:
             raise UndoError('transaction %r was packed and cannot be undone'
                             % (transaction_id,))
+        tpc.view_checked = False
         before = session.states_before(undo_tid)
         current = session.current_tids([oid for oid, _, _ in before])
         oids = []

@@ -112,19 +112,26 @@ class Loader:
                 # next commit moves the view.
                 cache.after_poll(old, new, (), fetch_changes=fetch)
         else:
-            oids = cache.changes_between(old, new)
+            # This instance's own commits are no invalidations for it, even
+            # with others' commits in between: an object it wrote and
+            # nobody wrote after has its own tid as its newest, and no
+            # other change since the view can hide behind it (the commit
+            # checked that the revision it replaced was the one read).
+            own = self._own_tids
+            oids = cache.changes_between(old, new, skip_tids=own)
             if oids is None:
                 # Read in one statement with the newest tid, which may have
                 # moved on since: no change can be missed in between.
                 new, changes = session.poll_changes(old)
                 cache.after_poll(old, new, changes, fetch_changes=fetch)
-                oids = [oid for oid, _ in changes]
+                oids = [oid for oid, tid in changes if tid not in own]
         if self._readahead is not None:
             # What was read ahead in the last transaction is of no use to
             # tell what to read ahead in the next.
             self._readahead.forget_walks()
         self._view_tid = new
         self._poll_base = None
+        self._own_tids.clear()
         self._last_poll = time.monotonic()
         self._poll_forced = False
         self._poll_failed = False

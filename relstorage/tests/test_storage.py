@@ -430,9 +430,10 @@ def test_tpc_begin_with_bad_tid_does_not_block_later_commits(factory):
 
 def test_own_commits_are_not_reported_back_as_invalidations(factory):
     """After a commit, the committing instance's next poll names only
-    what others changed, so the objects it wrote stay loaded (no reload);
-    unless another commit came between its snapshot and its own, when
-    it cannot tell whose changes are whose."""
+    what others changed, so the objects it wrote stay loaded (no reload),
+    also when another client committed between its snapshot and its own
+    commit; an object another client changes after that commit is
+    reported."""
     db1, db2 = _db(factory.storage()), _db(factory.storage())
     try:
         _commit(db1, lambda root: root.update(
@@ -453,18 +454,76 @@ def test_own_commits_are_not_reported_back_as_invalidations(factory):
         assert b._p_changed is None  # a ghost: invalidated
         assert b['n'] == 1
         # A commit of another client between this snapshot and this
-        # commit: every change since the snapshot is reported.
+        # commit: only its change is reported.
         _commit(db2, lambda r: r['b'].__setitem__('n', 2))
         a['n'] = 2
         tm.commit()
+        conn.getTransferCounts(True)
         tm.begin()
-        assert a._p_changed is None and b._p_changed is None
+        assert a._p_changed is False and b._p_changed is None
         assert (a['n'], b['n']) == (2, 2)
+        assert conn.getTransferCounts(True) == (1, 0)  # b alone
+        # The other client changes what this one wrote: reported.
+        a['n'] = 3
+        tm.commit()
+        _commit(db2, lambda r: r['a'].__setitem__('n', 4))
+        tm.begin()
+        assert a._p_changed is None
+        assert a['n'] == 4
         tm.abort()
         conn.close()
     finally:
         db1.close()
         db2.close()
+
+
+@pytest.mark.parametrize('peer_polls_first', [False, True],
+                         ids=['database', 'index'])
+def test_own_commit_after_anothers_is_not_an_invalidation(factory,
+                                                           peer_polls_first):
+    """An instance commits after another client did, since its view: its
+    next poll names the other client's objects, not its own, whether the
+    changes come from the database or (*peer_polls_first*) from the shared
+    cache's change index, brought past both commits by another instance
+    of the same storage."""
+    storage, other = factory.storage(), factory.storage()
+    try:
+        oids = [storage.new_oid() for _ in range(3)]
+        serials = {}
+
+        def commit(instance, states):
+            meta = TransactionMetaData()
+            instance.tpc_begin(meta)
+            for oid, state in states.items():
+                instance.store(oid, serials.get(oid, b'\0' * 8),
+                               zodb_pickle(MinPO(state)), '', meta)
+            instance.tpc_vote(meta)
+            tid = instance.tpc_finish(meta)
+            serials.update((oid, tid) for oid in states)
+
+        commit(storage, {oid: 0 for oid in oids})
+        mine, peer = storage.new_instance(), storage.new_instance()
+        theirs = other.new_instance()
+        for instance in (mine, peer, theirs):
+            instance.poll_invalidations()
+        commit(theirs, {oids[0]: 1})
+        commit(mine, {oids[1]: 1, oids[2]: 1})
+        if peer_polls_first:
+            assert sorted(peer.poll_invalidations()) == sorted(oids)
+        asked = []
+        load = mine._load
+        real = load.poll_changes
+        load.poll_changes = lambda tid: asked.append(tid) or real(tid)
+        assert mine.poll_invalidations() == [oids[0]]
+        # The database was asked for the changes unless the index had them.
+        assert len(asked) == (0 if peer_polls_first else 1)
+        commit(theirs, {oids[2]: 2})
+        assert mine.poll_invalidations() == [oids[2]]
+        for instance in (mine, peer, theirs):
+            instance.release()
+    finally:
+        storage.close()
+        other.close()
 
 
 def test_history_free_instance_keeps_the_newest_states(monkeypatch):

@@ -42,6 +42,10 @@ class TransactionBuffer:
         #: the source), when a copy restores several source transactions
         #: as one (see relstorage.storage.copy)
         self.serials = {}
+        #: Whether every store was checked against the revision this
+        #: instance read as of its view (not so for restores, nor for
+        #: undo, which starts from the newest revision).
+        self.view_checked = True
 
     def own_serials(self):
         """The restored rows' own tids, if every row is restored with one
@@ -107,6 +111,7 @@ class TPC:
         ioid = u64(oid)
         tpc.stores[ioid] = (None, data)
         tpc.restored.add(ioid)
+        tpc.view_checked = False
         if serial and not self._adapter.keep_history:
             tpc.serials[ioid] = u64(serial)
 

@@ -43,7 +43,8 @@ def finish(storage, tpc):
         raise
     if max_oid is not None:
         storage._adapter.note_oid(max_oid)
-    storage._after_commit(tid, tpc.rows, session.previous_tid, serials)
+    storage._after_commit(tid, tpc.rows, session.previous_tid, serials,
+                          checked=tpc.view_checked)
     if blobs is not None:
         blobs.after_commit(tpc, tid)
     return tid
