@@ -192,6 +192,8 @@ class StoreSession(_SessionWrapper):
         self.previous_tid = None
         #: The tid chosen at upload, when the rows were written in place.
         self.chosen_tid = None
+        #: (bytes of states, rows) of the last upload.
+        self.uploaded = (0, 0)
 
     def _outside_commit(self, func, *args):
         """Like at_boundary, but reconnect only when no commit transaction
@@ -224,6 +226,8 @@ class StoreSession(_SessionWrapper):
         (SQLite) chooses it now and writes the rows in place, sparing
         their copy through temp_store."""
         self.chosen_tid = None
+        self.uploaded = (sum(len(row[2]) for row in rows if row[2] is not None),
+                         len(rows))
         if tid_free and rows and self.adapter.only_writer_from_vote:
             # Nobody can commit before this transaction does now.
             self.previous_tid, self.chosen_tid = self._choose_tid()
@@ -325,6 +329,8 @@ class StoreSession(_SessionWrapper):
         session.in_transaction = False
         session.holds_commit_lock = False
         self._empty_temp()
+        self.adapter.committed(*self.uploaded)
+        self.uploaded = (0, 0)
         return tid
 
     def _committed(self, tid, probe_oid):
@@ -507,6 +513,10 @@ class Adapter:
     def is_disconnect(self, session, error):
         """Whether a driver error means the connection is gone."""
         return False
+
+    def committed(self, nbytes, rows):
+        """Called after each commit of a store session, with the bytes of
+        the states it wrote and its number of rows."""
 
     def announce_commit(self):
         """Statements, run with each commit, that tell listening load

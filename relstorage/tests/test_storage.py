@@ -656,3 +656,54 @@ def test_processes_opening_a_new_sqlite_database_at_once(tmp_path):
                 'p0', 'p1', 'p2', 'p3']
         finally:
             db.close()
+
+
+def _commit_states(storage, count, size):
+    from ZODB.utils import z64
+    meta = TransactionMetaData()
+    storage.tpc_begin(meta)
+    for _ in range(count):
+        storage.store(storage.new_oid(), z64, b'\x01' * size, '', meta)
+    storage.tpc_vote(meta)
+    storage.tpc_finish(meta)
+
+
+def test_sqlite_checkpoints_in_a_thread_not_in_commits(tmp_path,
+                                                       monkeypatch):
+    """SQLite commits leave WAL checkpoints to a thread: the store
+    session's automatic checkpoint is off, the thread copies the WAL back
+    as commits write past the threshold, and the WAL file stays bounded
+    through many commits (without checkpoints it would hold them all);
+    with a wal_autocheckpoint of the user's, SQLite's own is kept."""
+    import os
+
+    from relstorage.adapters.sqlite.adapter import Checkpointer
+    from relstorage.adapters.sqlite.adapter import MAIN_FILE
+    from relstorage.adapters.sqlite.adapter import SQLiteAdapter
+    from relstorage.options import Options
+    from relstorage.storage import RelStorage
+    monkeypatch.setattr(Checkpointer, 'threshold', 256 * 1024)
+    storage = RelStorage(SQLiteAdapter(str(tmp_path / 'db'),
+                                       options=Options(keep_history=False)))
+    try:
+        wal = os.path.join(storage._adapter.data_dir, MAIN_FILE + '-wal')
+        for _ in range(100):  # 100 commits of 200 KB: 20 MB
+            _commit_states(storage, 50, 4000)
+        session = storage._store.session
+        assert session.scalar('PRAGMA wal_autocheckpoint') == 0
+        assert os.path.getsize(wal) < 8 * 1024 * 1024
+        checkpointer = storage._adapter.checkpointer
+        assert checkpointer.in_thread > 0
+    finally:
+        storage.close()
+    assert not checkpointer._thread.is_alive()
+
+    storage = RelStorage(SQLiteAdapter(
+        str(tmp_path / 'own'), pragmas={'wal_autocheckpoint': '500'},
+        options=Options(keep_history=False)))
+    try:
+        _commit_states(storage, 1, 10)
+        assert storage._adapter.checkpointer is None
+        assert storage._store.session.scalar('PRAGMA wal_autocheckpoint') == 500
+    finally:
+        storage.close()

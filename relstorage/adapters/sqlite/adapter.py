@@ -7,6 +7,7 @@ import logging
 import os
 import re
 import sqlite3
+import threading
 import time
 
 from ...exceptions import CommitLockTimeout
@@ -209,6 +210,119 @@ class SQLiteOIDAllocator(OIDAllocator):
             self._conn = None
 
 
+class Checkpointer:
+    """Copies the WAL back into the database file in a thread of its own.
+
+    SQLite's automatic checkpoint runs inside the COMMIT that takes the WAL
+    past 1,000 pages: that commit waits for the copy and the fsync of the
+    database file. Store sessions turn it off; instead, once the commits
+    of this process have written about as much (their states and a little
+    per row and per commit), this thread runs a passive checkpoint, which
+    waits for nobody and blocks nobody: readers and the next writer go on
+    meanwhile. The WAL starts again from its beginning only when a writer
+    begins after a checkpoint that copied all of it, which a thread may
+    keep missing while writers never pause: when a checkpoint finds the
+    WAL grown past a few thresholds, committers checkpoint themselves
+    between their transactions, as SQLite would have, until it has
+    started again. So the WAL stays bounded."""
+
+    #: Bytes written to the WAL between checkpoints (about SQLite's
+    #: default of 1,000 pages).
+    threshold = 4 * 1024 * 1024
+    #: Bytes counted per commit and per row on top of the states.
+    commit_bytes = 4096
+    row_bytes = 64
+    #: WAL size, in thresholds, above which committers checkpoint
+    #: themselves.
+    catch_up = 4
+
+    def __init__(self, path, timeout):
+        self.path = path
+        self.timeout = timeout
+        #: Checkpoints run, and how many of them by the thread.
+        self.checkpoints = self.in_thread = 0
+        self._written = 0
+        self._inline = False
+        self._conn = None
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        self._thread = None
+        self._closed = False
+        self._pid = os.getpid()
+
+    def _forked(self):
+        """In a forked child: the parent's thread is not here, its lock
+        may be held forever and its connection is not to be used (nor
+        closed: kept aside)."""
+        self._pid = os.getpid()
+        self._lock = threading.Lock()
+        self._inherited, self._conn = self._conn, None
+        self._thread = None
+
+    def committed(self, nbytes):
+        """A commit wrote about *nbytes* (states and rows) to the WAL."""
+        if self._pid != os.getpid():
+            self._forked()
+        self._written += nbytes + self.commit_bytes
+        if self._written < self.threshold or self._closed:
+            return
+        self._written = 0
+        if self._inline:
+            self._checkpoint()
+            return
+        thread = self._thread
+        if thread is None or not thread.is_alive():
+            self._wake = threading.Event()
+            thread = self._thread = threading.Thread(
+                target=self._run, args=(self._wake,),
+                name='relstorage-sqlite-checkpoint', daemon=True)
+            thread.start()
+        self._wake.set()
+
+    def _checkpoint(self):
+        with self._lock:
+            if self._closed:
+                return False
+            try:
+                if self._conn is None:
+                    self._conn = sqlite3.connect(
+                        self.path, timeout=self.timeout,
+                        isolation_level=None, check_same_thread=False)
+                conn = self._conn
+                wal = conn.execute(
+                    'PRAGMA wal_checkpoint(PASSIVE)').fetchone()[1]
+                wal_bytes = wal * conn.execute(
+                    'PRAGMA page_size').fetchone()[0]
+            except sqlite3.Error:
+                # The next one copies what this one could not.
+                log.debug('checkpoint of %s failed', self.path,
+                          exc_info=True)
+                return False
+            self.checkpoints += 1
+            self._inline = wal_bytes > self.catch_up * self.threshold
+            return True
+
+    def _run(self, wake):
+        while True:
+            wake.wait()
+            wake.clear()
+            if self._closed:
+                return
+            if self._checkpoint():
+                self.in_thread += 1
+
+    def close(self):
+        with self._lock:
+            self._closed = True
+            if self._conn is not None:
+                self._conn.close()
+                self._conn = None
+        thread = self._thread
+        if thread is not None and thread.is_alive():
+            self._wake.set()
+            thread.join(self.timeout)
+
+
 class SQLiteAdapter(Adapter):
 
     types = SQLiteTypes
@@ -233,8 +347,6 @@ class SQLiteAdapter(Adapter):
     pack_pause_between_batches = 0.15
 
     def __init__(self, data_dir, pragmas=None, driver='auto', options=None):
-        import threading
-
         from ...options import Options
         if driver not in ('auto', 'sqlite3'):
             raise ConfigurationError(
@@ -254,6 +366,13 @@ class SQLiteAdapter(Adapter):
             self.pragmas[name] = value
         self.oid_lock = threading.Lock()
         super().__init__(options if options is not None else Options())
+        #: Without an automatic checkpoint chosen by the user, commits
+        #: leave checkpoints to a thread (see Checkpointer).
+        self.checkpointer = None
+        if 'wal_autocheckpoint' not in self.pragmas:
+            self.checkpointer = Checkpointer(
+                os.path.join(self.data_dir, MAIN_FILE),
+                self.options.commit_lock_timeout)
 
     def describe(self):
         return 'SQLite database in %s' % self.data_dir
@@ -299,6 +418,13 @@ class SQLiteAdapter(Adapter):
 
     def prepare_store_session(self, session):
         session.execute(TEMP_STORE_DDL)
+        if self.checkpointer is not None:
+            session.execute('PRAGMA wal_autocheckpoint = 0')
+
+    def committed(self, nbytes, rows):
+        if self.checkpointer is not None:
+            self.checkpointer.committed(
+                nbytes + rows * Checkpointer.row_bytes)
 
     def prepare_pack_session(self, session):
         session.execute('PRAGMA busy_timeout = 0')
@@ -312,3 +438,5 @@ class SQLiteAdapter(Adapter):
 
     def close(self):
         self.oids.close()
+        if self.checkpointer is not None:
+            self.checkpointer.close()
