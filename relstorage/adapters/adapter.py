@@ -192,8 +192,8 @@ class StoreSession(_SessionWrapper):
         self.previous_tid = None
         #: The tid chosen at upload, when the rows were written in place.
         self.chosen_tid = None
-        #: (bytes of states, rows) of the last upload.
-        self.uploaded = (0, 0)
+        #: The rows of the last upload, until its commit.
+        self.uploaded = ()
 
     def _outside_commit(self, func, *args):
         """Like at_boundary, but reconnect only when no commit transaction
@@ -226,8 +226,7 @@ class StoreSession(_SessionWrapper):
         (SQLite) chooses it now and writes the rows in place, sparing
         their copy through temp_store."""
         self.chosen_tid = None
-        self.uploaded = (sum(len(row[2]) for row in rows if row[2] is not None),
-                         len(rows))
+        self.uploaded = rows
         if tid_free and rows and self.adapter.only_writer_from_vote:
             # Nobody can commit before this transaction does now.
             self.previous_tid, self.chosen_tid = self._choose_tid()
@@ -329,8 +328,8 @@ class StoreSession(_SessionWrapper):
         session.in_transaction = False
         session.holds_commit_lock = False
         self._empty_temp()
-        self.adapter.committed(*self.uploaded)
-        self.uploaded = (0, 0)
+        self.adapter.committed(self.uploaded)
+        self.uploaded = ()
         return tid
 
     def _committed(self, tid, probe_oid):
@@ -350,6 +349,7 @@ class StoreSession(_SessionWrapper):
 
     def rollback(self):
         self.chosen_tid = None
+        self.uploaded = ()
         ok = True
         if self.session.in_transaction:
             ok = self.session.rollback_quietly()
@@ -514,9 +514,9 @@ class Adapter:
         """Whether a driver error means the connection is gone."""
         return False
 
-    def committed(self, nbytes, rows):
-        """Called after each commit of a store session, with the bytes of
-        the states it wrote and its number of rows."""
+    def committed(self, rows):
+        """Called after each commit of a store session, with the
+        ``(oid, prev_tid, state, blob_id)`` rows it wrote."""
 
     def announce_commit(self):
         """Statements, run with each commit, that tell listening load

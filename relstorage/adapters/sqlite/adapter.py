@@ -421,10 +421,11 @@ class SQLiteAdapter(Adapter):
         if self.checkpointer is not None:
             session.execute('PRAGMA wal_autocheckpoint = 0')
 
-    def committed(self, nbytes, rows):
+    def committed(self, rows):
         if self.checkpointer is not None:
             self.checkpointer.committed(
-                nbytes + rows * Checkpointer.row_bytes)
+                sum(len(row[2]) for row in rows if row[2] is not None)
+                + len(rows) * Checkpointer.row_bytes)
 
     def prepare_pack_session(self, session):
         session.execute('PRAGMA busy_timeout = 0')
