@@ -230,8 +230,14 @@ class Loader:
             hit = cache.get(ioid, view)
             if hit is not None:
                 state, tid = hit
-                if self._seen is not None:
-                    self._remember(ioid, tid, state)
+                seen = self._seen
+                if seen is not None:
+                    # Already kept (the same tid is the same state): a
+                    # lookup, not the reordering of _remember, which was
+                    # a sixth of a history-free read from the cache.
+                    kept = seen.get(ioid)
+                    if kept is None or kept[0] != tid:
+                        self._remember(ioid, tid, state)
                 if readahead is not None:
                     readahead.read(ioid, state)
                 return state, tid.to_bytes(8, 'big')
@@ -306,8 +312,8 @@ class Loader:
         resolution needs the state a transaction started from: keep the
         states this instance read or committed until a poll reports them
         changed (ZODB keeps using an object it committed without loading
-        it again), at most SEEN_LIMIT of them, the oldest forgotten first
-        (an OrderedDict: deleting a plain dict's first key, one at a time,
+        it again), at most SEEN_LIMIT of them, the longest kept forgotten
+        first (reading a kept state again does not move it; an OrderedDict: deleting a plain dict's first key, one at a time,
         makes each next search for it step over every key deleted before,
         5 us per state past the limit).
         """

@@ -556,6 +556,22 @@ def test_history_free_instance_keeps_the_newest_states(monkeypatch):
                               for oid, _ in committed[-50:]]
         oid, tid = committed[-1]
         assert storage.loadSerial(oid, tid) == b'state of %r' % oid
+        # An instance (a ZODB connection's) keeps what it reads; reading
+        # a kept state again, from the shared cache, leaves it in place.
+        instance = storage.new_instance()
+        try:
+            instance.poll_invalidations()
+            for oid, tid in committed[-50:]:
+                assert instance.load(oid) == (b'state of %r' % oid, tid)
+            kept = list(instance._seen.items())
+            assert [oid for oid, _ in kept] == list(seen)
+            hits = instance._cache.hits
+            for oid, tid in reversed(committed[-50:]):
+                assert instance.load(oid) == (b'state of %r' % oid, tid)
+            assert instance._cache.hits == hits + 50
+            assert list(instance._seen.items()) == kept
+        finally:
+            instance.release()
     finally:
         storage.close()
         f.cleanup()
@@ -601,6 +617,7 @@ def test_consecutive_oids_are_locked_by_range():
     assert [len(params) for _, _, params in statements] == [500, 500, 200]
     assert [oid for oids, _, _ in statements for oid in oids] == scattered
     assert [p for _, _, params in statements for p in params] == scattered
+
 
 
 SIMULTANEOUS_OPEN = textwrap.dedent('''
