@@ -585,13 +585,15 @@ def test_row_locks_read_exactly_the_oids_asked_for(factory):
     try:
         t = TransactionMetaData()
         storage.tpc_begin(t)
-        oids = [u64(storage.new_oid()) for _ in range(40)]
+        oids = [u64(storage.new_oid()) for _ in range(80)]
         for oid in oids:
             storage.store(p64(oid), None, zodb_pickle(MinPO(oid)), '', t)
         storage.tpc_vote(t)
         tid = u64(storage.tpc_finish(t))
         missing = [oids[-1] + 100, oids[-1] + 101, oids[-1] + 102]
-        store = oids[:10] + oids[12:13] + oids[15:17] + oids[20:] + missing
+        # Short and long runs (a long one is a range on PostgreSQL).
+        store = (oids[:10] + oids[12:13] + oids[15:17] + oids[20:60]
+                 + oids[61:] + missing)
         read = oids[10:11] + oids[19:20]
         session = storage._store_session()
         try:
@@ -618,6 +620,28 @@ def test_consecutive_oids_are_locked_by_range():
     assert [oid for oids, _, _ in statements for oid in oids] == scattered
     assert [p for _, _, params in statements for p in params] == scattered
 
+
+def test_postgresql_locks_long_runs_by_range_and_the_rest_as_one_array():
+    from relstorage.adapters.postgresql.adapter import LOCK_RANGES
+    from relstorage.adapters.postgresql.adapter import LONG_RUN
+    from relstorage.adapters.postgresql.adapter import PostgreSQLLocker
+    locker = PostgreSQLLocker(None, None)
+    oids = (list(range(1, 1001)) + [2000, 2001, 2005]
+            + list(range(3000, 3000 + LONG_RUN - 1)))
+    [(covered, sql, params)] = locker.lock_statements(
+        'object_state', oids, ' FOR UPDATE')
+    assert covered == oids
+    assert sql == ('SELECT zoid, tid FROM object_state WHERE zoid BETWEEN '
+                   '%s AND %s OR zoid = ANY(%s::bigint[]) ORDER BY zoid '
+                   'FOR UPDATE')
+    assert params == [1, 1000, '{%s}' % ','.join(map(str, oids[1000:]))]
+    # Past LOCK_RANGES long runs, the others join the array.
+    oids = [oid for start in range(0, 100 * (LOCK_RANGES + 2), 100)
+            for oid in range(start, start + LONG_RUN)]
+    [(_, sql, params)] = locker.lock_statements('object_state', oids, '')
+    assert sql.count('BETWEEN') == LOCK_RANGES
+    assert params[-1] == '{%s}' % ','.join(
+        map(str, oids[LONG_RUN * LOCK_RANGES:]))
 
 
 SIMULTANEOUS_OPEN = textwrap.dedent('''
