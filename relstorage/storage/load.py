@@ -313,9 +313,10 @@ class Loader:
         states this instance read or committed until a poll reports them
         changed (ZODB keeps using an object it committed without loading
         it again), at most SEEN_LIMIT of them, the longest kept forgotten
-        first (reading a kept state again does not move it; an OrderedDict: deleting a plain dict's first key, one at a time,
+        first; reading a kept state again does not move it. (An
+        OrderedDict: deleting a plain dict's first key, one at a time,
         makes each next search for it step over every key deleted before,
-        5 us per state past the limit).
+        5 us per state past the limit.)
         """
         seen = self._seen
         if seen is not None:

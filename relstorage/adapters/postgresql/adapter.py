@@ -101,18 +101,18 @@ class PostgreSQLLocker(Locker):
         # as a literal, 2.7 ms as a range.
         if not oids:
             return
-        where, params, rest = [], [], []
+        zoid_where, params, rest = [], [], []
         for first, last in runs(oids):
-            if last - first + 1 >= LONG_RUN and len(where) < LOCK_RANGES:
-                where.append('zoid BETWEEN %s AND %s')
+            if last - first + 1 >= LONG_RUN and len(zoid_where) < LOCK_RANGES:
+                zoid_where.append('zoid BETWEEN %s AND %s')
                 params += (first, last)
             else:
                 rest.extend(range(first, last + 1))
         if rest:
-            where.append('zoid = ANY(%s::bigint[])')
+            zoid_where.append('zoid = ANY(%s::bigint[])')
             params.append('{%s}' % ','.join(map(str, rest)))
         yield oids, ('SELECT zoid, tid FROM %s WHERE %s ORDER BY zoid%s'
-                     % (table, ' OR '.join(where), clause)), params
+                     % (table, ' OR '.join(zoid_where), clause)), params
 
     def try_commit_lock(self, session, last_tid_sql):
         if not session.scalar('SELECT pg_try_advisory_xact_lock(%s)',
