@@ -34,6 +34,20 @@ class Locker:
     #: single writer and locking happened when the transaction began.
     exclusive_clause = ' FOR UPDATE'
     shared_clause = ' FOR SHARE'
+    #: Runs of consecutive oids at least this long are selected as a
+    #: range; at most max_ranges of them per statement (the parameter
+    #: bound is the only one unless a database sets its own).
+    min_range = MIN_RANGE
+    max_ranges = PARAMS_PER_LOCK
+
+    def singles_where(self, singles):
+        """``(clause, params)`` selecting the oids *singles*."""
+        return 'zoid IN %s' % in_list(singles), singles
+
+    def singles_params(self, count):
+        """How many parameters singles_where makes of *count* oids."""
+        return count
+
     def is_lock_error(self, error):
         """Whether a driver error means "waited too long" or "deadlock"
         while locking rows; both mean the transaction may be retried."""
@@ -79,20 +93,23 @@ class Locker:
 
         def statement():
             if singles:
-                zoid_where.append('zoid IN %s' % in_list(singles))
-                params.extend(singles)
+                in_where, in_params = self.singles_where(singles)
+                zoid_where.append(in_where)
+                params.extend(in_params)
             sql = ('SELECT zoid, tid FROM %s WHERE %s ORDER BY zoid%s'
                    % (table, ' OR '.join(zoid_where), clause))
             return covered[:], sql, params[:]
 
         for first, last in runs(oids):
-            if last - first + 1 >= MIN_RANGE:
+            if (last - first + 1 >= self.min_range
+                    and len(zoid_where) < self.max_ranges):
                 zoid_where.append('zoid BETWEEN %s AND %s')
                 params += (first, last)
             else:
                 singles.extend(range(first, last + 1))
             covered.extend(range(first, last + 1))
-            if len(params) + len(singles) >= PARAMS_PER_LOCK:
+            if (len(params) + self.singles_params(len(singles))
+                    >= PARAMS_PER_LOCK):
                 yield statement()
                 del zoid_where[:], params[:], covered[:], singles[:]
         if covered:

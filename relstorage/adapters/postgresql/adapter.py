@@ -9,7 +9,6 @@ from ...exceptions import DatabaseUnavailable
 from ..adapter import OID_BLOCK
 from ..adapter import Adapter
 from ..locker import Locker
-from ..locker import runs
 from ..mover import HistoryFreeMover
 from ..mover import HistoryPreservingMover
 from ..oidallocator import OIDAllocator
@@ -93,26 +92,20 @@ LOCK_RANGES = 16
 
 class PostgreSQLLocker(Locker):
 
-    def lock_statements(self, table, oids, clause):
-        # One statement, whatever the number. The oids that are not in a
-        # long run travel as one array literal: the server parses a
-        # string, not an expression of one node per oid (what psycopg2
-        # makes of a list). 1,000 rows locked: 8 ms as ARRAY[...], 5 ms
-        # as a literal, 2.7 ms as a range.
-        if not oids:
-            return
-        zoid_where, params, rest = [], [], []
-        for first, last in runs(oids):
-            if last - first + 1 >= LONG_RUN and len(zoid_where) < LOCK_RANGES:
-                zoid_where.append('zoid BETWEEN %s AND %s')
-                params += (first, last)
-            else:
-                rest.extend(range(first, last + 1))
-        if rest:
-            zoid_where.append('zoid = ANY(%s::bigint[])')
-            params.append('{%s}' % ','.join(map(str, rest)))
-        yield oids, ('SELECT zoid, tid FROM %s WHERE %s ORDER BY zoid%s'
-                     % (table, ' OR '.join(zoid_where), clause)), params
+    # One statement, whatever the number. The oids that are not in a long
+    # run travel as one array literal: the server parses a string, not an
+    # expression of one node per oid (what psycopg2 makes of a list).
+    # 1,000 rows locked: 8 ms as ARRAY[...], 5 ms as a literal, 2.7 ms as
+    # a range.
+    min_range = LONG_RUN
+    max_ranges = LOCK_RANGES
+
+    def singles_where(self, singles):
+        return ('zoid = ANY(%s::bigint[])',
+                ['{%s}' % ','.join(map(str, singles))])
+
+    def singles_params(self, count):
+        return 1 if count else 0
 
     def try_commit_lock(self, session, last_tid_sql):
         if not session.scalar('SELECT pg_try_advisory_xact_lock(%s)',
