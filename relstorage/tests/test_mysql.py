@@ -1,5 +1,7 @@
 """MySQL/MariaDB specifics: GET_LOCK never left behind, unix socket and
-TCP, both drivers, clear connection errors."""
+TCP, both drivers, clear connection errors, how states are uploaded."""
+import re
+
 import pytest
 import ZODB
 import ZODB.config
@@ -12,6 +14,7 @@ from relstorage.exceptions import DatabaseUnavailable
 from relstorage.options import Options
 
 from .dbs import DatabaseFactory
+from .dbs import admin_query
 from .dbs import mysql_params
 from .dbs import require
 
@@ -236,6 +239,74 @@ def test_temp_store_is_emptied_outside_the_transaction(keep_history):
         assert sum(s.startswith('TRUNCATE') for s in sent) == 3
         for oid in oids:
             assert storage.load(oid)[0] == zodb_pickle(MinPO(2))
+    finally:
+        storage.close()
+        factory.cleanup()
+
+
+UPLOAD = re.compile(
+    r"INSERT INTO temp_store \(zoid(, prev_tid)?, state(, blob_id)?\) "
+    r"VALUES \((\d+|NULL|X'[0-9a-f]*'|%s)(, (\d+|NULL|X'[0-9a-f]*'|%s))*\)"
+    r"(, \((\d+|NULL|X'[0-9a-f]*'|%s)(, (\d+|NULL|X'[0-9a-f]*'|%s))*\))*$")
+
+
+@pytest.mark.parametrize('driver', ['MySQLdb', 'PyMySQL'])
+@pytest.mark.parametrize('keep_history', [True, False])
+def test_uploaded_states_are_hex_literals_or_parameters(keep_history,
+                                                        driver):
+    """States are written into the upload statement as hex literals (the
+    drivers quote parameters slowly), the large ones still as parameters;
+    nothing but digits, NULL and hex reaches the SQL text, and every
+    byte comes back as it was."""
+    require('mysql')
+    pytest.importorskip(driver if driver == 'MySQLdb' else 'pymysql')
+    from relstorage.adapters.mysql import MySQLAdapter
+    from relstorage.storage import RelStorage
+    factory = DatabaseFactory('mysql', keep_history)
+    factory.storage(zap=True).close()
+    adapter = MySQLAdapter(driver=driver, options=Options(
+        keep_history=keep_history), **mysql_params(keep_history))
+    adapter.mover.inline_state_bytes = 300
+    storage = RelStorage(adapter)
+    try:
+        assert adapter.driver.name == driver
+        session = storage._store_session().session
+        sent = []
+        execute = session.execute
+
+        def recording(stmt, params=()):
+            if stmt.startswith('INSERT INTO temp_store'):
+                sent.append((stmt, params))
+            return execute(stmt, params)
+        session.execute = recording
+
+        states = [bytes(range(256)), b"x'); DROP TABLE object_state; -- %s",
+                  b'\\\x00\'"%%\x1a\n\r', b'', bytes(range(256)) * 3]
+        oids = [storage.new_oid() for _ in states]
+        serials = {}
+        for round_ in (1, 2):
+            t = TransactionMetaData()
+            storage.tpc_begin(t)
+            for oid, state in zip(oids, states):
+                storage.store(oid, serials.get(oid),
+                              state if round_ == 1 else state[::-1], '', t)
+            storage.tpc_vote(t)
+            tid = storage.tpc_finish(t)
+            serials = dict.fromkeys(oids, tid)
+            stored = dict(admin_query(
+                'mysql', keep_history,
+                'SELECT zoid, state FROM object_state WHERE tid = %s',
+                (int.from_bytes(tid, 'big'),)))
+            assert [bytes(stored[int.from_bytes(oid, 'big')])
+                    for oid in oids] == [
+                s if round_ == 1 else s[::-1] for s in states]
+        assert len(sent) == 2
+        for stmt, params in sent:
+            assert UPLOAD.match(stmt), stmt[:200]
+            # Only the state above inline_state_bytes is a parameter.
+            assert params == [states[-1] if stmt is sent[0][0]
+                              else states[-1][::-1]]
+        assert 'prev_tid' in sent[1][0] and 'prev_tid' not in sent[0][0]
     finally:
         storage.close()
         factory.cleanup()

@@ -1,5 +1,6 @@
 """Security: values reach the database only as bound parameters (no SQL
-text is built from values), and data and blob directories are created
+text is built from values; the one exception, MySQL's upload, writes
+integers and hex digits only, see test_mysql), and data and blob directories are created
 readable by their owner only. (That passwords never show is tested in
 test_errors.)"""
 import ast

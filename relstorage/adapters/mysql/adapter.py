@@ -4,7 +4,6 @@ and on every rollback), ON DUPLICATE KEY upserts, and a consistent-snapshot
 read-only transaction for loads."""
 import logging
 import re
-from operator import itemgetter
 
 from ...exceptions import DatabaseUnavailable
 from ..adapter import OID_BLOCK
@@ -18,7 +17,6 @@ from ..packer import HistoryPreservingPacker
 from ..schema import Schema
 from ..schema import Types
 from ..session import Session
-from ..session import values_list
 from .drivers import CONNECT_ERRORS
 from .drivers import DISCONNECT_ERRORS
 from .drivers import LOCK_ERRORS
@@ -31,8 +29,6 @@ log = logging.getLogger(__name__)
 #: stay under MySQL's 64-character limit.
 COMMIT_LOCK = "CONCAT('relstorage.commit.', LEFT(MD5(DATABASE()), 16))"
 PACK_LOCK = "CONCAT('relstorage.pack.', LEFT(MD5(DATABASE()), 16))"
-
-UPLOAD_COLUMNS = ('zoid', 'prev_tid', 'state', 'blob_id')
 
 TEMP_STORE_DDL = """
 CREATE TEMPORARY TABLE IF NOT EXISTS temp_store (
@@ -151,38 +147,70 @@ class MySQLMoverMixin:
     upsert_set = '{col} = VALUES({col})'
     insert_select_where = ''
 
-    #: Bytes of state per multi-row INSERT: well under the server's
-    #: default max_allowed_packet (16 MB; quoting can double binary data).
+    #: Bytes of SQL per multi-row INSERT: a quarter of the server's
+    #: default max_allowed_packet (16 MB).
     upload_bytes = 4000000
+    #: States up to this size go into the statement as hex literals;
+    #: larger ones as parameters, which the driver escapes (about 1.03
+    #: times their size instead of 2).
+    inline_state_bytes = 1 << 20
 
     def upload(self, session, rows):
         chunk, size = [], 0
         for row in rows:
             chunk.append(row)
-            size += len(row[2] or b'') + 32
+            size += 2 * len(row[2] or b'') + 48
             if size >= self.upload_bytes or len(chunk) >= 1000:
                 self._insert(session, chunk)
                 chunk, size = [], 0
         if chunk:
             self._insert(session, chunk)
 
-    @staticmethod
-    def _insert(session, chunk):
-        # mysqlclient quotes every parameter in Python (about a microsecond
-        # each): columns that hold only their default in this chunk (no
-        # previous tid: new objects; no blob) are left out.
-        columns = [0]
-        if any(row[1] for row in chunk):
-            columns.append(1)
-        columns.append(2)
-        if any(row[3] is not None for row in chunk):
-            columns.append(3)
-        pick = itemgetter(*columns)
-        session.execute(
-            'INSERT INTO temp_store (%s) VALUES %s' % (
-                ', '.join(UPLOAD_COLUMNS[i] for i in columns),
-                values_list(len(chunk), len(columns))),
-            [v for row in chunk for v in pick(row)])
+    def _insert(self, session, chunk):
+        # Columns that hold only their default in this chunk (no previous
+        # tid: new objects; no blob) are left out.
+        with_prev = any(row[1] for row in chunk)
+        with_blob = any(row[3] is not None for row in chunk)
+        cols = ['zoid']
+        if with_prev:
+            cols.append('prev_tid')
+        cols.append('state')
+        if with_blob:
+            cols.append('blob_id')
+        rows_sql, params = row_literals(chunk, with_prev, with_blob,
+                                        self.inline_state_bytes)
+        session.execute('INSERT INTO temp_store (%s) VALUES %s' % (
+            ', '.join(cols), ', '.join(rows_sql)), params or None)
+
+
+def row_literals(chunk, with_prev, with_blob, inline):
+    """The ``(zoid[, prev_tid], state[, blob_id])`` tuples of *chunk*
+    written as SQL, and the parameters they leave to the driver.
+
+    The drivers quote every parameter in Python (about 4 ms per 1,000
+    rows), and the server reads a hex literal faster than an escaped
+    string (1,000 rows of 200 bytes: 4 ms against 7), so states up to
+    *inline* bytes go in as ``X'...'``; larger ones, where doubling the
+    size would matter, stay ``%s`` parameters. Nothing but integers,
+    ``NULL`` and hex digits is formatted in."""
+    rows_sql = []
+    params = []
+    for oid, prev_tid, state, blob_id in chunk:
+        if state is None:
+            state_sql = 'NULL'
+        elif len(state) <= inline:
+            state_sql = "X'%s'" % state.hex()
+        else:
+            params.append(state)
+            state_sql = '%s'
+        row = ['%d' % oid]
+        if with_prev:
+            row.append('%d' % prev_tid)
+        row.append(state_sql)
+        if with_blob:
+            row.append('NULL' if blob_id is None else '%d' % blob_id)
+        rows_sql.append('(%s)' % ', '.join(row))
+    return rows_sql, params
 
 
 class MySQLHPMover(MySQLMoverMixin, HistoryPreservingMover):
