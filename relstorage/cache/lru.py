@@ -43,19 +43,27 @@ class ByteLRU:
     def put(self, key, value):
         """Set ``key`` to ``value`` as the most recently used entry, then
         evict from the old end until the total is within the limit."""
+        self.put_many(((key, value),))
+
+    def put_many(self, items):
+        """:meth:`put` each ``(key, value)`` of *items* in turn (evicting
+        once, at the end, leaves the same entries)."""
         data = self.data
-        old = data.pop(key, None)
-        if old is not None:
-            self.nbytes -= entry_size(old)
-        data[key] = value
-        nbytes = self.nbytes + entry_size(value)
+        pop = data.pop
+        nbytes = self.nbytes
+        for key, value in items:
+            old = pop(key, None)
+            if old is not None:
+                nbytes -= len(old[0]) + ENTRY_OVERHEAD
+            data[key] = value
+            nbytes += len(value[0]) + ENTRY_OVERHEAD
         limit = self.limit
         if nbytes > limit:
             evicted = 0
             popitem = data.popitem
             while nbytes > limit and data:
                 _, gone = popitem(last=False)
-                nbytes -= entry_size(gone)
+                nbytes -= len(gone[0]) + ENTRY_OVERHEAD
                 evicted += 1
             self.evictions += evicted
         self.nbytes = nbytes

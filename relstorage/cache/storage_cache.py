@@ -201,6 +201,7 @@ class StorageCache:
             lru = self._lru
             max_state = self._max_state
             by_oid = self._by_oid
+            fresh = []
             for oid, tid, state in rows:
                 old = get(oid)
                 if old is not None and old[1] > tid:
@@ -220,10 +221,10 @@ class StorageCache:
                     # if the index agrees it is that change.
                     self.rejected_stores += 1
                     continue
-                lru.put(oid, (state, tid))
-                kept += 1
-            self.stores += kept
-        return kept
+                fresh.append((oid, (state, tid)))
+            lru.put_many(fresh)
+            self.stores += kept + len(fresh)
+        return kept + len(fresh)
 
     # -- keeping coherent --------------------------------------------------
 
