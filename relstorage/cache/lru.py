@@ -46,8 +46,10 @@ class ByteLRU:
         self.put_many(((key, value),))
 
     def put_many(self, items):
-        """:meth:`put` each ``(key, value)`` of *items* in turn (evicting
-        once, at the end, leaves the same entries)."""
+        """:meth:`put` each ``(key, value)`` of *items* in turn, evicting
+        once, at the end: the newest entries that fit stay, which can be
+        more than single puts leave (when an item shrinks one that came
+        before it in *items*)."""
         data = self.data
         pop = data.pop
         nbytes = self.nbytes

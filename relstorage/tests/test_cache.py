@@ -857,3 +857,33 @@ def test_byte_lru():
     assert lru.nbytes == 20 + ENTRY_OVERHEAD
     lru.clear()
     assert lru.nbytes == 0 and len(lru) == 0
+
+
+def test_byte_lru_put_many_keeps_the_newest_entries_that_fit():
+    import random
+    from collections import OrderedDict
+    rng = random.Random(7)
+    for _ in range(200):
+        limit = rng.randrange(0, 8) * (10 + ENTRY_OVERHEAD) + rng.randrange(
+            0, 40)
+        many = ByteLRU(limit)
+        for _ in range(rng.randrange(1, 5)):
+            batch = [(rng.randrange(12), (bytes(rng.randrange(30)), n))
+                     for n in range(rng.randrange(0, 10))]
+            one = ByteLRU(limit)
+            one.put_many(many.data.items())
+            want = OrderedDict(many.data)
+            for key, value in batch:
+                one.put(key, value)
+                want.pop(key, None)
+                want[key] = value
+            while sum(entry_size(v) for v in want.values()) > limit:
+                want.popitem(last=False)
+            many.put_many(batch)
+            kept = list(many.data.items())
+            assert kept == list(want.items())
+            assert many.nbytes == sum(
+                entry_size(v) for _, v in kept) <= limit
+            # Single puts leave the same, or fewer of the oldest.
+            assert kept[len(kept) - len(one.data):] == list(
+                one.data.items())
