@@ -49,6 +49,22 @@ def is_current(rec, tid, view, p0):
     return tid <= p0
 
 
+def _insert_pair(rec, tid, low):
+    """Put ``(tid, low)`` in its place in the flat, tid-ordered record
+    *rec*; a tid already there only lowers its ``low``. Returns whether
+    a pair was added."""
+    for i in range(0, len(rec), 2):
+        if rec[i] == tid:
+            if low < rec[i + 1]:
+                rec[i + 1] = low
+            return False
+    pairs = list(zip(rec[::2], rec[1::2]))
+    pairs.append((tid, low))
+    pairs.sort()
+    rec[:] = [x for pair in pairs for x in pair]
+    return True
+
+
 class ChangeIndex:
     """Changes of objects in ``(p0, cmax]``; see the module docstring.
 
@@ -109,43 +125,38 @@ class ChangeIndex:
             return False
         if hi <= floor:
             return True
-        add = self._add
+        # One pass with the common cases inline (a poll can bring
+        # thousands of changes): a new oid, or a tid newer than the oid's
+        # last record.
+        by_oid = self.by_oid
+        oids_at = self._oids_at
+        tids = self._tids
+        added = 0
         for oid, tid in changes:
-            if tid > floor:
-                add(oid, tid, tid if complete else floor)
+            if tid <= floor:
+                continue
+            low = tid if complete else floor
+            rec = by_oid.get(oid)
+            if rec is None:
+                by_oid[oid] = [tid, low]
+            elif rec[-2] < tid:
+                rec.append(tid)
+                rec.append(low)
+            elif not _insert_pair(rec, tid, low):
+                continue
+            added += 1
+            at = oids_at.get(tid)
+            if at is None:
+                oids_at[tid] = [oid]
+                if not tids or tids[-1] < tid:
+                    tids.append(tid)
+                else:
+                    insort(tids, tid)
+            else:
+                at.append(oid)
+        self.nrecords += added
         self.cmax = hi
         return True
-
-    def _add(self, oid, tid, low):
-        by_oid = self.by_oid
-        rec = by_oid.get(oid)
-        if rec is None:
-            by_oid[oid] = [tid, low]
-        elif rec[-2] < tid:
-            rec.append(tid)
-            rec.append(low)
-        else:
-            for i in range(0, len(rec), 2):
-                if rec[i] == tid:
-                    if low < rec[i + 1]:
-                        rec[i + 1] = low
-                    return
-            pairs = list(zip(rec[::2], rec[1::2]))
-            pairs.append((tid, low))
-            pairs.sort()
-            rec[:] = [x for pair in pairs for x in pair]
-        self.nrecords += 1
-        oids_at = self._oids_at
-        at = oids_at.get(tid)
-        if at is None:
-            oids_at[tid] = [oid]
-            tids = self._tids
-            if not tids or tids[-1] < tid:
-                tids.append(tid)
-            else:
-                insort(tids, tid)
-        else:
-            at.append(oid)
 
     def latest(self, oid):
         """The newest recorded change of ``oid``, or None."""

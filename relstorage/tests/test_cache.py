@@ -16,6 +16,7 @@ import pytest
 from relstorage.cache import StorageCache
 from relstorage.cache import storage_cache as storage_cache_module
 from relstorage.cache.index import ChangeIndex
+from relstorage.cache.index import _insert_pair
 from relstorage.cache.index import is_current
 from relstorage.cache.lru import ENTRY_OVERHEAD
 from relstorage.cache.lru import ByteLRU
@@ -820,15 +821,25 @@ def test_is_current():
 def test_change_index_out_of_order_records():
     index = ChangeIndex()
     index.start(0)
-    index._add(1, 30, 30)
-    index._add(1, 10, 5)
-    index._add(1, 20, 20)
-    index._add(1, 10, 2)     # same change, wider window
-    assert index.by_oid[1] == [10, 2, 20, 20, 30, 30]
-    assert index.nrecords == 3
+    # A complete list of revisions, newest first for oid 1.
+    assert index.extend(0, 30, [(1, 30), (2, 20), (1, 10), (1, 20),
+                                (1, 10)], complete=True)
+    assert index.by_oid[1] == [10, 10, 20, 20, 30, 30]
+    assert index.by_oid[2] == [20, 20]
+    assert index.nrecords == 4
     assert index._tids == [10, 20, 30]
+    assert index._oids_at == {10: [1], 20: [2, 1], 30: [1]}
     assert index.latest(1) == 30
-    assert index.latest(2) is None
+    assert index.latest(3) is None
+    assert index.extend(30, 40, [(1, 35), (3, 40)])
+    assert index.by_oid[1][-2:] == [35, 30]   # window (30, 35]
+    assert index.nrecords == 6 and index._tids == [10, 20, 30, 35, 40]
+    rec = [10, 10, 20, 20]
+    assert not _insert_pair(rec, 10, 2)        # same change, wider window
+    assert not _insert_pair(rec, 10, 5)
+    assert rec == [10, 2, 20, 20]
+    assert _insert_pair(rec, 15, 12)
+    assert rec == [10, 2, 15, 12, 20, 20]
 
 
 def test_change_index_refuses_holes():
