@@ -194,6 +194,10 @@ class StoreSession(_SessionWrapper):
         self.chosen_tid = None
         #: The rows of the last upload, until its commit.
         self.uploaded = ()
+        #: Rows of new objects that commit() copies into place.
+        self.new_rows = ()
+        #: Whether the last upload put rows into temp_store.
+        self.in_temp = False
 
     def _outside_commit(self, func, *args):
         """Like at_boundary, but reconnect only when no commit transaction
@@ -227,15 +231,26 @@ class StoreSession(_SessionWrapper):
         their copy through temp_store."""
         self.chosen_tid = None
         self.uploaded = rows
+        self.new_rows = ()
+        self.in_temp = False
         if tid_free and rows and self.adapter.only_writer_from_vote:
             # Nobody can commit before this transaction does now.
             self.previous_tid, self.chosen_tid = self._choose_tid()
             self.mover.write_in_place(self.session, rows, self.chosen_tid)
             return
+        if tid_free and self.mover.copies_new_rows:
+            # Objects the vote found absent need no upsert: their rows
+            # go into place at commit, without passing through
+            # temp_store.
+            new_rows = [row for row in rows if not row[1]]
+            if new_rows:
+                self.new_rows = new_rows
+                rows = [row for row in rows if row[1]]
         if self.temp_rows:
             self.mover.clear_temp(self.session)
         if rows:
             self.mover.upload(self.session, rows)
+            self.in_temp = True
             self.temp_rows = not self.adapter.temp_store_emptied_by_commit
 
     def _empty_temp(self):
@@ -292,8 +307,9 @@ class StoreSession(_SessionWrapper):
             self.previous_tid, tid = self._choose_tid(restore_tid,
                                                       first_row_tid)
             script = self.mover.add_transaction(tid, meta, packed, empty)
-            script += self.mover.move_into_place(
-                tid, own_tids=first_row_tid is not None)
+            if self.in_temp or not self.new_rows:
+                script += self.mover.move_into_place(
+                    tid, own_tids=first_row_tid is not None)
         if max_oid is not None:
             script += self.adapter.oids.raise_to(max_oid)
         script += self.adapter.announce_commit()
@@ -304,6 +320,8 @@ class StoreSession(_SessionWrapper):
                 # With the tid chosen and the commit lock held; whatever
                 # it does is undone by the caller if the commit fails.
                 before_commit(tid)
+            if self.new_rows:
+                self.mover.copy_new_rows(session, self.new_rows, tid)
             session.execute_script(script)
         except DatabaseDisconnected as lost:
             # The COMMIT may have reached the server before the connection
@@ -329,7 +347,7 @@ class StoreSession(_SessionWrapper):
         session.holds_commit_lock = False
         self._empty_temp()
         self.adapter.committed(self.uploaded)
-        self.uploaded = ()
+        self.uploaded = self.new_rows = ()
         return tid
 
     def _committed(self, tid, probe_oid):
@@ -349,7 +367,7 @@ class StoreSession(_SessionWrapper):
 
     def rollback(self):
         self.chosen_tid = None
-        self.uploaded = ()
+        self.uploaded = self.new_rows = ()
         ok = True
         if self.session.in_transaction:
             ok = self.session.rollback_quietly()

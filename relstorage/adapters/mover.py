@@ -113,6 +113,16 @@ class Mover:
             'INSERT INTO temp_store (zoid, prev_tid, state, blob_id) '
             'VALUES (%s, %s, %s, %s)', rows)
 
+    #: Whether rows of objects new to the database (no previous tid)
+    #: bypass temp_store: :meth:`copy_new_rows` writes them into place
+    #: at commit, once the tid is chosen.
+    copies_new_rows = False
+
+    def copy_new_rows(self, session, rows, tid):
+        """Write ``(oid, 0, state, blob_id)`` rows of new objects into
+        place as *tid*, inside the commit transaction."""
+        raise NotImplementedError
+
     def clear_temp(self, session):
         session.execute('DELETE FROM temp_store')
 

@@ -1,9 +1,13 @@
 """PostgreSQL specifics: zap_all truncates large tables, but never waits
-for a reader to do so."""
+for a reader to do so; history-free commits copy new objects into place."""
 import time
 
 import pytest
+from ZODB.Connection import TransactionMetaData
+from ZODB.POSException import ConflictError
 from ZODB.POSException import POSKeyError
+from ZODB.utils import p64
+from ZODB.utils import u64
 
 from .dbs import DatabaseFactory
 from .dbs import admin_query
@@ -134,3 +138,116 @@ def test_no_listening_without_a_poll_interval(factory):
         assert storage._load.commits_announced() is None
     finally:
         storage.close()
+
+
+def _recording_copies(storage):
+    """The COPY statements the store session sends, with their row
+    counts (``[(sql, rows)]``), and the other statements."""
+    session = storage._store_session().session
+    copies, sent = [], []
+    execute = session.execute
+
+    class Cursor:
+        def __init__(self, cursor):
+            self.cursor = cursor
+
+        def __getattr__(self, name):
+            return getattr(self.cursor, name)
+
+        def copy_expert(self, sql, data, size=8192):
+            self.cursor.copy_expert(sql, data, size)
+            copies.append((sql.split(' (')[0], self.cursor.rowcount))
+
+    def recording(stmt, params=()):
+        sent.append(stmt)
+        return execute(stmt, params)
+    session.cursor = Cursor(session.cursor)
+    session.execute = recording
+    return copies, sent
+
+
+def _commit(storage, stores):
+    t = TransactionMetaData()
+    storage.tpc_begin(t)
+    for oid, serial, state in stores:
+        storage.store(oid, serial, state, '', t)
+    storage.tpc_vote(t)
+    return storage.tpc_finish(t)
+
+
+def test_history_free_new_objects_are_copied_into_place():
+    """Rows of objects new to the database skip temp_store and the
+    upsert: one COPY into object_state at commit. Changed objects still
+    go through temp_store; a commit may hold both."""
+    factory = DatabaseFactory('postgresql', False)
+    storage = factory.storage(zap=True)
+    try:
+        copies, sent = _recording_copies(storage)
+        oids = [storage.new_oid() for _ in range(60)]
+        first = [(oid, None, b'new %d' % u64(oid)) for oid in oids[:50]]
+        tid1 = _commit(storage, first)
+        assert copies == [('COPY object_state', 50)]
+        assert not [s for s in sent if 'temp_store' in s]
+        del copies[:], sent[:]
+        # Ten new objects, five changed ones and a deletion.
+        second = ([(oid, None, b'') for oid in oids[50:]]
+                  + [(oid, tid1, b'changed %d' % u64(oid))
+                     for oid in oids[:5]])
+        t = TransactionMetaData()
+        storage.tpc_begin(t)
+        for oid, serial, state in second:
+            storage.store(oid, serial, state, '', t)
+        storage.deleteObject(oids[5], tid1, t)
+        storage.tpc_vote(t)
+        tid2 = storage.tpc_finish(t)
+        assert copies == [('COPY temp_store', 6), ('COPY object_state', 10)]
+        assert [s for s in sent if 'FROM temp_store' in s]
+        rows = {zoid: (tid, size, bytes(state) if state is not None
+                       else None)
+                for zoid, tid, size, state in admin_query(
+                    'postgresql', False,
+                    'SELECT zoid, tid, state_size, state FROM object_state')}
+        want = {u64(oid): (u64(tid1), len(state), state)
+                for oid, _, state in first}
+        want.update((u64(oid), (u64(tid2), len(state), state))
+                    for oid, _, state in second)
+        want[u64(oids[5])] = (u64(tid2), 0, None)
+        assert {oid: rows[oid] for oid in want} == want
+    finally:
+        storage.close()
+        factory.cleanup()
+
+
+def test_an_oid_created_by_two_transactions_conflicts():
+    """Two transactions that both create an object with an oid of their
+    own choosing (not from new_oid) both find no row at vote. The second
+    to commit gets a ConflictError naming the oid, and the first one's
+    object stays as it committed it: nothing is overwritten."""
+    factory = DatabaseFactory('postgresql', False)
+    first = factory.storage(zap=True)
+    second = factory.storage()
+    try:
+        oid = p64(0x5eed0000)
+        t2 = TransactionMetaData()
+        second.tpc_begin(t2)
+        second.store(oid, None, b'from the second', '', t2)
+        second.tpc_vote(t2)
+        tid = _commit(first, [(oid, None, b'from the first')])
+        with pytest.raises(ConflictError, match='object 0x5eed0000 was '
+                           'created by another transaction'):
+            second.tpc_finish(t2)
+        assert [(t, bytes(state)) for t, state in admin_query(
+            'postgresql', False,
+            'SELECT tid, state FROM object_state WHERE zoid = %s',
+            (u64(oid),))] == [(u64(tid), b'from the first')]
+        # Both commit again: the locks were released, the sessions work.
+        other = second.new_oid()
+        _commit(second, [(other, None, b'second again'),
+                         (oid, tid, b'second after all')])
+        _commit(first, [(first.new_oid(), None, b'first again')])
+        first.sync()
+        assert first.load(oid)[0] == b'second after all'
+    finally:
+        first.close()
+        second.close()
+        factory.cleanup()
