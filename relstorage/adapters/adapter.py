@@ -194,8 +194,8 @@ class StoreSession(_SessionWrapper):
         self.chosen_tid = None
         #: The rows of the last upload, until its commit.
         self.uploaded = ()
-        #: Rows of new objects that commit() copies into place.
-        self.new_rows = ()
+        #: Rows that commit() copies into place (mover.split_direct).
+        self.direct_rows = ()
         #: Whether the last upload put rows into temp_store.
         self.in_temp = False
 
@@ -231,21 +231,15 @@ class StoreSession(_SessionWrapper):
         their copy through temp_store."""
         self.chosen_tid = None
         self.uploaded = rows
-        self.new_rows = ()
+        self.direct_rows = ()
         self.in_temp = False
         if tid_free and rows and self.adapter.only_writer_from_vote:
             # Nobody can commit before this transaction does now.
             self.previous_tid, self.chosen_tid = self._choose_tid()
             self.mover.write_in_place(self.session, rows, self.chosen_tid)
             return
-        if tid_free and self.mover.copies_new_rows:
-            # Objects the vote found absent need no upsert: their rows
-            # go into place at commit, without passing through
-            # temp_store.
-            new_rows = [row for row in rows if not row[1]]
-            if new_rows:
-                self.new_rows = new_rows
-                rows = [row for row in rows if row[1]]
+        if tid_free:
+            self.direct_rows, rows = self.mover.split_direct(rows)
         if self.temp_rows:
             self.mover.clear_temp(self.session)
         if rows:
@@ -307,9 +301,11 @@ class StoreSession(_SessionWrapper):
             self.previous_tid, tid = self._choose_tid(restore_tid,
                                                       first_row_tid)
             script = self.mover.add_transaction(tid, meta, packed, empty)
-            if self.in_temp or not self.new_rows:
+            if self.in_temp or not self.direct_rows:
                 script += self.mover.move_into_place(
                     tid, own_tids=first_row_tid is not None)
+            if self.direct_rows:
+                script += self.mover.after_copy(tid)
         if max_oid is not None:
             script += self.adapter.oids.raise_to(max_oid)
         script += self.adapter.announce_commit()
@@ -320,8 +316,8 @@ class StoreSession(_SessionWrapper):
                 # With the tid chosen and the commit lock held; whatever
                 # it does is undone by the caller if the commit fails.
                 before_commit(tid)
-            if self.new_rows:
-                self.mover.copy_new_rows(session, self.new_rows, tid)
+            if self.direct_rows:
+                self.mover.copy_into_place(session, self.direct_rows, tid)
             session.execute_script(script)
         except DatabaseDisconnected as lost:
             # The COMMIT may have reached the server before the connection
@@ -347,7 +343,7 @@ class StoreSession(_SessionWrapper):
         session.holds_commit_lock = False
         self._empty_temp()
         self.adapter.committed(self.uploaded)
-        self.uploaded = self.new_rows = ()
+        self.uploaded = self.direct_rows = ()
         return tid
 
     def _committed(self, tid, probe_oid):
@@ -367,7 +363,7 @@ class StoreSession(_SessionWrapper):
 
     def rollback(self):
         self.chosen_tid = None
-        self.uploaded = self.new_rows = ()
+        self.uploaded = self.direct_rows = ()
         ok = True
         if self.session.in_transaction:
             ok = self.session.rollback_quietly()

@@ -113,15 +113,21 @@ class Mover:
             'INSERT INTO temp_store (zoid, prev_tid, state, blob_id) '
             'VALUES (%s, %s, %s, %s)', rows)
 
-    #: Whether rows of objects new to the database (no previous tid)
-    #: bypass temp_store: :meth:`copy_new_rows` writes them into place
-    #: at commit, once the tid is chosen.
-    copies_new_rows = False
+    def split_direct(self, rows):
+        """``(direct, rest)``: the rows of a commit whose tid is not imposed
+        that :meth:`copy_into_place` writes at commit, once the tid is
+        chosen, and the rest, which go through temp_store. Here: none."""
+        return (), rows
 
-    def copy_new_rows(self, session, rows, tid):
-        """Write ``(oid, 0, state, blob_id)`` rows of new objects into
-        place as *tid*, inside the commit transaction."""
+    def copy_into_place(self, session, rows, tid):
+        """Write the *rows* :meth:`split_direct` chose into place as *tid*,
+        inside the commit transaction, before the commit script (which
+        then runs :meth:`after_copy`)."""
         raise NotImplementedError
+
+    def after_copy(self, tid):
+        """Statements that complete :meth:`copy_into_place`."""
+        return []
 
     def clear_temp(self, session):
         session.execute('DELETE FROM temp_store')

@@ -175,11 +175,13 @@ def _commit(storage, stores):
     return storage.tpc_finish(t)
 
 
-def test_history_free_new_objects_are_copied_into_place():
-    """Rows of objects new to the database skip temp_store and the
-    upsert: one COPY into object_state at commit. Changed objects still
-    go through temp_store; a commit may hold both."""
-    factory = DatabaseFactory('postgresql', False)
+@pytest.mark.parametrize('keep_history', [True, False], ids=['hp', 'hf'])
+def test_commits_copy_rows_into_place(keep_history):
+    """Rows that need no upsert skip temp_store: one COPY into
+    object_state at commit. Without history those are the objects new to
+    the database (changed ones still go through temp_store; a commit may
+    hold both); with history, every row (current_object follows)."""
+    factory = DatabaseFactory('postgresql', keep_history)
     storage = factory.storage(zap=True)
     try:
         copies, sent = _recording_copies(storage)
@@ -200,19 +202,35 @@ def test_history_free_new_objects_are_copied_into_place():
         storage.deleteObject(oids[5], tid1, t)
         storage.tpc_vote(t)
         tid2 = storage.tpc_finish(t)
-        assert copies == [('COPY temp_store', 6), ('COPY object_state', 10)]
-        assert [s for s in sent if 'FROM temp_store' in s]
-        rows = {zoid: (tid, size, bytes(state) if state is not None
-                       else None)
-                for zoid, tid, size, state in admin_query(
-                    'postgresql', False,
-                    'SELECT zoid, tid, state_size, state FROM object_state')}
+        if keep_history:
+            assert copies == [('COPY object_state', 16)]
+            assert not [s for s in sent if 'temp_store' in s]
+        else:
+            assert copies == [('COPY temp_store', 6),
+                              ('COPY object_state', 10)]
+            assert [s for s in sent if 'FROM temp_store' in s]
         want = {u64(oid): (u64(tid1), len(state), state)
                 for oid, _, state in first}
         want.update((u64(oid), (u64(tid2), len(state), state))
                     for oid, _, state in second)
         want[u64(oids[5])] = (u64(tid2), 0, None)
+        rows = {zoid: (tid, size, bytes(state) if state is not None
+                       else None)
+                for zoid, tid, size, state in admin_query(
+                    'postgresql', keep_history,
+                    'SELECT zoid, tid, state_size, state FROM object_state '
+                    + ('JOIN current_object USING (zoid, tid)'
+                       if keep_history else ''))}
         assert {oid: rows[oid] for oid in want} == want
+        if keep_history:
+            # The old revisions are kept, each with its previous tid.
+            assert sorted(admin_query(
+                'postgresql', True, 'SELECT zoid, prev_tid FROM '
+                'object_state WHERE tid = %s', (u64(tid2),))) == sorted(
+                    [(u64(oid), 0) for oid in oids[50:]]
+                    + [(u64(oid), u64(tid1)) for oid in oids[:6]])
+            for oid in oids[:5]:
+                assert storage.loadSerial(oid, tid1) == b'new %d' % u64(oid)
     finally:
         storage.close()
         factory.cleanup()

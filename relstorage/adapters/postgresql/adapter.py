@@ -143,38 +143,45 @@ class PostgreSQLLocker(Locker):
 
 
 _COPY_HEADER = b'PGCOPY\n\xff\r\n\x00' + struct.pack('!ii', 0, 0)
-# Field count, then (length, value) pairs, the last one the state's length.
-_COPY_TEMP_ROW = struct.Struct('!hiqiqi')     # zoid, prev_tid, state
-_COPY_STATE_ROW = struct.Struct('!hiqiqiqi')  # zoid, tid, state_size, state
+# Each row: the field count, then (length, value) pairs up to the state's
+# length; the state and blob_id follow.
+_COPY_TEMP_ROW = struct.Struct('!hiqiqi')     # zoid, prev_tid
+_COPY_HF_ROW = struct.Struct('!hiqiqiqi')     # zoid, tid, state_size
+_COPY_HP_ROW = struct.Struct('!hiqiqiqiqi')   # zoid, tid, prev_tid, size
 _COPY_BIGINT = struct.Struct('!iq')           # blob_id
 _COPY_NULL = struct.pack('!i', -1)
 
 
-def _binary_copy(rows, tid=None):
+def _binary_copy(rows, tid=None, with_prev=False):
     """``[(zoid, prev_tid, state, blob_id)]`` as a binary COPY stream:
-    temp_store's columns, or with *tid* object_state's (history-free)."""
+    temp_store's columns, or with *tid* object_state's (*with_prev*: the
+    history-preserving one's). A NULL state has length -1, size 0."""
+    if tid is None:
+        pack = _COPY_TEMP_ROW.pack
+
+        def head(zoid, prev_tid, length):
+            return pack(4, 8, zoid, 8, prev_tid, length)
+    elif with_prev:
+        pack = _COPY_HP_ROW.pack
+
+        def head(zoid, prev_tid, length):
+            return pack(6, 8, zoid, 8, tid, 8, prev_tid, 8,
+                        max(length, 0), length)
+    else:
+        pack = _COPY_HF_ROW.pack
+
+        def head(zoid, prev_tid, length):
+            return pack(5, 8, zoid, 8, tid, 8, max(length, 0), length)
     parts = [_COPY_HEADER]
     append = parts.append
     bigint = _COPY_BIGINT.pack
-    if tid is None:
-        row = _COPY_TEMP_ROW.pack
-        for zoid, prev_tid, state, blob_id in rows:
-            if state is None:
-                append(row(4, 8, zoid, 8, prev_tid, -1))
-            else:
-                append(row(4, 8, zoid, 8, prev_tid, len(state)))
-                append(state)
-            append(_COPY_NULL if blob_id is None else bigint(8, blob_id))
-    else:
-        row = _COPY_STATE_ROW.pack
-        for zoid, _, state, blob_id in rows:
-            if state is None:
-                append(row(5, 8, zoid, 8, tid, 8, 0, -1))
-            else:
-                size = len(state)
-                append(row(5, 8, zoid, 8, tid, 8, size, size))
-                append(state)
-            append(_COPY_NULL if blob_id is None else bigint(8, blob_id))
+    for zoid, prev_tid, state, blob_id in rows:
+        if state is None:
+            append(head(zoid, prev_tid, -1))
+        else:
+            append(head(zoid, prev_tid, len(state)))
+            append(state)
+        append(_COPY_NULL if blob_id is None else bigint(8, blob_id))
     append(b'\xff\xff')
     return b''.join(parts)
 
@@ -206,7 +213,24 @@ class PostgreSQLMoverMixin:
 
 
 class PostgreSQLHPMover(PostgreSQLMoverMixin, HistoryPreservingMover):
-    pass
+
+    # Every row of a commit is a new (zoid, tid): COPY puts them in
+    # place at commit, and current_object follows from the new tid's
+    # rows, with no pass through temp_store (1,000 rows: about 9 ms
+    # instead of 14, COMMIT included).
+
+    def split_direct(self, rows):
+        return rows, ()
+
+    def copy_into_place(self, session, rows, tid):
+        _copy(session, 'COPY object_state (zoid, tid, prev_tid, state_size, '
+              'state, blob_id) FROM STDIN WITH (FORMAT binary)',
+              _binary_copy(rows, tid, with_prev=True))
+
+    def after_copy(self, tid):
+        return [('INSERT INTO current_object (zoid, tid) SELECT zoid, tid '
+                 'FROM object_state WHERE tid = %s'
+                 + self.upsert('zoid', ('tid',)), (tid,))]
 
 
 class PostgreSQLHFMover(PostgreSQLMoverMixin, HistoryFreeMover):
@@ -217,9 +241,14 @@ class PostgreSQLHFMover(PostgreSQLMoverMixin, HistoryFreeMover):
     # transaction storing the same oid as new (an oid not from new_oid)
     # can have added one since, and the COPY then fails instead of
     # overwriting it.
-    copies_new_rows = True
 
-    def copy_new_rows(self, session, rows, tid):
+    def split_direct(self, rows):
+        new = [row for row in rows if not row[1]]
+        if not new:
+            return (), rows
+        return new, [row for row in rows if row[1]]
+
+    def copy_into_place(self, session, rows, tid):
         try:
             _copy(session, 'COPY object_state (zoid, tid, state_size, '
                   'state, blob_id) FROM STDIN WITH (FORMAT binary)',
