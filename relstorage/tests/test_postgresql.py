@@ -1,5 +1,5 @@
 """PostgreSQL specifics: zap_all truncates large tables, but never waits
-for a reader to do so; history-free commits copy new objects into place."""
+for a reader to do so; commits copy rows into place without temp_store.
 import time
 
 import pytest
