@@ -1,5 +1,5 @@
 """PostgreSQL specifics: zap_all truncates large tables, but never waits
-for a reader to do so; commits copy rows into place without temp_store.
+for a reader to do so; commits copy rows into place without temp_store."""
 import time
 
 import pytest
