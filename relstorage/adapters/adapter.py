@@ -194,10 +194,9 @@ class StoreSession(_SessionWrapper):
         self.chosen_tid = None
         #: The rows of the last upload, until its commit.
         self.uploaded = ()
-        #: Rows that commit() copies into place (mover.split_direct).
+        #: Rows that commit() copies into place (mover.split_direct);
+        #: the other uploaded rows went through temp_store.
         self.direct_rows = ()
-        #: Whether the last upload put rows into temp_store.
-        self.in_temp = False
 
     def _outside_commit(self, func, *args):
         """Like at_boundary, but reconnect only when no commit transaction
@@ -232,7 +231,6 @@ class StoreSession(_SessionWrapper):
         self.chosen_tid = None
         self.uploaded = rows
         self.direct_rows = ()
-        self.in_temp = False
         if tid_free and rows and self.adapter.only_writer_from_vote:
             # Nobody can commit before this transaction does now.
             self.previous_tid, self.chosen_tid = self._choose_tid()
@@ -244,7 +242,6 @@ class StoreSession(_SessionWrapper):
             self.mover.clear_temp(self.session)
         if rows:
             self.mover.upload(self.session, rows)
-            self.in_temp = True
             self.temp_rows = not self.adapter.temp_store_emptied_by_commit
 
     def _empty_temp(self):
@@ -301,10 +298,11 @@ class StoreSession(_SessionWrapper):
             self.previous_tid, tid = self._choose_tid(restore_tid,
                                                       first_row_tid)
             script = self.mover.add_transaction(tid, meta, packed, empty)
-            if self.in_temp or not self.direct_rows:
+            direct = self.direct_rows
+            if not direct or len(direct) < len(self.uploaded):
                 script += self.mover.move_into_place(
                     tid, own_tids=first_row_tid is not None)
-            if self.direct_rows:
+            if direct:
                 script += self.mover.after_copy(tid)
         if max_oid is not None:
             script += self.adapter.oids.raise_to(max_oid)

@@ -50,6 +50,8 @@ class ByteLRU:
         once, at the end: the newest entries that fit stay, which can be
         more than single puts leave (when an item shrinks one that came
         before it in *items*)."""
+        # entry_size() written out: a call per item was a quarter of the
+        # loop's time.
         data = self.data
         pop = data.pop
         nbytes = self.nbytes
