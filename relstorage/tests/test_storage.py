@@ -748,3 +748,67 @@ def test_sqlite_checkpoints_in_a_thread_not_in_commits(tmp_path,
         assert storage._store.session.scalar('PRAGMA wal_autocheckpoint') == 500
     finally:
         storage.close()
+
+
+def test_sqlite_writer_waits_by_trying_again_not_in_the_busy_handler(
+        tmp_path):
+    """A store session's BEGIN IMMEDIATE behind another writer tries
+    again itself, with short pauses (SQLite's busy handler sleeps up to
+    25 ms and more between tries): it begins once the other commits, sees
+    that commit, and leaves the connection's busy timeout as it was. A
+    session that must not wait (the pack's) fails at its first try, with
+    no transaction begun."""
+    import threading
+    import time
+
+    from relstorage.adapters.sqlite.adapter import SQLiteAdapter
+    from relstorage.exceptions import CommitLockTimeout
+    from relstorage.options import Options
+    adapter = SQLiteAdapter(str(tmp_path / 'db'),
+                            options=Options(commit_lock_timeout=30))
+    holder = adapter.connect(True)
+    waiter = adapter.connect(True)
+    impatient = adapter.connect(True)
+    impatient.writer_wait = 0
+    try:
+        holder.execute('CREATE TABLE t (x INTEGER)')
+        holder.begin('BEGIN IMMEDIATE')
+        holder.execute('INSERT INTO t VALUES (1)')
+
+        tries = impatient.round_trips
+        with pytest.raises(CommitLockTimeout):
+            impatient.begin('BEGIN IMMEDIATE')
+        assert impatient.round_trips == tries + 1
+        assert not impatient.conn.in_transaction
+
+        before = waiter.round_trips
+        errors = []
+
+        def wait_for_the_lock():
+            try:
+                waiter.begin('BEGIN IMMEDIATE')
+            except Exception as e:  # noqa: BLE001 -- reported below
+                errors.append(e)
+        thread = threading.Thread(target=wait_for_the_lock)
+        thread.start()
+        # The waiter's own tries show up as statements sent; SQLite's
+        # busy handler would keep retrying inside the first one.
+        deadline = time.monotonic() + 20
+        while (waiter.round_trips < before + 3
+               and time.monotonic() < deadline):
+            time.sleep(0.01)
+        assert waiter.round_trips >= before + 3
+        assert thread.is_alive()
+        holder.commit()
+        thread.join(20)
+        assert not thread.is_alive() and errors == []
+        assert waiter.in_transaction and waiter.conn.in_transaction
+        assert waiter.scalar('SELECT COUNT(*) FROM t') == 1
+        assert waiter.scalar('PRAGMA busy_timeout') == 30000
+        waiter.execute('INSERT INTO t VALUES (2)')
+        waiter.commit()
+        assert holder.scalar('SELECT COUNT(*) FROM t') == 2
+    finally:
+        for session in (holder, waiter, impatient):
+            session.close()
+        adapter.close()

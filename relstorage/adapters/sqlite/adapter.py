@@ -62,6 +62,47 @@ class SQLiteTypes(Types):
 class SQLiteSession(Session):
 
     _cache = {}
+    #: Seconds BEGIN IMMEDIATE waits for another writer: the adapter sets
+    #: commit-lock-timeout; 0 (the pack session) fails at once.
+    writer_wait = 0.0
+    #: The first and the longest pause between tries for the write lock.
+    first_pause = 0.0002
+    max_pause = 0.002
+
+    def begin(self, sql=None):
+        """BEGIN IMMEDIATE waits for the writer before it by trying again
+        after pauses of at most ``max_pause``, not in SQLite's busy
+        handler: that one sleeps 1, 2, 5, 10, 15, 20, 25 ms and more
+        between tries, so a commit queued behind another began on
+        average several milliseconds after the lock came free."""
+        if sql != 'BEGIN IMMEDIATE' or self.writer_wait <= 0:
+            return super().begin(sql)
+        with self.lock:
+            self.conn.execute('PRAGMA busy_timeout = 0')
+            try:
+                self._begin_writer(sql)
+            finally:
+                self.conn.execute('PRAGMA busy_timeout = %d'
+                                  % (self.writer_wait * 1000))
+        self.in_transaction = True
+
+    def _begin_writer(self, sql):
+        deadline = None
+        pause = self.first_pause
+        while True:
+            try:
+                self.execute(sql)
+                return
+            except CommitLockTimeout:
+                # Another writer holds the lock (execute's translation of
+                # SQLite's "locked").
+                now = time.monotonic()
+                if deadline is None:
+                    deadline = now + self.writer_wait
+                elif now >= deadline:
+                    raise
+            time.sleep(pause)
+            pause = min(pause * 2, self.max_pause)
 
     def translate(self, stmt):
         try:
@@ -395,7 +436,9 @@ class SQLiteAdapter(Adapter):
         except (OSError, sqlite3.Error) as e:
             raise DatabaseUnavailable(
                 'cannot open the %s: %s' % (self.describe(), e)) from None
-        return SQLiteSession(self, conn)
+        session = SQLiteSession(self, conn)
+        session.writer_wait = self.options.commit_lock_timeout
+        return session
 
     def _apply_pragmas(self, conn):
         # Turning a new database to WAL needs it to itself, and SQLite
@@ -429,6 +472,7 @@ class SQLiteAdapter(Adapter):
 
     def prepare_pack_session(self, session):
         session.execute('PRAGMA busy_timeout = 0')
+        session.writer_wait = 0
 
     def after_pack_reads(self, session):
         # The pre-pack's snapshot kept the WAL from being checkpointed
