@@ -66,6 +66,8 @@ REVIEWED = {
     # pragma names and values are checked against strict patterns when the
     # adapter is built (an invalid one is a ConfigurationError).
     ('adapters/sqlite/adapter.py', "'PRAGMA %s = %s' % (name, value)"),
+    # an int(), restoring the busy timeout after BEGIN IMMEDIATE's tries.
+    ('adapters/sqlite/adapter.py', "'PRAGMA busy_timeout = %d' % ms"),
 }
 
 

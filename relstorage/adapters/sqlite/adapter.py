@@ -82,8 +82,8 @@ class SQLiteSession(Session):
             try:
                 self._begin_writer(sql)
             finally:
-                self.conn.execute('PRAGMA busy_timeout = %d'
-                                  % (self.writer_wait * 1000))
+                ms = int(self.writer_wait * 1000)
+                self.conn.execute('PRAGMA busy_timeout = %d' % ms)
         self.in_transaction = True
 
     def _begin_writer(self, sql):
