@@ -400,6 +400,11 @@ class Adapter:
     #: Whether the commit transaction is the only writer from vote on (the
     #: tid may then be chosen at vote and rows written in place).
     only_writer_from_vote = False
+    #: Whether a reader's snapshot keeps the database from reclaiming
+    #: what commits wrote (SQLite's WAL starts again from its beginning
+    #: only when no reader holds an older snapshot): vote then ends the
+    #: instance's snapshot before it waits to become the writer.
+    ends_snapshot_at_vote = False
     #: The most parameters one statement may carry.
     max_params = 30000
     #: Seconds a pack waits between batches before taking the commit lock

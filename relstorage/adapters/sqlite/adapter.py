@@ -27,6 +27,8 @@ log = logging.getLogger(__name__)
 
 MAIN_FILE = 'relstorage.sqlite3'
 OID_FILE = 'oids.sqlite3'
+#: Locked by a checkpoint that restarts the WAL (see Checkpointer).
+GATE_FILE = 'checkpoint.lock'
 
 #: Pragma names a user may set; values are checked before use because
 #: PRAGMA statements cannot take bound parameters.
@@ -77,6 +79,9 @@ class SQLiteSession(Session):
         average several milliseconds after the lock came free."""
         if sql != 'BEGIN IMMEDIATE' or self.writer_wait <= 0:
             return super().begin(sql)
+        checkpointer = self.adapter.checkpointer
+        if checkpointer is not None:
+            checkpointer.wait_for_restart()
         with self.lock:
             self.conn.execute('PRAGMA busy_timeout = 0')
             try:
@@ -260,12 +265,30 @@ class Checkpointer:
     of this process have written about as much (their states and a little
     per row and per commit), this thread runs a passive checkpoint, which
     waits for nobody and blocks nobody: readers and the next writer go on
-    meanwhile. The WAL starts again from its beginning only when a writer
-    begins after a checkpoint that copied all of it, which a thread may
-    keep missing while writers never pause: when a checkpoint finds the
-    WAL grown past a few thresholds, committers checkpoint themselves
-    between their transactions, as SQLite would have, until it has
-    started again. So the WAL stays bounded."""
+    meanwhile.
+
+    A passive checkpoint copies the WAL back, but the WAL starts again
+    from its beginning only when a writer begins after a checkpoint that
+    copied all of it while no reader holds an older snapshot. With
+    writers in several processes that moment may never come (a
+    checkpoint runs while another process writes, and some transaction
+    always reads), and the WAL grew by every commit, to hundreds of
+    megabytes. So once it has grown past ``restart_at`` thresholds the
+    thread runs a restarting checkpoint, which holds off writers while
+    the readers of older snapshots finish (a transaction ends its
+    snapshot at vote, before it waits to become the writer), so that the
+    next writer starts the WAL again.
+
+    That checkpoint waits for the writer lock in SQLite's busy handler,
+    which sleeps between tries while writers that try again every
+    millisecond keep taking the lock before it. So it first closes a
+    gate, an exclusive lock on a file beside the database, which the
+    writers of every process pass before they try to become the writer
+    (a shared lock taken and dropped: two system calls). It waits at most
+    ``restart_wait`` seconds for the writer and as long for readers; one
+    that times out (a long reader) is tried again after a growing pause,
+    so that a long reader does not keep writers waiting again and
+    again."""
 
     #: Bytes written to the WAL between checkpoints (about SQLite's
     #: default of 1,000 pages).
@@ -273,18 +296,31 @@ class Checkpointer:
     #: Bytes counted per commit and per row on top of the states.
     commit_bytes = 4096
     row_bytes = 64
-    #: WAL size, in thresholds, above which committers checkpoint
-    #: themselves.
-    catch_up = 4
+    #: WAL size, in thresholds, past which a checkpoint restarts it.
+    restart_at = 4
+    #: Seconds a restarting checkpoint waits for the writer, and then
+    #: for the readers of older snapshots.
+    restart_wait = 0.25
+    #: The longest pause after restarts that timed out, in seconds.
+    max_backoff = 8.0
+    #: Pause between tries for the gate, in seconds.
+    gate_pause = 0.0005
 
     def __init__(self, path, timeout):
         self.path = path
+        self.gate_path = os.path.join(os.path.dirname(path), GATE_FILE)
         self.timeout = timeout
-        #: Checkpoints run, and how many of them by the thread.
+        #: Checkpoints run (by the thread), and those that restarted the
+        #: WAL, or tried to and could not.
         self.checkpoints = self.in_thread = 0
+        self.restarts = self.restarts_failed = 0
         self._written = 0
-        self._inline = False
+        self._backoff = 0.0
+        self._next_restart = 0.0
         self._conn = None
+        #: The gate's descriptors: the writers' and the thread's (two
+        #: open files, so that their locks exclude each other).
+        self._gates = {}
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._thread = None
@@ -293,12 +329,58 @@ class Checkpointer:
 
     def _forked(self):
         """In a forked child: the parent's thread is not here, its lock
-        may be held forever and its connection is not to be used (nor
-        closed: kept aside)."""
+        may be held forever, and its connection and gate descriptors are
+        not to be used (nor closed: kept aside)."""
         self._pid = os.getpid()
         self._lock = threading.Lock()
-        self._inherited, self._conn = self._conn, None
+        self._inherited = self._conn, self._gates
+        self._conn = None
+        self._gates = {}
         self._thread = None
+
+    def _gate(self, who):
+        """The gate file opened for *who*, or None where it cannot be
+        (then nobody waits at it)."""
+        fd = self._gates.get(who)
+        if fd is None:
+            try:
+                fd = os.open(self.gate_path, os.O_RDWR | os.O_CREAT, 0o600)
+            except OSError:
+                log.debug('cannot open %s', self.gate_path, exc_info=True)
+                fd = -1
+            kept = self._gates.setdefault(who, fd)
+            if kept != fd and fd >= 0:
+                os.close(fd)  # another thread opened it meanwhile
+            fd = kept
+        return fd if fd >= 0 else None
+
+    def _through_gate(self, fd, mode, wait):
+        """Take the gate's lock in *mode* within *wait* seconds."""
+        deadline = None
+        while True:
+            try:
+                fcntl.flock(fd, mode | fcntl.LOCK_NB)
+                return True
+            except BlockingIOError:
+                now = time.monotonic()
+                if deadline is None:
+                    deadline = now + wait
+                elif now >= deadline:
+                    return False
+                time.sleep(self.gate_pause)
+            except OSError:
+                return False
+
+    def wait_for_restart(self):
+        """Called before a writer tries to become the writer: it waits
+        while a restarting checkpoint (of any process) holds the gate,
+        at most as long as that one can take."""
+        if self._pid != os.getpid():
+            self._forked()
+        fd = self._gate('writers')
+        if fd is not None and self._through_gate(
+                fd, fcntl.LOCK_SH, 3 * self.restart_wait):
+            fcntl.flock(fd, fcntl.LOCK_UN)
 
     def committed(self, nbytes):
         """A commit wrote about *nbytes* (states and rows) to the WAL."""
@@ -308,9 +390,6 @@ class Checkpointer:
         if self._written < self.threshold or self._closed:
             return
         self._written = 0
-        if self._inline:
-            self._checkpoint()
-            return
         thread = self._thread
         if thread is None or not thread.is_alive():
             self._wake = threading.Event()
@@ -326,22 +405,53 @@ class Checkpointer:
                 return False
             try:
                 if self._conn is None:
+                    # The busy timeout bounds only a restarting
+                    # checkpoint's waits: a passive one never waits.
                     self._conn = sqlite3.connect(
-                        self.path, timeout=self.timeout,
+                        self.path, timeout=self.restart_wait,
                         isolation_level=None, check_same_thread=False)
                 conn = self._conn
                 wal = conn.execute(
                     'PRAGMA wal_checkpoint(PASSIVE)').fetchone()[1]
+                self.checkpoints += 1
                 wal_bytes = wal * conn.execute(
                     'PRAGMA page_size').fetchone()[0]
+                if (wal_bytes > self.restart_at * self.threshold
+                        and time.monotonic() >= self._next_restart):
+                    self._restart(conn)
             except sqlite3.Error:
                 # The next one copies what this one could not.
                 log.debug('checkpoint of %s failed', self.path,
                           exc_info=True)
                 return False
-            self.checkpoints += 1
-            self._inline = wal_bytes > self.catch_up * self.threshold
             return True
+
+    def _restart(self, conn):
+        fd = self._gate('thread')
+        if fd is not None and not self._through_gate(
+                fd, fcntl.LOCK_EX, self.restart_wait):
+            # Another process's restarting checkpoint holds it.
+            self.restarts_failed += 1
+            return
+        try:
+            busy, wal, _ = conn.execute(
+                'PRAGMA wal_checkpoint(RESTART)').fetchone()
+        finally:
+            if fd is not None:
+                fcntl.flock(fd, fcntl.LOCK_UN)
+        if not busy:
+            self.restarts += 1
+            self._backoff = 0.0
+            return
+        self.restarts_failed += 1
+        if wal < 0:
+            # Another checkpoint was running (SQLite does not wait for
+            # one): this one is tried again at the next wake.
+            return
+        # A reader kept its older snapshot past restart_wait.
+        self._backoff = min(max(self._backoff * 2, self.restart_wait),
+                            self.max_backoff)
+        self._next_restart = time.monotonic() + self._backoff
 
     def _run(self, wake):
         while True:
@@ -358,6 +468,10 @@ class Checkpointer:
             if self._conn is not None:
                 self._conn.close()
                 self._conn = None
+            for fd in self._gates.values():
+                if fd >= 0:
+                    os.close(fd)
+            self._gates = {}
         thread = self._thread
         if thread is not None and thread.is_alive():
             self._wake.set()
@@ -380,6 +494,8 @@ class SQLiteAdapter(Adapter):
     temp_store_emptied_by_commit = False
     # BEGIN IMMEDIATE at vote makes the commit transaction the writer.
     only_writer_from_vote = True
+    # A reader's snapshot keeps the WAL from starting again (Checkpointer).
+    ends_snapshot_at_vote = True
     # SQLite's limit before 3.32 (32766 since); read from each connection.
     max_params = 999
     # SQLite queues nobody: a waiting writer's busy handler retries after

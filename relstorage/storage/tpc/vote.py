@@ -12,6 +12,12 @@ def vote(storage, tpc):
     that what the transaction read is still current, resolve write
     conflicts and upload the final states. Sets ``tpc.rows`` and
     ``tpc.resolved``; raises ConflictError / ReadConflictError."""
+    if storage._adapter.ends_snapshot_at_vote:
+        # Nothing more is read at the view (conflict resolution reads
+        # through the store session); a snapshot held while this waits
+        # for the writer would hold back the WAL's restart.
+        with storage._load_lock:
+            storage._end_snapshot()
     session = storage._store_session()
     stores = tpc.stores
     highest = max(max(stores, default=0), max(tpc.read_current, default=0))
