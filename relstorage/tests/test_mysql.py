@@ -244,6 +244,31 @@ def test_temp_store_is_emptied_outside_the_transaction(keep_history):
         factory.cleanup()
 
 
+@pytest.mark.parametrize('keep_history', [True, False])
+def test_oid_lists_are_planned_from_index_statistics(keep_history):
+    """Reads of many oids (IN lists) are planned from the index
+    statistics: below eq_range_index_dive_limit values (200 by default)
+    the server dives into the index once per oid, and counting every
+    revision of often-updated objects made planning a 100-oid read take
+    70 ms against 0.4 ms to run it. Both kinds of session."""
+    require('mysql')
+    factory = DatabaseFactory('mysql', keep_history)
+    storage = factory.storage(zap=True)
+    try:
+        oid, _ = _first_revision(storage)
+        load = storage._load_session().session
+        store = storage._store_session().session
+        for session in (load, store):
+            assert session.scalar(
+                'SELECT @@SESSION.eq_range_index_dive_limit') == 1
+        assert store.scalar('SELECT @@SESSION.innodb_lock_wait_timeout') \
+            == max(1, int(storage._options.commit_lock_timeout))
+        assert storage.load(oid)[0] == zodb_pickle(MinPO(1))
+    finally:
+        storage.close()
+        factory.cleanup()
+
+
 UPLOAD = re.compile(
     r"INSERT INTO temp_store \(zoid(, prev_tid)?, state(, blob_id)?\) "
     r"VALUES \((\d+|NULL|X'[0-9a-f]*'|%s)(, (\d+|NULL|X'[0-9a-f]*'|%s))*\)"

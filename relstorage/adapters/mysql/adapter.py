@@ -340,9 +340,16 @@ class MySQLAdapter(Adapter):
         session.execute('SET SESSION TRANSACTION ISOLATION LEVEL %s'
                         % ('READ COMMITTED' if for_store
                            else 'REPEATABLE READ'))
+        # An IN list of fewer than 200 oids was planned by diving into the
+        # index once per value: with many revisions per object (history
+        # kept, objects updated often) planning a 100-oid read took 70 ms,
+        # running it 0.4 ms. The index statistics are as good for lookups
+        # by key.
+        settings, params = 'SET SESSION eq_range_index_dive_limit = 1', ()
         if for_store:
-            session.execute('SET SESSION innodb_lock_wait_timeout = %s',
-                            (max(1, int(self.options.commit_lock_timeout)),))
+            settings += ', SESSION innodb_lock_wait_timeout = %s'
+            params = (max(1, int(self.options.commit_lock_timeout)),)
+        session.execute(settings, params)
         return session
 
     def prepare_store_session(self, session):
