@@ -1,5 +1,6 @@
 """relstorage's own tests of the storage against real databases: commits
 seen across clients and processes, conflicts, readCurrent, polling."""
+import os
 import subprocess
 import sys
 import textwrap
@@ -816,6 +817,51 @@ def test_sqlite_wal_stays_bounded_with_writers_in_two_storages(
     finally:
         for db in dbs:
             db.close()
+
+
+def test_sqlite_restart_gives_way_to_a_long_reader(tmp_path, monkeypatch):
+    """A reader that keeps an old snapshot (a report, a pre-pack) keeps
+    the WAL from starting again: the restarting checkpoint waits for it
+    at most restart_wait, lets writers go on, and tries again only after
+    a pause; once the reader has gone, the next try restarts the WAL."""
+    import sqlite3
+    import time
+
+    from relstorage.adapters.sqlite.adapter import Checkpointer
+    from relstorage.adapters.sqlite.adapter import MAIN_FILE
+    from relstorage.adapters.sqlite.adapter import SQLiteAdapter
+    from relstorage.options import Options
+    from relstorage.storage import RelStorage
+    monkeypatch.setattr(Checkpointer, 'threshold', 64 * 1024)
+    monkeypatch.setattr(Checkpointer, 'restart_wait', 0.05)
+    monkeypatch.setattr(Checkpointer, 'max_backoff', 0.2)
+    storage = RelStorage(SQLiteAdapter(str(tmp_path / 'db'),
+                                       options=Options(keep_history=False)))
+    reader = None
+    try:
+        checkpointer = storage._adapter.checkpointer
+        _commit_states(storage, 10, 4000)
+        reader = sqlite3.connect(os.path.join(storage._adapter.data_dir,
+                                              MAIN_FILE),
+                                 isolation_level=None)
+        reader.execute('BEGIN')
+        assert reader.execute(
+            'SELECT COUNT(*) FROM object_state').fetchone()[0] == 10
+
+        def commit_until(done):
+            deadline = time.monotonic() + 30
+            while not done() and time.monotonic() < deadline:
+                _commit_states(storage, 10, 4000)  # 40 KB
+            assert done()
+        # Past restart_at (256 KB) the thread tries, and times out.
+        commit_until(lambda: checkpointer.restarts_failed >= 2)
+        assert checkpointer.restarts == 0
+        reader.execute('COMMIT')
+        commit_until(lambda: checkpointer.restarts >= 1)
+    finally:
+        if reader is not None:
+            reader.close()
+        storage.close()
 
 
 def test_sqlite_writers_wait_at_the_gate_of_a_restarting_checkpoint(

@@ -301,8 +301,10 @@ class Checkpointer:
     #: Seconds a restarting checkpoint waits for the writer, and then
     #: for the readers of older snapshots.
     restart_wait = 0.25
-    #: The longest pause after restarts that timed out, in seconds.
-    max_backoff = 8.0
+    #: The longest pause after restarts that timed out, in seconds: a
+    #: reader that lasts (a pack's pre-pack reads at one snapshot) holds
+    #: writers off for restart_wait at most once a minute.
+    max_backoff = 60.0
     #: Pause between tries for the gate, in seconds.
     gate_pause = 0.0005
 
