@@ -719,9 +719,9 @@ def test_sqlite_checkpoints_in_a_thread_not_in_commits(tmp_path,
     with a wal_autocheckpoint of the user's, SQLite's own is kept."""
     import os
 
-    from relstorage.adapters.sqlite.adapter import Checkpointer
     from relstorage.adapters.sqlite.adapter import MAIN_FILE
     from relstorage.adapters.sqlite.adapter import SQLiteAdapter
+    from relstorage.adapters.sqlite.checkpoint import Checkpointer
     from relstorage.options import Options
     from relstorage.storage import RelStorage
     monkeypatch.setattr(Checkpointer, 'threshold', 256 * 1024)
@@ -765,9 +765,9 @@ def test_sqlite_wal_stays_bounded_with_writers_in_two_storages(
     import os
     import threading
 
-    from relstorage.adapters.sqlite.adapter import Checkpointer
     from relstorage.adapters.sqlite.adapter import MAIN_FILE
     from relstorage.adapters.sqlite.adapter import SQLiteAdapter
+    from relstorage.adapters.sqlite.checkpoint import Checkpointer
     from relstorage.options import Options
     from relstorage.storage import RelStorage
     monkeypatch.setattr(Checkpointer, 'threshold', 256 * 1024)
@@ -827,9 +827,9 @@ def test_sqlite_restart_gives_way_to_a_long_reader(tmp_path, monkeypatch):
     import sqlite3
     import time
 
-    from relstorage.adapters.sqlite.adapter import Checkpointer
     from relstorage.adapters.sqlite.adapter import MAIN_FILE
     from relstorage.adapters.sqlite.adapter import SQLiteAdapter
+    from relstorage.adapters.sqlite.checkpoint import Checkpointer
     from relstorage.options import Options
     from relstorage.storage import RelStorage
     monkeypatch.setattr(Checkpointer, 'threshold', 64 * 1024)
@@ -873,8 +873,8 @@ def test_sqlite_writers_wait_at_the_gate_of_a_restarting_checkpoint(
     import os
     import threading
 
-    from relstorage.adapters.sqlite.adapter import Checkpointer
     from relstorage.adapters.sqlite.adapter import SQLiteAdapter
+    from relstorage.adapters.sqlite.checkpoint import Checkpointer
     adapter = SQLiteAdapter(str(tmp_path / 'db'))
     session = adapter.connect(True)
     gate = os.open(adapter.checkpointer.gate_path, os.O_RDWR | os.O_CREAT)
