@@ -23,6 +23,7 @@ from ..oidallocator import OIDAllocator
 from ..schema import Types
 from ..session import Session
 from .checkpoint import Checkpointer
+from .checkpoint import retry
 
 log = logging.getLogger(__name__)
 
@@ -91,22 +92,10 @@ class SQLiteSession(Session):
         self.in_transaction = True
 
     def _begin_writer(self, sql):
-        deadline = None
-        pause = self.first_pause
-        while True:
-            try:
-                self.execute(sql)
-                return
-            except CommitLockTimeout:
-                # Another writer holds the lock (execute's translation of
-                # SQLite's "locked").
-                now = time.monotonic()
-                if deadline is None:
-                    deadline = now + self.writer_wait
-                elif now >= deadline:
-                    raise
-            time.sleep(pause)
-            pause = min(pause * 2, self.max_pause)
+        # CommitLockTimeout: another writer holds the lock (execute's
+        # translation of SQLite's "locked").
+        retry(lambda: self.execute(sql), CommitLockTimeout,
+              self.writer_wait, self.first_pause, self.max_pause)
 
     def translate(self, stmt):
         try:

@@ -13,6 +13,27 @@ log = logging.getLogger(__name__)
 GATE_FILE = 'checkpoint.lock'
 
 
+def retry(attempt, busy, wait, first_pause, max_pause):
+    """Call *attempt* until it returns without raising *busy*, pausing
+    between tries *first_pause* seconds, doubled each time up to
+    *max_pause*; once *wait* seconds have passed since the first failure
+    the error goes out. (A lock taken by trying again in short pauses,
+    not in SQLite's busy handler, which sleeps up to 100 ms.)"""
+    deadline = None
+    pause = first_pause
+    while True:
+        try:
+            return attempt()
+        except busy:
+            now = time.monotonic()
+            if deadline is None:
+                deadline = now + wait
+            elif now >= deadline:
+                raise
+        time.sleep(pause)
+        pause = min(pause * 2, max_pause)
+
+
 class Checkpointer:
     """Copies the WAL back into the database file in a thread of its own.
 
@@ -115,20 +136,12 @@ class Checkpointer:
 
     def _through_gate(self, fd, mode, wait):
         """Take the gate's lock in *mode* within *wait* seconds."""
-        deadline = None
-        while True:
-            try:
-                fcntl.flock(fd, mode | fcntl.LOCK_NB)
-                return True
-            except BlockingIOError:
-                now = time.monotonic()
-                if deadline is None:
-                    deadline = now + wait
-                elif now >= deadline:
-                    return False
-                time.sleep(self.gate_pause)
-            except OSError:
-                return False
+        try:
+            retry(lambda: fcntl.flock(fd, mode | fcntl.LOCK_NB),
+                  BlockingIOError, wait, self.gate_pause, self.gate_pause)
+        except OSError:  # still locked at the deadline, or no lock here
+            return False
+        return True
 
     def wait_for_restart(self):
         """Called before a writer tries to become the writer: it waits
