@@ -89,6 +89,9 @@ class _SessionWrapper:
     def load_revision(self, oid, tid):
         return self._read(self.mover.load_revision, oid, tid)
 
+    def load_before(self, oid, tid):
+        return self._read(self.mover.load_before, oid, tid)
+
     def current_tids(self, oids):
         return self._read(self.mover.current_tids, oids)
 
@@ -175,9 +178,6 @@ class LoadSession(_SessionWrapper):
 
     def load_many(self, oids):
         return self._read(self.mover.load_many, oids)
-
-    def load_before(self, oid, tid):
-        return self._read(self.mover.load_before, oid, tid)
 
 
 @implementer(IStoreSession)

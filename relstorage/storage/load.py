@@ -329,6 +329,19 @@ class Loader:
 
     # Older revisions
 
+    def _session_before(self, before, view):
+        """The session that answers a loadBefore(*before*): the snapshot,
+        unless *before* asks past the view while this instance has itself
+        committed since (its snapshot cannot see that commit until the
+        next poll): then the store session, between its transactions,
+        where each statement reads the newest committed data. (A root
+        storage's view is polled for every read; and mid-commit the store
+        session may hold the commit's rows before they are committed.)"""
+        if (before - 1 <= view or self._last_tid <= view or self._is_root
+                or self._store is None or self._store.session.in_transaction):
+            return self._load_session()
+        return self._store
+
     def loadSerial(self, oid, serial):
         ioid, itid = stored_id(oid), u64(serial)
         if itid > MAX_ID:
@@ -353,16 +366,17 @@ class Loader:
         return state
 
     def loadBefore(self, oid, tid):
-        with self._reading():
+        with self._reading() as view:
             ioid = stored_id(oid)
             # Before a tid past the largest a column holds: the newest
             # revision (no revision is ever committed as MAX_ID itself).
-            result = self._load_session().load_before(
-                ioid, min(u64(tid), MAX_ID))
+            before = min(u64(tid), MAX_ID)
+            session = self._session_before(before, view)
+            result = session.load_before(ioid, before)
             if result is None:
                 # "No revision before tid" for an object that exists, but
                 # an error for one the database has never heard of.
-                if self._load_session().load_current(ioid)[1] is None:
+                if session.load_current(ioid)[1] is None:
                     raise POSKeyError(oid)
                 return None
         state, start, end = result
