@@ -205,6 +205,11 @@ class StoreSession(_SessionWrapper):
             return func(*args)
         return self.at_boundary(func, *args)
 
+    def _read(self, func, *args):
+        # Between commits (a read past an instance's snapshot), a lost
+        # connection is reopened as for any read.
+        return self._outside_commit(lambda: func(self.session, *args))
+
     def lock_and_read_current(self, store_oids, read_oids):
         return self._outside_commit(self._lock, store_oids, read_oids)
 

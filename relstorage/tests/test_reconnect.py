@@ -76,6 +76,27 @@ def test_idle_connections_killed_are_reopened(factory, db):
         assert c.root()['a']['n'] == 4
 
 
+def test_read_past_the_view_reopens_a_lost_store_connection(factory, db):
+    """After its own commit an instance reads past its snapshot through
+    its store connection; killed since, that connection is reopened for
+    the read, which sees the commit."""
+    from ZODB.Connection import TransactionMetaData
+    from ZODB.utils import load_current
+    tm, conn = _connection_changing_a(db)
+    tm.commit()
+    inst = conn._storage
+    oid = conn.root()['a']._p_oid
+    data, serial = load_current(inst, oid)
+    t = TransactionMetaData()
+    inst.tpc_begin(t)
+    inst.store(oid, serial, data, '', t)
+    inst.tpc_vote(t)
+    mine = inst.tpc_finish(t)
+    _kill(factory.db, _backend_id(inst._store.session))
+    assert load_current(inst, oid)[1] == mine
+    conn.close()
+
+
 def test_connection_killed_during_commit_is_retryable(factory, db):
     tm, conn = _connection_changing_a(db)
     inst = conn._storage
