@@ -10,6 +10,8 @@ The schema gives no defaults: a key the user did not write stays None and
 import io
 import os
 import pathlib
+import threading
+import weakref
 
 import ZConfig
 import ZConfig.datatypes
@@ -191,9 +193,65 @@ class RelStorageFactory(ZODB.config.BaseConfig):
     def open(self):
         options = options_from_section(self.config)
         options.check_supported()
-        adapter = self.adapter_factory().create(options)
+        factory = self.adapter_factory()
+        adapter = factory.create(options)
         from relstorage.storage import RelStorage
-        return RelStorage(adapter, name=options.name, options=options)
+        with _opened.lock:
+            _opened.check(adapter, factory, options)
+            storage = RelStorage(adapter, name=options.name, options=options)
+            _opened.add(adapter, factory.is_default_location(options),
+                        storage)
+        return storage
+
+
+class _OpenedDatabases:
+    """The databases that storage sections of this process have opened
+    and not yet closed, by ``adapter.location()``.
+
+    Two sections may open one database only when the user wrote both
+    locations: a database reached through a default location (a
+    ``<relstorage>`` without an adapter section and without a name, a
+    ``<postgresql>`` without a dsn) shared with another section would
+    make two configured databases silently one (a multi-database
+    ``zope.conf`` with two bare ``<relstorage>`` sections, whose commits
+    to one replaced the other's root).
+    """
+
+    def __init__(self):
+        self.lock = threading.RLock()
+        #: location -> [(storage weakref, by default)]
+        self._open = {}
+
+    def _alive(self, location):
+        entries = [(ref, default) for ref, default
+                   in self._open.get(location, ())
+                   if ref() is not None and not ref().closed]
+        if entries:
+            self._open[location] = entries
+        else:
+            self._open.pop(location, None)
+        return entries
+
+    def check(self, adapter, factory, options):
+        """Refuse to open *adapter*'s database when another open section
+        has it and either location is a default."""
+        entries = self._alive(adapter.location())
+        if not entries:
+            return
+        if factory.is_default_location(options) or any(
+                default for _, default in entries):
+            raise ConfigurationError(
+                'two storage sections of this process would open the same '
+                'database, the %s (already opened for storage %r): %s'
+                % (adapter.describe(), entries[0][0]().getName(),
+                   factory.default_location_hint))
+
+    def add(self, adapter, by_default, storage):
+        self._open.setdefault(adapter.location(), []).append(
+            (weakref.ref(storage), by_default))
+
+
+_opened = _OpenedDatabases()
 
 
 # -- adapter sections --------------------------------------------------------
@@ -230,8 +288,16 @@ class _AdapterFactory:
                 params[param] = value
         return params
 
+    #: What a user with two sections on one default location must do.
+    default_location_hint = ''
+
     def create(self, options):
         raise NotSupportedYet('<%s>' % self.section_name)
+
+    def is_default_location(self, options):
+        """Whether the database is one the user did not name (the
+        driver's or relstorage's default)."""
+        return False
 
 
 class PostgreSQLAdapterFactory(_AdapterFactory):
@@ -240,6 +306,13 @@ class PostgreSQLAdapterFactory(_AdapterFactory):
 
     section_name = 'postgresql'
     param_names = {'dsn': 'dsn'}
+    default_location_hint = (
+        'a <postgresql> section without a dsn connects to the database '
+        "libpq's defaults choose; give each section a dsn naming its own "
+        'database (dsn dbname=main ...)')
+
+    def is_default_location(self, options):
+        return not self._get('dsn')
 
     def create(self, options):
         from relstorage.adapters.postgresql import PostgreSQLAdapter
@@ -256,6 +329,13 @@ class MySQLAdapterFactory(_AdapterFactory):
         'host', 'user', 'passwd', 'db', 'port', 'unix_socket',
         'connect_timeout', 'compress', 'named_pipe',
         'read_default_file', 'read_default_group')}
+
+    default_location_hint = (
+        'a <mysql> section without db uses the server\'s default; give '
+        'each section a db naming its own database')
+
+    def is_default_location(self, options):
+        return not self._get('db')
 
     def create(self, options):
         from relstorage.adapters.mysql import MySQLAdapter
@@ -276,6 +356,15 @@ class SQLite3AdapterFactory(_AdapterFactory):
     adapter section (then *config* is None)."""
 
     section_name = 'sqlite3'
+    default_location_hint = (
+        'a <relstorage> section without an adapter section (or a '
+        '<sqlite3> without data-dir) keeps its database in a directory '
+        'named after the storage, "default" when it has no name; name '
+        'each section (<relstorage main> or "name main") or give each '
+        'its own data-dir')
+
+    def is_default_location(self, options):
+        return not self._get('data_dir') and not options.name
 
     def data_dir(self, options):
         return self._get('data_dir') or default_sqlite_data_dir(options.name)

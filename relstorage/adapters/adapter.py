@@ -442,6 +442,11 @@ class Adapter:
     def describe(self):
         raise NotImplementedError
 
+    def location(self):
+        """A hashable key naming the database this adapter opens: two
+        adapters with equal keys open one database (see config)."""
+        raise NotImplementedError
+
     def prepare_store_session(self, session):
         """Per-connection setup of a store session (temp tables...)."""
 

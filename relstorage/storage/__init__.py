@@ -132,6 +132,10 @@ class RelStorage(Loader, TPC, History, Iteration, BlobMethods,
                 instance.release()
             self._adapter.close()
 
+    @property
+    def closed(self):
+        return self._closed
+
     def _store_session(self):
         if self._store is None:
             with self._store_lock:

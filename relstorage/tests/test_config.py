@@ -463,10 +463,13 @@ def test_open_postgresql_explicit_driver(closing):
     assert storage.getName() == storage._adapter.describe()
 
 
-def test_open_postgresql_empty_dsn():
+def test_open_postgresql_empty_dsn(monkeypatch):
     # libpq's defaults cannot be relied on here, so the adapter the
     # section builds is checked without connecting (its constructor does
     # not connect).
+    for var in ('PGHOST', 'PGHOSTADDR', 'PGPORT', 'PGUSER'):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv('PGDATABASE', 'site')
     factory = parse_relstorage('<postgresql>\n</postgresql>')
     assert factory.options.name is None
     adapter = factory.adapter_factory().create(factory.options)
@@ -474,7 +477,9 @@ def test_open_postgresql_empty_dsn():
     assert adapter.dsn == ''
     assert adapter.options is factory.options
     assert adapter.driver.__name__ == 'psycopg2'
-    assert adapter.describe() == 'PostgreSQL database (host=<libpq default>)'
+    assert adapter.describe() == (
+        'PostgreSQL database (dbname=site host=<local socket> port=5432 '
+        '(dbname, host, port: libpq defaults))')
 
 
 def test_open_without_adapter_uses_embedded_sqlite(closing, monkeypatch,

@@ -321,6 +321,12 @@ class MySQLAdapter(Adapter):
         return '%s database (db=%s %s user=%s)' % (
             flavour, p.get('db', '<default>'), where, p.get('user', '<default>'))
 
+    def location(self):
+        p = self.params
+        where = p.get('unix_socket') or (p.get('host', 'localhost'),
+                                         str(p.get('port', 3306)))
+        return ('mysql', where, p.get('db'))
+
     def _connect_raw(self):
         driver = self.driver
         try:

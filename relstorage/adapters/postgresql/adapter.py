@@ -19,6 +19,7 @@ from ..oidallocator import OIDAllocator
 from ..schema import Schema
 from ..session import Session
 from .dsn import describe_dsn
+from .dsn import dsn_location
 
 log = logging.getLogger(__name__)
 
@@ -300,6 +301,9 @@ class PostgreSQLAdapter(Adapter):
 
     def describe(self):
         return 'PostgreSQL database (%s)' % describe_dsn(self.dsn)
+
+    def location(self):
+        return ('postgresql',) + dsn_location(self.dsn)
 
     def connect(self, for_store):
         psycopg2 = self.driver

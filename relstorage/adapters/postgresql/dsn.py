@@ -1,4 +1,6 @@
 """Reading libpq connection strings without ever showing a password."""
+import getpass
+import os
 
 
 def parse_dsn(dsn):
@@ -20,12 +22,34 @@ def parse_dsn(dsn):
 
 
 def describe_dsn(dsn):
-    """``dbname=app host=127.0.0.1 port=5432 user=app`` (no password)."""
+    """``dbname=app host=127.0.0.1 port=5432 user=app`` (no password).
+    What *dsn* leaves out is shown as libpq fills it in, and said so."""
     params = parse_dsn(dsn or '')
-    shown = []
-    for key in ('dbname', 'host', 'port', 'user'):
-        if key in params:
-            shown.append('%s=%s' % (key, params[key]))
-    if 'host' not in params:
-        shown.append('host=<libpq default>')
+    host, port, dbname = dsn_location(dsn)
+    shown = ['dbname=%s' % dbname, 'host=%s' % host, 'port=%s' % port]
+    if 'user' in params:
+        shown.append('user=%s' % params['user'])
+    given = set(params)
+    if 'hostaddr' in given:
+        given.add('host')
+    defaulted = [key for key in ('dbname', 'host', 'port')
+                 if key not in given]
+    if defaulted:
+        shown.append('(%s: libpq defaults)' % ', '.join(defaulted))
     return ' '.join(shown)
+
+
+def dsn_location(dsn):
+    """``(host, port, dbname)`` that *dsn* connects to, with libpq's
+    defaults (PGHOST, PGPORT, PGDATABASE, PGUSER, the login name) for
+    what it leaves out."""
+    params = parse_dsn(dsn or '')
+    env = os.environ
+
+    def get(key, var, default):
+        return params.get(key) or env.get(var) or default
+    user = get('user', 'PGUSER', None) or getpass.getuser()
+    host = get('host', 'PGHOST', None) or get('hostaddr', 'PGHOSTADDR',
+                                               '<local socket>')
+    return (host, str(get('port', 'PGPORT', '5432')),
+            get('dbname', 'PGDATABASE', user))

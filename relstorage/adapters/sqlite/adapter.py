@@ -300,6 +300,9 @@ class SQLiteAdapter(Adapter):
     def describe(self):
         return 'SQLite database in %s' % self.data_dir
 
+    def location(self):
+        return ('sqlite', os.path.realpath(self.data_dir))
+
     def connect(self, for_store):
         path = os.path.join(self.data_dir, MAIN_FILE)
         try:
