@@ -33,6 +33,11 @@ class DatabaseUnavailable(RelStorageError):
     """The database server could not be reached or refused the login."""
 
 
+class DatabaseMissing(DatabaseUnavailable):
+    """A storage that may not create its database (read-only) found none
+    where it should be (an SQLite data directory or file)."""
+
+
 class DatabaseDisconnected(DatabaseUnavailable, TransientError):
     """The connection to the database was lost in the middle of a
     transaction that had not committed; retrying it is safe. Between
@@ -42,6 +47,11 @@ class DatabaseDisconnected(DatabaseUnavailable, TransientError):
 class SchemaError(RelStorageError):
     """The database holds no relstorage schema, another version of it, or
     a schema made for the other history mode."""
+
+
+class NoSchema(SchemaError):
+    """The database holds no relstorage schema, and the storage may not
+    create one (read-only, or create-schema false)."""
 
 
 class HistoryModeMismatch(SchemaError):

@@ -20,7 +20,9 @@ relstorage database) into another, transaction by transaction.
 
 The destination must be empty unless ``--clear`` (empty it first) or
 ``--incremental`` (copy only transactions newer than its last one) is
-given. ``--dry-run`` reads the source and says what would be copied.
+given. ``--dry-run`` reads the source and says what would be copied;
+it opens the destination read-only, if it exists, and changes nothing
+there (no schema, no blob directory).
 """
 import argparse
 import logging
@@ -29,7 +31,14 @@ import sys
 import time
 
 import ZConfig
+import ZODB.interfaces
+from zope.interface import alsoProvides
 
+from .config import RelStorageFactory
+from .config import options_from_section
+from .exceptions import DatabaseMissing
+from .exceptions import NoSchema
+from .storage import RelStorage
 from .storage.copy import CopyError
 from .storage.copy import copy_transactions
 from .storage.copy import is_empty
@@ -85,6 +94,74 @@ class TerminalProgress:
         self.out.write('\n')
 
 
+def describe(storage):
+    """Which database *storage* is: a RelStorage's own description (a
+    section's name, such as "destination", says nothing), otherwise the
+    storage's name (a FileStorage's path)."""
+    describe = getattr(storage, 'describe', None)
+    return describe() if describe is not None else storage.getName()
+
+
+class DryRunDestination:
+    """What a dry run needs of the destination: which database it is,
+    its last transaction and whether it takes blobs, found without
+    changing it. *storage* is the destination opened read-only, without
+    its blob directory, or None where it does not exist yet."""
+
+    def __init__(self, storage, description, blobs):
+        self.storage = storage
+        self.description = description
+        #: Whether --clear could empty it (one that does not exist yet is
+        #: empty).
+        self.clearable = storage is None or hasattr(storage, 'zap_all')
+        if blobs:
+            alsoProvides(self, ZODB.interfaces.IBlobStorage)
+
+    def getName(self):
+        return self.description
+
+    describe = getName
+
+    def lastTransaction(self):
+        if self.storage is None:
+            return None
+        return self.storage.lastTransaction()
+
+    def close(self):
+        if self.storage is not None:
+            self.storage.close()
+
+
+def open_dry_run_destination(config):
+    """The DryRunDestination of the storage section *config*."""
+    section = getattr(config, 'config', None)
+    blobs = bool(getattr(section, 'blob_dir', None))
+    if isinstance(config, RelStorageFactory):
+        options = options_from_section(config).copy(read_only=True,
+                                                      blob_dir=None)
+        adapter = config.adapter_factory().create(options)
+        try:
+            storage = RelStorage(adapter, options=options)
+        except (DatabaseMissing, NoSchema):
+            adapter.close()
+            return DryRunDestination(
+                None, adapter.describe() + ' (does not exist yet: a real '
+                'run creates it)', blobs)
+        return DryRunDestination(storage, storage.describe(), blobs)
+    path = getattr(section, 'path', None)
+    if path is not None and not os.path.exists(path):
+        return DryRunDestination(
+            None, path + ' (does not exist yet: a real run creates it)',
+            blobs)
+    # Any other storage section: opened read-only, its blob directory
+    # left alone.
+    for attr, value in (('read_only', True), ('blob_dir', None)):
+        if hasattr(section, attr):
+            setattr(section, attr, value)
+    storage = config.open()
+    return DryRunDestination(storage, describe(storage), blobs)
+
+
 def summary(result, dry_run):
     verb = 'would copy' if dry_run else 'copied'
     text = ('%s %d transactions, %d object records, %d blobs, %.1f MB in '
@@ -109,18 +186,20 @@ def convert(source, destination, clear=False, incremental=False,
         print('incremental: copying transactions after %s'
               % (after.hex() if after else 'the beginning'), file=out)
     elif clear:
-        if not hasattr(destination, 'zap_all'):
+        if not getattr(destination, 'clearable',
+                       hasattr(destination, 'zap_all')):
             raise CopyError(
                 '--clear cannot empty %s; remove it by hand first'
-                % destination.getName())
+                % describe(destination))
+        print('%s %s' % ('would clear' if dry_run else 'clearing',
+                         describe(destination)), file=out)
         if not dry_run:
-            print('clearing %s' % destination.getName(), file=out)
             destination.zap_all()
     elif not is_empty(destination):
         raise CopyError(
             'the destination %s is not empty; use --clear to replace its '
             'contents or --incremental to add what is new'
-            % destination.getName())
+            % describe(destination))
     progress = TerminalProgress(out) if out.isatty() else None
     try:
         result = copy_transactions(source, destination, after,
@@ -159,9 +238,10 @@ def main(argv=None, out=None):
     source = destination = None
     try:
         source = _open(source_config, 'source')
-        destination = _open(destination_config, 'destination')
+        destination = _open(destination_config, 'destination',
+                            args.dry_run)
         print('source: %s\ndestination: %s'
-              % (source.getName(), destination.getName()), file=out)
+              % (describe(source), describe(destination)), file=out)
         convert(source, destination, args.clear, args.incremental,
                 args.dry_run, out)
         return 0
@@ -176,12 +256,14 @@ def main(argv=None, out=None):
                 storage.close()
 
 
-def _open(config, role):
+def _open(config, role, dry_run=False):
     path = getattr(getattr(config, 'config', None), 'path', None)
     if role == 'source' and path and not os.path.exists(path):
         # Opening would create an empty FileStorage there.
         raise CopyError('the source %s does not exist' % path)
     try:
+        if dry_run and role == 'destination':
+            return open_dry_run_destination(config)
         return config.open()
     except Exception as e:
         raise CopyError('cannot open the %s: %s: %s'

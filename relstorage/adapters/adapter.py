@@ -14,9 +14,9 @@ from zope.interface import implementer
 
 from ..exceptions import CommitOutcomeUnknown
 from ..exceptions import DatabaseDisconnected
+from ..exceptions import NoSchema
 from ..exceptions import ReadOnlyError
 from ..exceptions import RelStorageError
-from ..exceptions import SchemaError
 from . import blobs
 from .dbiter import HistoryFreeIterator
 from .dbiter import HistoryPreservingIterator
@@ -474,7 +474,7 @@ class Adapter:
             meta = self.schema.read_meta(session)
             if meta is None:
                 if self.options.read_only or not self.options.create_schema:
-                    raise SchemaError(
+                    raise NoSchema(
                         '%s holds no relstorage schema, and %s'
                         % (self.describe(),
                            'the storage is read-only' if self.options.read_only

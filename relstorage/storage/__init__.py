@@ -151,6 +151,10 @@ class RelStorage(Loader, TPC, History, Iteration, BlobMethods,
     def sortKey(self):
         return self._adapter.describe()
 
+    def describe(self):
+        """Which database this is, in words (never a password)."""
+        return self._adapter.describe()
+
     def isReadOnly(self):
         return self._options.read_only
 

@@ -349,6 +349,105 @@ def test_dry_run_writes_nothing(tmp_path):
         factory.cleanup()
 
 
+def _tables(db_name):
+    """The tables in the test server's ``misc`` database."""
+    if db_name == 'postgresql':
+        import psycopg2
+        conn = psycopg2.connect(pg_dsn(True, 'misc'))
+        sql = ("SELECT table_name FROM information_schema.tables "
+               "WHERE table_schema = 'public'")
+    else:
+        import MySQLdb
+        conn = MySQLdb.connect(**mysql_params(True, 'misc'))
+        sql = ('SELECT table_name FROM information_schema.tables '
+               'WHERE table_schema = DATABASE()')
+    try:
+        cur = conn.cursor()
+        cur.execute(sql)
+        return [row[0] for row in cur.fetchall()]
+    finally:
+        conn.close()
+
+
+@pytest.mark.parametrize('db_name', ['postgresql', 'mysql'])
+def test_dry_run_leaves_an_empty_server_database_empty(db_name, tmp_path):
+    factory = DatabaseFactory(db_name, True)
+    factory.adapter('misc').drop_all()
+    assert _tables(db_name) == []
+    fs, blobs = str(tmp_path / 'Data.fs'), str(tmp_path / 'blobs')
+    build_source(fs, blobs, count=4)
+    if db_name == 'postgresql':
+        adapter = '<postgresql>\n dsn %s\n</postgresql>' % pg_dsn(
+            True, 'misc')
+    else:
+        adapter = '<mysql>\n%s\n</mysql>' % '\n'.join(
+            ' %s %s' % item for item in mysql_params(True, 'misc').items())
+    cache = tmp_path / 'cache'
+    config = write_config(
+        tmp_path, 'c.conf', filestorage_section('source', fs, blobs),
+        '<relstorage destination>\n blob-dir %s\n%s\n</relstorage>\n'
+        % (cache, adapter))
+    status, out, err = run(config, '--dry-run')
+    assert status == 0, err
+    assert 'would copy 6 transactions' in out
+    destination = out.splitlines()[1]
+    assert destination.startswith('destination: ')
+    # Which database, and no password.
+    assert ('database (%s=relstoragetest_misc host=127.0.0.1'
+            % ('dbname' if db_name == 'postgresql' else 'db')) in destination
+    assert 'pass' not in destination
+    assert 'does not exist yet' in destination
+    assert _tables(db_name) == []
+    assert not cache.exists()
+
+
+def test_dry_run_creates_no_sqlite_database_or_blob_dir(tmp_path):
+    fs, blobs = str(tmp_path / 'Data.fs'), str(tmp_path / 'blobs')
+    build_source(fs, blobs, count=4)
+    empty_dir = tmp_path / 'empty'
+    empty_dir.mkdir()
+    for data_dir in (tmp_path / 'missing', empty_dir):
+        cache = tmp_path / 'cache'
+        config = write_config(
+            tmp_path, 'c.conf', filestorage_section('source', fs, blobs),
+            '<relstorage destination>\n blob-dir %s\n <sqlite3>\n'
+            '  data-dir %s\n </sqlite3>\n</relstorage>\n'
+            % (cache, data_dir))
+        status, out, err = run(config, '--dry-run')
+        assert status == 0, err
+        assert ('destination: SQLite database in %s (does not exist yet'
+                % data_dir) in out
+        assert 'would copy 6 transactions' in out
+        assert not cache.exists()
+    assert not (tmp_path / 'missing').exists()
+    assert list(empty_dir.iterdir()) == []
+
+
+def test_dry_run_into_a_database_with_data_changes_nothing(tmp_path):
+    factory = DatabaseFactory('sqlite', True)
+    try:
+        db = ZODB.DB(factory.storage())
+        with db.transaction() as conn:
+            conn.root()['old'] = PersistentMapping()
+        db.close()
+        fs, blobs, config = source_and_config(factory, tmp_path)
+        status, out, err = run(config, '--dry-run')
+        assert status == 1 and 'is not empty' in err
+        status, out, err = run(config, '--dry-run', '--clear')
+        assert status == 0, err
+        assert 'would clear SQLite database in %s' % factory.data_dir() in out
+        assert not (tmp_path / 'cache').exists()
+        db = ZODB.DB(factory.storage())
+        try:
+            with db.transaction() as conn:
+                assert list(conn.root()) == ['old']
+            assert len(db.storage) == 2
+        finally:
+            db.close()
+    finally:
+        factory.cleanup()
+
+
 def test_clear_replaces_the_destination(tmp_path):
     factory = DatabaseFactory('sqlite', False)
     try:

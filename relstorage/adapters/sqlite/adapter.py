@@ -12,6 +12,7 @@ import time
 
 from ...exceptions import CommitLockTimeout
 from ...exceptions import DatabaseFull
+from ...exceptions import DatabaseMissing
 from ...exceptions import ConfigurationError
 from ...exceptions import DatabaseUnavailable
 from ..adapter import OID_BLOCK
@@ -306,11 +307,14 @@ class SQLiteAdapter(Adapter):
     def connect(self, for_store):
         path = os.path.join(self.data_dir, MAIN_FILE)
         try:
-            if not os.path.isdir(self.data_dir):
-                if self.options.read_only:
-                    raise DatabaseUnavailable(
-                        'the SQLite data directory %s does not exist'
-                        % self.data_dir)
+            if self.options.read_only:
+                # Connecting would create it: a read-only storage creates
+                # nothing.
+                if not os.path.exists(path):
+                    raise DatabaseMissing(
+                        'the %s does not exist (no %s there)'
+                        % (self.describe(), MAIN_FILE))
+            elif not os.path.isdir(self.data_dir):
                 os.makedirs(self.data_dir, mode=0o700, exist_ok=True)
             conn = sqlite3.connect(
                 path, timeout=self.options.commit_lock_timeout,
