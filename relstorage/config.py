@@ -223,27 +223,31 @@ class _OpenedDatabases:
         self._open = {}
 
     def _alive(self, location):
-        entries = [(ref, default) for ref, default
-                   in self._open.get(location, ())
-                   if ref() is not None and not ref().closed]
-        if entries:
-            self._open[location] = entries
+        """``[(storage, by default)]`` of the open storages at
+        *location*; forgets the closed and collected ones."""
+        alive = [(ref(), default) for ref, default
+                 in self._open.get(location, ())]
+        alive = [(storage, default) for storage, default in alive
+                 if storage is not None and not storage.closed]
+        if alive:
+            self._open[location] = [(weakref.ref(storage), default)
+                                    for storage, default in alive]
         else:
             self._open.pop(location, None)
-        return entries
+        return alive
 
     def check(self, adapter, factory, options):
         """Refuse to open *adapter*'s database when another open section
         has it and either location is a default."""
-        entries = self._alive(adapter.location())
-        if not entries:
+        alive = self._alive(adapter.location())
+        if not alive:
             return
         if factory.is_default_location(options) or any(
-                default for _, default in entries):
+                default for _, default in alive):
             raise ConfigurationError(
                 'two storage sections of this process would open the same '
                 'database, the %s (already opened for storage %r): %s'
-                % (adapter.describe(), entries[0][0]().getName(),
+                % (adapter.describe(), alive[0][0].getName(),
                    factory.default_location_hint))
 
     def add(self, adapter, by_default, storage):

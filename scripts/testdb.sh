@@ -2,11 +2,9 @@
 # Prepare the PostgreSQL and MySQL/MariaDB servers used by the relstorage
 # test suite.  Safe to run any number of times.
 #
-# Usage: scripts/testdb.sh [--postgresql] [--mysql] [--stop]
+# Usage: scripts/testdb.sh [--postgresql] [--mysql]
 #
-# With no flag both databases are prepared. With --stop the selected local
-# servers are stopped instead (the restart tests stop a server, then run
-# this script again to start it).  For each one the script makes
+# With no flag both databases are prepared.  For each one the script makes
 # sure a server answers, then creates (when missing) the test account
 # `relstoragetest` and the databases
 #   relstoragetest_hp relstoragetest_hf relstoragetest_hp2
@@ -14,9 +12,15 @@
 # owned by / fully granted to that account, and the account
 # `relstoragetest_ro`, which may only read relstoragetest_hp.
 #
-# A local server (127.0.0.1 or localhost on the standard port) is started,
-# and when run as root on Debian/Ubuntu installed from the distribution's
-# packages, if it is not answering.  A server elsewhere is only checked.
+# A server that answers is used as it is: this script never stops,
+# restarts or reconfigures it (no ALTER SYSTEM, no SET GLOBAL, no
+# pg_hba.conf edits); it only creates the accounts and databases above.
+# A local server (127.0.0.1 or localhost on the standard port) that does
+# not answer is started, and when run as root on Debian/Ubuntu installed
+# from the distribution's packages first.  A server elsewhere is only
+# checked.  Tests that restart a server or need more connections than a
+# default server allows start private servers of their own
+# (relstorage/tests/private_servers.py).
 #
 # Environment:
 #   RELSTORAGE_TEST_PG_HOST, RELSTORAGE_TEST_PG_PORT        (127.0.0.1, 5432)
@@ -27,14 +31,15 @@
 #   RELSTORAGE_TEST_DB_WAIT   seconds to wait for a server to start (60)
 #   CI=true                   an unreachable server is an error, not a warning
 #
-# The PostgreSQL account has no password (the server must trust loopback
-# connections for it); the MySQL account's password is `relstoragetest`.
+# Both accounts' password is `relstoragetest` (the read-only account's is
+# its name), so they connect whether the server trusts loopback or asks
+# for a password.
 
 set -euo pipefail
 
 TEST_USER=relstoragetest
-RO_USER=relstoragetest_ro  # may only read; its MySQL password is its name
-MYSQL_TEST_PASSWORD=relstoragetest
+RO_USER=relstoragetest_ro  # may only read; its password is its name
+TEST_PASSWORD=relstoragetest
 TEST_DATABASES=(relstoragetest_hp relstoragetest_hf relstoragetest_hp2
                 relstoragetest_hf2 relstoragetest_misc)
 
@@ -46,9 +51,6 @@ MY_PORT=${RELSTORAGE_TEST_MYSQL_PORT:-3306}
 MY_ADMIN=${RELSTORAGE_TEST_MYSQL_ADMIN_USER:-root}
 MY_ADMIN_PASSWORD=${RELSTORAGE_TEST_MYSQL_ADMIN_PASSWORD:-}
 WAIT_SECONDS=${RELSTORAGE_TEST_DB_WAIT:-60}
-
-HBA_MARK_BEGIN='# relstorage-testdb: begin'
-HBA_MARK_END='# relstorage-testdb: end'
 
 FAILED=0
 APT_UPDATED=0
@@ -146,29 +148,6 @@ pg_local_cluster() {
     [ -n "$found" ] && echo "$found"
 }
 
-# Prepend trust rules to pg_hba.conf, once.  With "all" every local and
-# loopback connection is trusted (a cluster this script created); with
-# a role name only that role is.
-pg_add_trust() {  # hba_file all|ROLE
-    local hba=$1 who=$2 tmp
-    if grep -qF "$HBA_MARK_BEGIN" "$hba"; then
-        return 1
-    fi
-    tmp=$(mktemp "$hba.XXXXXX")
-    {
-        echo "$HBA_MARK_BEGIN"
-        echo "local   all   $who                trust"
-        echo "host    all   $who   127.0.0.1/32 trust"
-        echo "host    all   $who   ::1/128      trust"
-        echo "$HBA_MARK_END"
-        cat "$hba"
-    } >"$tmp"
-    chown --reference="$hba" "$tmp"
-    chmod --reference="$hba" "$tmp"
-    mv "$tmp" "$hba"
-    say "added trust rules for '$who' to $hba"
-}
-
 pg_install() {
     apt_install postgresql postgresql-client libpq-dev || return 1
     local cluster ver
@@ -183,18 +162,8 @@ pg_install() {
         pg_createcluster "$ver" main -p "$PG_PORT" >"$LOG" 2>&1 || { show_log; return 1; }
         cluster="$ver main"
     fi
-    local name
-    read -r ver name <<<"$cluster"
-    local conf=/etc/postgresql/$ver/$name
-    mkdir -p "$conf/conf.d"
-    printf "listen_addresses = '%s'\nport = %s\n" "$PG_HOST" "$PG_PORT" \
-        >"$conf/conf.d/50-relstorage-testdb.conf"
-    pg_add_trust "$conf/pg_hba.conf" all || true
-    # The package may have started the cluster already: make it re-read
-    # the configuration (listen_addresses needs a restart).
-    if pg_ctlcluster --skip-systemctl-redirect "$ver" "$name" status >/dev/null 2>&1; then
-        pg_ctlcluster --skip-systemctl-redirect "$ver" "$name" restart >"$LOG" 2>&1 || { show_log; return 1; }
-    fi
+    # Its defaults serve the tests: it listens on localhost, and the test
+    # accounts log in with their passwords over TCP.
 }
 
 pg_start_local() {
@@ -223,30 +192,6 @@ pg_start_local() {
         show_log
         return 1
     fi
-}
-
-# ZODB's race tests run 64 clients at once, each with a load and a store
-# connection: the default of 100 server connections is not enough.
-MIN_CONNECTIONS=300
-
-pg_raise_max_connections() {
-    [ -n "$PG_ADMIN_MODE" ] || return 0
-    local max cluster ver name
-    max=$(pg_admin -tAc 'show max_connections' 2>/dev/null) || return 1
-    [ "${max:-0}" -lt "$MIN_CONNECTIONS" ] || return 0
-    cluster=$(pg_local_cluster || true)
-    if ! is_root || [ -z "$cluster" ]; then
-        warn "postgresql allows only $max connections; the race tests need $MIN_CONNECTIONS"
-        return 1
-    fi
-    read -r ver name <<<"$cluster"
-    say "raising postgresql max_connections from $max to $MIN_CONNECTIONS (restart)"
-    pg_admin -c "ALTER SYSTEM SET max_connections = $MIN_CONNECTIONS" >/dev/null || return 1
-    if ! pg_ctlcluster --skip-systemctl-redirect "$ver" "$name" restart >"$LOG" 2>&1; then
-        show_log
-        return 1
-    fi
-    wait_for "$WAIT_SECONDS" pg_ready
 }
 
 # How to run psql as a superuser: over TCP as $PG_ADMIN, or on a local
@@ -289,7 +234,7 @@ pg_admin() {
 }
 
 pg_test_connect() {
-    psql -X -w -q "host=$PG_HOST port=$PG_PORT user=$TEST_USER dbname=${TEST_DATABASES[0]} connect_timeout=5" \
+    PGPASSWORD=$TEST_PASSWORD psql -X -w -q "host=$PG_HOST port=$PG_PORT user=$TEST_USER dbname=${TEST_DATABASES[0]} connect_timeout=5" \
         -tAc 'select 1' 2>"$LOG" | grep -qx 1
 }
 
@@ -304,9 +249,9 @@ pg_setup() {
     exists=$(pg_admin -tAc "select 1 from pg_roles where rolname = '$TEST_USER'") || return 1
     if [ "$exists" != 1 ]; then
         say "creating postgresql role $TEST_USER"
-        pg_admin -c "CREATE ROLE $TEST_USER LOGIN" || return 1
+        pg_admin -c "CREATE ROLE $TEST_USER LOGIN PASSWORD '$TEST_PASSWORD'" || return 1
     else
-        pg_admin -c "ALTER ROLE $TEST_USER LOGIN" || return 1
+        pg_admin -c "ALTER ROLE $TEST_USER LOGIN PASSWORD '$TEST_PASSWORD'" || return 1
     fi
     for db in "${TEST_DATABASES[@]}"; do
         exists=$(pg_admin -tAc "select 1 from pg_database where datname = '$db'") || return 1
@@ -322,7 +267,9 @@ pg_setup() {
     # user tests; tables the tests create later are readable too.
     exists=$(pg_admin -tAc "select 1 from pg_roles where rolname = '$RO_USER'") || return 1
     if [ "$exists" != 1 ]; then
-        pg_admin -c "CREATE ROLE $RO_USER LOGIN" || return 1
+        pg_admin -c "CREATE ROLE $RO_USER LOGIN PASSWORD '$RO_USER'" || return 1
+    else
+        pg_admin -c "ALTER ROLE $RO_USER LOGIN PASSWORD '$RO_USER'" || return 1
     fi
     pg_admin -d "${TEST_DATABASES[0]}" -c "
         GRANT CONNECT ON DATABASE ${TEST_DATABASES[0]} TO $RO_USER;
@@ -367,25 +314,9 @@ prepare_postgresql() {  # explicit
         problem "$explicit" "postgresql on $where: could not create the $TEST_USER role and databases"
         return 0
     fi
-    if [ "$local_server" = 1 ]; then
-        pg_raise_max_connections || true
-    fi
-
-    if ! pg_test_connect; then
-        # An existing server that does not trust loopback for our role:
-        # add a narrow rule for it, when this is a local server we run.
-        local hba=""
-        if [ "$local_server" = 1 ] && is_root && [ -n "$PG_ADMIN_MODE" ]; then
-            hba=$(pg_admin -tAc 'show hba_file' 2>/dev/null || true)
-        fi
-        if [ -n "$hba" ] && [ -f "$hba" ] && pg_add_trust "$hba" "$TEST_USER"; then
-            pg_admin -tAc 'select pg_reload_conf()' >/dev/null
-            sleep 1
-        fi
-    fi
     if ! pg_test_connect; then
         show_log
-        problem "$explicit" "postgresql on $where is up, but user $TEST_USER cannot connect to ${TEST_DATABASES[0]} without a password"
+        problem "$explicit" "postgresql on $where is up, but user $TEST_USER cannot connect to ${TEST_DATABASES[0]} (with the password $TEST_PASSWORD)"
         return 0
     fi
     say "postgresql on $where ready"
@@ -486,8 +417,8 @@ my_setup() {
     local sql="" host db account
     for host in localhost 127.0.0.1 %; do
         account="'$TEST_USER'@'$host'"
-        sql+="CREATE USER IF NOT EXISTS $account IDENTIFIED BY '$MYSQL_TEST_PASSWORD';"
-        sql+="ALTER USER $account IDENTIFIED BY '$MYSQL_TEST_PASSWORD';"
+        sql+="CREATE USER IF NOT EXISTS $account IDENTIFIED BY '$TEST_PASSWORD';"
+        sql+="ALTER USER $account IDENTIFIED BY '$TEST_PASSWORD';"
     done
     for db in "${TEST_DATABASES[@]}"; do
         sql+="CREATE DATABASE IF NOT EXISTS \`$db\` CHARACTER SET utf8mb4;"
@@ -508,14 +439,10 @@ my_setup() {
     for host in localhost 127.0.0.1 %; do
         my_admin -e "GRANT PROCESS ON *.* TO '$TEST_USER'@'$host'" >/dev/null 2>&1 || true
     done
-    # Room for the race tests' many concurrent clients (until the server
-    # restarts; this runs before every test run).
-    my_admin -e "SET GLOBAL max_connections = GREATEST(@@max_connections, $MIN_CONNECTIONS)" \
-        >/dev/null 2>&1 || warn "could not raise mysql max_connections to $MIN_CONNECTIONS"
 }
 
 my_test_connect() {
-    MYSQL_PWD=$MYSQL_TEST_PASSWORD mysql --protocol=tcp -h "$MY_HOST" -P "$MY_PORT" \
+    MYSQL_PWD=$TEST_PASSWORD mysql --protocol=tcp -h "$MY_HOST" -P "$MY_PORT" \
         -u "$TEST_USER" --connect-timeout=5 -N -B "${TEST_DATABASES[0]}" \
         -e 'select 1' 2>"$LOG" | grep -qx 1
 }
@@ -563,49 +490,14 @@ prepare_mysql() {  # explicit
     say "mysql on $where ready"
 }
 
-# ---------------------------------------------------------------- stop
-
-pg_stop_local() {
-    if ! is_local "$PG_HOST" "$PG_PORT" 5432 || ! is_root; then
-        warn "only a local PostgreSQL can be stopped, and only as root"
-        return 1
-    fi
-    local cluster ver name
-    cluster=$(pg_local_cluster || true)
-    if [ -z "$cluster" ]; then
-        warn "no local PostgreSQL cluster on port $PG_PORT"
-        return 1
-    fi
-    read -r ver name <<<"$cluster"
-    say "stopping postgresql cluster $ver/$name"
-    pg_ctlcluster --skip-systemctl-redirect "$ver" "$name" stop -m fast \
-        >"$LOG" 2>&1 || { show_log; return 1; }
-}
-
-my_stop_local() {
-    if ! is_local "$MY_HOST" "$MY_PORT" 3306 || ! is_root; then
-        warn "only a local MySQL can be stopped, and only as root"
-        return 1
-    fi
-    local daemon
-    daemon=$(my_daemon) || { warn "no mysql server installed"; return 1; }
-    say "stopping $daemon"
-    # Waits until the process has exited, so that starting it again
-    # cannot mistake the one shutting down for a running server.
-    start-stop-daemon --stop --oknodo --exec "$daemon" \
-        --retry "TERM/$WAIT_SECONDS/KILL/5" >"$LOG" 2>&1 || { show_log; return 1; }
-}
-
 # ---------------------------------------------------------------- main
 
 want_pg=0
 want_my=0
-stop=0
 for arg in "$@"; do
     case "$arg" in
         --postgresql|--postgres|--pg) want_pg=1 ;;
         --mysql|--mariadb) want_my=1 ;;
-        --stop) stop=1 ;;
         -h|--help) usage; exit 0 ;;
         *) err "unknown argument: $arg"; usage >&2; exit 2 ;;
     esac
@@ -617,12 +509,19 @@ if [ "$want_pg" = 0 ] && [ "$want_my" = 0 ]; then
     explicit=0
 fi
 
-if [ "$stop" = 1 ]; then
-    status=0
-    if [ "$want_pg" = 1 ]; then pg_stop_local || status=1; fi
-    if [ "$want_my" = 1 ]; then my_stop_local || status=1; fi
-    exit "$status"
-fi
+# The server programs themselves, for the private servers some tests
+# start (relstorage/tests/private_servers.py), wherever the shared
+# servers are.
+private_server_programs() {
+    if [ "$want_pg" = 1 ] && ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then
+        apt_install postgresql || problem "$explicit" \
+            "the PostgreSQL server programs (initdb) are not installed; the tests that need a private server cannot run"
+    fi
+    if [ "$want_my" = 1 ] && { ! my_daemon >/dev/null || ! have mariadb-install-db; }; then
+        apt_install mariadb-server || problem "$explicit" \
+            "the MariaDB server programs (mariadbd, mariadb-install-db) are not installed; the tests that need a private server cannot run"
+    fi
+}
 
 if [ "$want_pg" = 1 ]; then
     prepare_postgresql "$explicit"
@@ -630,6 +529,8 @@ fi
 if [ "$want_my" = 1 ]; then
     prepare_mysql "$explicit"
 fi
+
+private_server_programs
 
 if [ "$FAILED" != 0 ]; then
     err "database setup failed"

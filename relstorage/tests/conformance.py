@@ -24,6 +24,7 @@ from ZODB.tests import TransactionalUndoStorage
 from ZODB.tests.StorageTestBase import StorageTestBase
 
 from .dbs import DatabaseFactory
+from .private_servers import private_server
 
 NO_HISTORY = 'needs earlier revisions, which a history-free storage drops'
 
@@ -89,9 +90,23 @@ class RelStorageTestBase(StorageTestBase):
     keep_history = True
     use_extension_bytes = True
 
+    #: Tests that run more clients at once than a server with its default
+    #: max_connections admits (64 databases, each with connections of its
+    #: own): on a private server of the run (private_servers), never on a
+    #: reconfigured shared one.
+    MANY_CLIENTS = frozenset([
+        'test_race_external_invalidate_vs_disconnect',
+        'test_race_load_vs_external_invalidate',
+    ])
+
     def setUp(self):
         super().setUp()
-        self.factory = DatabaseFactory(self.database, self.keep_history)
+        server = None
+        if self.database != 'sqlite' and self._testMethodName in \
+                self.MANY_CLIENTS:
+            server = private_server(self.database)
+        self.factory = DatabaseFactory(self.database, self.keep_history,
+                                       server=server)
         self._storage = self.factory.storage(zap=True)
         self._clients = []
 

@@ -19,7 +19,7 @@ DATABASES = ('sqlite', 'postgresql', 'mysql')
 PG_HOST = os.environ.get('RELSTORAGE_TEST_PG_HOST', '127.0.0.1')
 PG_PORT = os.environ.get('RELSTORAGE_TEST_PG_PORT', '5432')
 PG_USER = os.environ.get('RELSTORAGE_TEST_PG_USER', 'relstoragetest')
-PG_PASSWORD = os.environ.get('RELSTORAGE_TEST_PG_PASSWORD', '')
+PG_PASSWORD = os.environ.get('RELSTORAGE_TEST_PG_PASSWORD', 'relstoragetest')
 PG_DB_PREFIX = os.environ.get('RELSTORAGE_TEST_PG_DB_PREFIX',
                               'relstoragetest')
 
@@ -37,29 +37,43 @@ def in_ci():
     return os.environ.get('CI', '').lower() in ('true', '1', 'yes')
 
 
-def pg_dsn(keep_history, which='main'):
-    """The DSN of one of the test databases: ``main`` and ``dst`` exist per
-    history mode, ``misc`` for tests that create their own schema."""
+def _db_name(prefix, keep_history, which):
     if which == 'misc':
-        db = PG_DB_PREFIX + '_misc'
+        return prefix + '_misc'
+    return '%s_%s%s' % (prefix, 'hp' if keep_history else 'hf',
+                        '2' if which == 'dst' else '')
+
+
+def pg_dsn(keep_history, which='main', server=None):
+    """The DSN of one of the test databases: ``main`` and ``dst`` exist per
+    history mode, ``misc`` for tests that create their own schema. On the
+    configured test server, or on *server* (a private server of the run,
+    see private_servers)."""
+    if server is None:
+        host, port, user, password = PG_HOST, PG_PORT, PG_USER, PG_PASSWORD
+        prefix = PG_DB_PREFIX
     else:
-        db = '%s_%s%s' % (PG_DB_PREFIX, 'hp' if keep_history else 'hf',
-                          '2' if which == 'dst' else '')
-    dsn = 'dbname=%s host=%s port=%s user=%s' % (db, PG_HOST, PG_PORT, PG_USER)
-    if PG_PASSWORD:
-        dsn += ' password=%s' % PG_PASSWORD
+        host, port, user, password = (server.host, server.port, server.user,
+                                      server.password)
+        prefix = 'relstoragetest'
+    dsn = 'dbname=%s host=%s port=%s user=%s' % (
+        _db_name(prefix, keep_history, which), host, port, user)
+    if password:
+        dsn += ' password=%s' % password
     return dsn
 
 
-def mysql_params(keep_history, which='main', **overrides):
-    """Connection keywords (mysqlclient's names) of a test database."""
-    if which == 'misc':
-        db = MYSQL_DB_PREFIX + '_misc'
+def mysql_params(keep_history, which='main', server=None, **overrides):
+    """Connection keywords (mysqlclient's names) of a test database, on
+    the configured test server or on *server*."""
+    if server is None:
+        params = dict(host=MYSQL_HOST, port=MYSQL_PORT, user=MYSQL_USER,
+                      passwd=MYSQL_PASSWORD,
+                      db=_db_name(MYSQL_DB_PREFIX, keep_history, which))
     else:
-        db = '%s_%s%s' % (MYSQL_DB_PREFIX, 'hp' if keep_history else 'hf',
-                          '2' if which == 'dst' else '')
-    params = dict(host=MYSQL_HOST, port=MYSQL_PORT, user=MYSQL_USER,
-                  passwd=MYSQL_PASSWORD, db=db)
+        params = dict(host=server.host, port=server.port, user=server.user,
+                      passwd=server.password,
+                      db=_db_name('relstoragetest', keep_history, which))
     params.update(overrides)
     return params
 
@@ -131,12 +145,15 @@ _dropped = set()
 class DatabaseFactory:
     """Builds adapters and storages for one database and history mode."""
 
-    def __init__(self, db, keep_history, child=False):
+    def __init__(self, db, keep_history, child=False, server=None):
         self.db = db
         self.keep_history = keep_history
         self._dirs = {}
         # A child process shares the parent's databases as they are.
         self._child = child
+        #: A private server of the run (private_servers) instead of the
+        #: configured one.
+        self.server = server
 
     def data_dir(self, which='main'):
         if which not in self._dirs:
@@ -144,9 +161,11 @@ class DatabaseFactory:
         return self._dirs[which]
 
     def adapter(self, which='main', **options):
-        require(self.db)
+        if self.server is None:
+            require(self.db)
         # One key per server database ('misc' serves both modes).
-        key = (self.db, None if which == 'misc' else self.keep_history, which)
+        key = (self.db, None if which == 'misc' else self.keep_history, which,
+               None if self.server is None else self.server.port)
         if self.db != 'sqlite' and not self._child and key not in _dropped:
             _dropped.add(key)
             self._build(which, Options(keep_history=self.keep_history)
@@ -160,11 +179,11 @@ class DatabaseFactory:
             return SQLiteAdapter(self.data_dir(which), options=opts)
         if self.db == 'mysql':
             from relstorage.adapters.mysql import MySQLAdapter
-            return MySQLAdapter(options=opts,
-                                **mysql_params(self.keep_history, which))
+            return MySQLAdapter(options=opts, **mysql_params(
+                self.keep_history, which, self.server))
         from relstorage.adapters.postgresql import PostgreSQLAdapter
-        return PostgreSQLAdapter(pg_dsn(self.keep_history, which),
-                                 options=opts)
+        return PostgreSQLAdapter(pg_dsn(self.keep_history, which,
+                                        self.server), options=opts)
 
     def storage(self, which='main', zap=False, **options):
         from relstorage.storage import RelStorage

@@ -283,6 +283,7 @@ def test_read_only_database_user(db_name):
     from relstorage.exceptions import PermissionDenied
     from relstorage.storage import RelStorage
 
+    from .dbs import PG_PASSWORD
     from .dbs import PG_USER
     from .dbs import in_ci
     from .dbs import mysql_params
@@ -300,7 +301,8 @@ def test_read_only_database_user(db_name):
         if db_name == 'postgresql':
             from relstorage.adapters.postgresql import PostgreSQLAdapter
             dsn = pg_dsn(True).replace('user=%s' % PG_USER,
-                                       'user=%s' % RO_USER)
+                                       'user=%s' % RO_USER).replace(
+                'password=%s' % PG_PASSWORD, 'password=%s' % RO_USER)
             adapter = PostgreSQLAdapter(dsn, options=options)
         else:
             from relstorage.adapters.mysql import MySQLAdapter

@@ -10,6 +10,7 @@ from transaction.interfaces import TransientError
 from .dbs import DatabaseFactory
 from .dbs import admin_query
 from .dbs import require
+from .private_servers import private_server
 
 
 @pytest.fixture(params=['postgresql', 'mysql'])
@@ -36,11 +37,17 @@ def _kill(db_name, backend_id):
         admin_query(db_name, True, 'KILL %s', (backend_id,))
 
 
-@pytest.fixture
-def db(factory):
+def _db_with_a(factory):
+    """A DB on *factory*'s database whose root holds ``a`` with n=1."""
     db = ZODB.DB(factory.storage())
     with db.transaction() as conn:
         conn.root()['a'] = PersistentMapping(n=1)
+    return db
+
+
+@pytest.fixture
+def db(factory):
+    db = _db_with_a(factory)
     yield db
     db.close()
 
@@ -173,10 +180,8 @@ def test_connection_killed_at_each_commit_phase(both_modes, phase):
     so. Never a lock left behind, never a half commit."""
     from relstorage.exceptions import DatabaseDisconnected
     factory = both_modes
-    db = ZODB.DB(factory.storage())
+    db = _db_with_a(factory)
     try:
-        with db.transaction() as conn:
-            conn.root()['a'] = PersistentMapping(n=1)
         tm, conn = _connection_changing_a(db)
         inst = conn._storage
         store = inst._store_session()
@@ -239,34 +244,33 @@ def test_connection_killed_at_each_commit_phase(both_modes, phase):
         db.close()
 
 
-def _restart_server(db_name):
-    """Stop the local test server and start it again, with the script that
-    prepares the test databases."""
-    import pathlib
-    import subprocess
-    script = pathlib.Path(__file__).parents[2] / 'scripts' / 'testdb.sh'
-    flag = '--postgresql' if db_name == 'postgresql' else '--mysql'
-    stop = subprocess.run(['bash', str(script), flag, '--stop'],
-                          capture_output=True, text=True)
-    if 'only a local' in stop.stderr:
-        pytest.skip(stop.stderr.strip())
-    assert stop.returncode == 0, stop.stderr
-    start = subprocess.run(['bash', str(script), flag],
-                           capture_output=True, text=True)
-    assert start.returncode == 0, start.stderr
+@pytest.fixture(params=['postgresql', 'mysql'])
+def private_factory(request):
+    """A factory on a private server of the run, which a test may restart
+    (never the configured server, which others may be using)."""
+    f = DatabaseFactory(request.param, True,
+                        server=private_server(request.param))
+    f.storage(zap=True).close()
+    yield f
+    f.cleanup()
 
 
-def test_server_restart_between_transactions(factory, db):
-    tm, conn = _connection_changing_a(db)
-    tm.commit()
-    _restart_server(factory.db)
-    # The connections died with the server; the next transaction opens new
-    # ones without an error, sees the data and commits.
-    tm.begin()
-    assert conn.root()['a']['n'] == 2
-    conn.root()['a']['n'] = 3
-    tm.commit()
-    conn.close()
+def test_server_restart_between_transactions(private_factory):
+    factory = private_factory
+    db = _db_with_a(factory)
+    try:
+        tm, conn = _connection_changing_a(db)
+        tm.commit()
+        factory.server.restart()
+        # The connections died with the server; the next transaction opens
+        # new ones without an error, sees the data and commits.
+        tm.begin()
+        assert conn.root()['a']['n'] == 2
+        conn.root()['a']['n'] = 3
+        tm.commit()
+        conn.close()
+    finally:
+        db.close()
     other = ZODB.DB(factory.storage())
     with other.transaction() as c:
         assert c.root()['a']['n'] == 3

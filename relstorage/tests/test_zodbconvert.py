@@ -423,13 +423,19 @@ def test_dry_run_creates_no_sqlite_database_or_blob_dir(tmp_path):
     assert list(empty_dir.iterdir()) == []
 
 
+def _sqlite_with_data(keep_history):
+    """A factory of an SQLite database whose root holds ``old``."""
+    factory = DatabaseFactory('sqlite', keep_history)
+    db = ZODB.DB(factory.storage())
+    with db.transaction() as conn:
+        conn.root()['old'] = PersistentMapping()
+    db.close()
+    return factory
+
+
 def test_dry_run_into_a_database_with_data_changes_nothing(tmp_path):
-    factory = DatabaseFactory('sqlite', True)
+    factory = _sqlite_with_data(True)
     try:
-        db = ZODB.DB(factory.storage())
-        with db.transaction() as conn:
-            conn.root()['old'] = PersistentMapping()
-        db.close()
         fs, blobs, config = source_and_config(factory, tmp_path)
         status, out, err = run(config, '--dry-run')
         assert status == 1 and 'is not empty' in err
@@ -449,12 +455,8 @@ def test_dry_run_into_a_database_with_data_changes_nothing(tmp_path):
 
 
 def test_clear_replaces_the_destination(tmp_path):
-    factory = DatabaseFactory('sqlite', False)
+    factory = _sqlite_with_data(False)
     try:
-        db = ZODB.DB(factory.storage())
-        with db.transaction() as conn:
-            conn.root()['old'] = PersistentMapping()
-        db.close()
         fs, blobs, config = source_and_config(factory, tmp_path)
         status, out, err = run(config, '--clear')
         assert status == 0, err
