@@ -148,12 +148,11 @@ class RelStorage(Loader, TPC, History, Iteration, BlobMethods,
     def getName(self):
         return self._name
 
-    def sortKey(self):
-        return self._adapter.describe()
-
     def describe(self):
         """Which database this is, in words (never a password)."""
         return self._adapter.describe()
+
+    sortKey = describe
 
     def isReadOnly(self):
         return self._options.read_only
