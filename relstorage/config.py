@@ -75,6 +75,8 @@ _TEXT_TYPES = {
 _ADAPTER_KEY_TYPES = {
     'port': 'port-number',
     'connect_timeout': 'integer',
+    'read_timeout': 'integer',
+    'write_timeout': 'integer',
     'compress': 'boolean',
     'named_pipe': 'boolean',
 }
@@ -331,7 +333,8 @@ class MySQLAdapterFactory(_AdapterFactory):
     section_name = 'mysql'
     param_names = {name: name for name in (
         'host', 'user', 'passwd', 'db', 'port', 'unix_socket',
-        'connect_timeout', 'compress', 'named_pipe',
+        'connect_timeout', 'read_timeout', 'write_timeout', 'compress',
+        'named_pipe',
         'read_default_file', 'read_default_group')}
 
     default_location_hint = (

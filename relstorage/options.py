@@ -130,6 +130,12 @@ OPTIONS = (
                doc='Create the tables when the database has none.'),
     OptionSpec('commit-lock-timeout', 30, 'number', minimum=0,
                doc='Seconds to wait for the commit lock.'),
+    OptionSpec('network-timeout', 60, 'number', minimum=0,
+               doc='Seconds a database call may wait on a server that has '
+                   'gone silent (a dropped route, a paused host) before it '
+                   'fails naming the server, and that opening a connection '
+                   'may take; 0: the operating system\'s defaults '
+                   '(minutes to hours).'),
     OptionSpec('commit-lock-id', 0, 'int',
                doc='Oracle only: id of the DBMS_LOCK commit lock.'),
     OptionSpec('blob-dir', None, 'str', nullable=True,

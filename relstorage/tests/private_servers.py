@@ -203,15 +203,22 @@ class PrivateServer:
     #: The directory names prefix under the temporary directory.
     prefix = 'relstorage-private-'
 
-    def __init__(self, max_connections=300, timeout=TIMEOUT):
+    def __init__(self, max_connections=300, timeout=TIMEOUT, also_listen=()):
         self.max_connections = max_connections
         self.timeout = timeout
+        #: Addresses it listens on besides 127.0.0.1 (the host side of a
+        #: test's network namespace, see test_silent_network).
+        self.also_listen = tuple(also_listen)
         #: The port, chosen on the first start and kept until remove().
         self.port = None
         #: The temporary directory holding data, log and socket.
         self.dir = None
         self._set_up = False
         self._owner = os.getpid()
+
+    @property
+    def listen_addresses(self):
+        return ','.join((self.host,) + self.also_listen)
 
     def __repr__(self):
         return '<%s %s:%s in %s%s>' % (
@@ -496,7 +503,7 @@ class PostgreSQLServer(PrivateServer):
         # The port goes on pg_ctl's command line (see _launch) so that it
         # can change when the first choice is taken.
         settings = {
-            'listen_addresses': "'127.0.0.1'",
+            'listen_addresses': "'%s'" % self.listen_addresses,
             'unix_socket_directories': "'%s'" % self.dir,
             'max_connections': str(self.max_connections),
             'shared_buffers': '32MB',
@@ -508,6 +515,11 @@ class PostgreSQLServer(PrivateServer):
             f.write('\n# relstorage private test server\n')
             for name, value in settings.items():
                 f.write('%s = %s\n' % (name, value))
+        if self.also_listen:
+            # Clients on the other side of those addresses (a test's
+            # network namespace) are on a subnet of the server's own.
+            with open(os.path.join(self.data_dir, 'pg_hba.conf'), 'a') as f:
+                f.write('host all all samenet trust\n')
 
     def _launch(self):
         self._run([self._program('pg_ctl'), '-D', self.data_dir,
@@ -682,7 +694,7 @@ class MySQLServer(PrivateServer):
         args = [self._daemon, '--no-defaults',
                 '--datadir=%s' % self.data_dir,
                 '--port=%d' % self.port,
-                '--bind-address=127.0.0.1',
+                '--bind-address=%s' % self.listen_addresses,
                 '--socket=%s' % self.socket_path,
                 '--pid-file=%s' % os.path.join(self.dir, 'mysqld.pid'),
                 '--log-error=%s' % self.log_path,
@@ -784,7 +796,7 @@ _servers = {}
 _failures = {}
 
 
-def private_server(kind, max_connections=300):
+def private_server(kind, max_connections=300, also_listen=()):
     """The private server of *kind* ('postgresql' or 'mysql') with
     *max_connections*: one per process and per (kind, max_connections),
     created and started on the first call, started again if a test left
@@ -799,13 +811,14 @@ def private_server(kind, max_connections=300):
     except KeyError:
         raise ValueError('kind must be one of %s, not %r'
                          % (', '.join(sorted(_KINDS)), kind))
-    key = (kind, max_connections)
+    key = (kind, max_connections, tuple(also_listen))
     with _lock:
         if key in _failures:
             raise _failures[key]
         server = _servers.get(key)
         if server is None:
-            server = _servers[key] = cls(max_connections)
+            server = _servers[key] = cls(max_connections,
+                                         also_listen=also_listen)
         try:
             server.start()
         except (NotInstalled, ServerError) as e:

@@ -15,6 +15,9 @@ DESIGN_DEFAULTS = {
     'keep-history': True,
     'create-schema': True,
     'commit-lock-timeout': 30,
+    # DESIGN.md section 3 (Failures): every database call is bounded in
+    # time; this project's own option, not RelStorage's.
+    'network-timeout': 60,
     'commit-lock-id': 0,
     'blob-dir': None,
     'shared-blob-dir': False,
@@ -45,7 +48,7 @@ DESIGN_DEFAULTS = {
 
 SUPPORTED_NOW = {
     'name', 'read-only', 'keep-history', 'create-schema',
-    'commit-lock-timeout', 'poll-interval', 'pack-gc', 'pack-batch-timeout',
+    'commit-lock-timeout', 'network-timeout', 'poll-interval', 'pack-gc', 'pack-batch-timeout',
     'pack-commit-busy-delay', 'pack-prepack-only', 'pack-skip-prepack', 'cache-local-mb', 'cache-local-object-max',
     'cache-delta-size-limit', 'blob-dir', 'shared-blob-dir',
     'blob-cache-size', 'blob-cache-size-check',
@@ -59,6 +62,7 @@ NON_DEFAULT = {
     'keep-history': False,
     'create-schema': False,
     'commit-lock-timeout': 2.5,
+    'network-timeout': 5,
     'commit-lock-id': 7,
     'blob-dir': '/tmp/blobs',
     'shared-blob-dir': True,

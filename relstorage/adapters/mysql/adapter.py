@@ -8,6 +8,7 @@ import re
 from ...exceptions import DatabaseUnavailable
 from ..adapter import OID_BLOCK
 from ..adapter import Adapter
+from ..keepalive import Keepalive
 from ..locker import Locker
 from ..mover import HistoryFreeMover
 from ..mover import HistoryPreservingMover
@@ -329,8 +330,12 @@ class MySQLAdapter(Adapter):
 
     def _connect_raw(self):
         driver = self.driver
+        keepalive = Keepalive.for_options(self.options)
+        params = self.params
+        if keepalive is not None and 'connect_timeout' not in params:
+            params = dict(params, connect_timeout=keepalive.connect_timeout)
         try:
-            return driver.connect(self.params)
+            conn = driver.connect(params)
         except driver.module.Error as e:
             if error_code(e) in CONNECT_ERRORS or isinstance(
                     e, driver.module.OperationalError):
@@ -338,6 +343,9 @@ class MySQLAdapter(Adapter):
                     'cannot connect to the %s: %s' % (self.describe(), e)
                 ) from None
             raise
+        if keepalive is not None:
+            keepalive.apply(driver.fileno(conn))
+        return conn
 
     def connect(self, for_store):
         conn = self._connect_raw()
@@ -355,6 +363,15 @@ class MySQLAdapter(Adapter):
         if for_store:
             settings += ', SESSION innodb_lock_wait_timeout = %s'
             params = (max(1, int(self.options.commit_lock_timeout)),)
+            network_timeout = self.options.network_timeout
+            if network_timeout:
+                # The server cannot be asked for keepalives: it ends a
+                # session whose client vanished mid-commit (holding row
+                # locks and the commit lock) once it has waited this long
+                # for the client's next statement. Between commits an
+                # idle store session ended so is reopened at its next use.
+                settings += ', SESSION wait_timeout = %s'
+                params += (max(10, int(2 * network_timeout)),)
         session.execute(settings, params)
         return session
 

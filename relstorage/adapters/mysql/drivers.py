@@ -23,6 +23,10 @@ class Driver:
     def translate(self, params):
         return dict(params)
 
+    def fileno(self, conn):
+        """The file descriptor of *conn*'s socket."""
+        return conn.fileno()
+
 
 class MySQLdbDriver(Driver):
     name = 'MySQLdb'
@@ -65,6 +69,9 @@ class PyMySQLDriver(Driver):
             result[self.renames.get(key, key)] = value
         result['client_flag'] = self.multi_statements
         return result
+
+    def fileno(self, conn):
+        return conn._sock.fileno()
 
 
 DRIVERS = {'MySQLdb': MySQLdbDriver, 'PyMySQL': PyMySQLDriver}

@@ -18,8 +18,10 @@ from ..mover import HistoryPreservingMover
 from ..oidallocator import OIDAllocator
 from ..schema import Schema
 from ..session import Session
+from ..keepalive import Keepalive
 from .dsn import describe_dsn
 from .dsn import dsn_location
+from .dsn import parse_dsn
 
 log = logging.getLogger(__name__)
 
@@ -298,6 +300,14 @@ class PostgreSQLAdapter(Adapter):
         self.dsn = dsn or ''
         self.driver = _import_driver(driver)
         super().__init__(options if options is not None else Options())
+        self.keepalive = Keepalive.for_options(self.options)
+        #: libpq keywords the dsn leaves to network-timeout.
+        self.bounds = {}
+        if self.keepalive is not None:
+            given = parse_dsn(self.dsn)
+            self.bounds = {key: value for key, value
+                           in self.keepalive.libpq_keywords().items()
+                           if key not in given}
 
     def describe(self):
         return 'PostgreSQL database (%s)' % describe_dsn(self.dsn)
@@ -308,7 +318,7 @@ class PostgreSQLAdapter(Adapter):
     def connect(self, for_store):
         psycopg2 = self.driver
         try:
-            conn = psycopg2.connect(self.dsn)
+            conn = psycopg2.connect(self.dsn, **self.bounds)
         except psycopg2.OperationalError as e:
             raise DatabaseUnavailable(
                 'cannot connect to the %s: %s'
@@ -316,7 +326,19 @@ class PostgreSQLAdapter(Adapter):
         conn.autocommit = True
         session = PostgreSQLSession(self, conn)
         timeout_ms = int(self.options.commit_lock_timeout * 1000)
-        session.execute('SET lock_timeout = %s', (timeout_ms,))
+        setup, params = 'SET lock_timeout = %s', (timeout_ms,)
+        keepalive = self.keepalive
+        if keepalive is not None:
+            # The server's end too: a session whose client went silent
+            # (mid-commit, holding row locks and the commit lock) ends
+            # within the bound. (Ignored on a Unix socket.)
+            setup += ('; SET tcp_keepalives_idle = %s'
+                      '; SET tcp_keepalives_interval = %s'
+                      '; SET tcp_keepalives_count = %s'
+                      '; SET tcp_user_timeout = %s')
+            params += (keepalive.idle, keepalive.interval, keepalive.count,
+                       keepalive.user_timeout_ms)
+        session.execute(setup, params)
         if not for_store:
             # Loads and polls are short index lookups: compiling one, or
             # starting workers for it, is never worth it, even when stale

@@ -1,0 +1,172 @@
+"""A network that goes silent does not hang a process: a client in a
+network namespace of its own talks to a private server of the run over a
+veth pair; the test takes the link down (nothing closes, nothing
+answers) in the middle of a load, of a poll and of a commit. Each call
+fails within the bound that ``network-timeout`` sets, with an error that
+names the server; a commit cut before its COMMIT went out is known not
+to have happened (a retryable error), one cut as it went out says that
+its outcome is unknown; once
+the link is back the next transaction commits, and every commit the
+client saw succeed is in the database.
+"""
+import json
+import os
+import select
+import socket
+import subprocess
+import sys
+
+import pytest
+from ZODB.tests.StorageTestBase import zodb_unpickle
+from ZODB.utils import p64
+
+from .dbs import DatabaseFactory
+from .dbs import child_env
+from .dbs import in_ci
+from .dbs import require
+from .netns import Namespace
+from .private_servers import private_server
+
+#: What the client does when the link goes silent (silent_network_client).
+CASES = ('load', 'poll', 'commit', 'commit-sent')
+#: network-timeout in the client, seconds.
+TIMEOUT = 3
+#: The longest a call may take once the link is cut: the silence found
+#: (TIMEOUT), then a new connection that cannot open (TIMEOUT), and
+#: some slack for a loaded machine.
+BOUND = 2 * TIMEOUT + 3
+
+
+@pytest.fixture(scope='module')
+def namespace():
+    reason = Namespace.unavailable()
+    if reason:
+        if in_ci():
+            pytest.fail('CI=true and %s' % reason)
+        pytest.skip(reason)
+    with Namespace() as ns:
+        yield ns
+
+
+def _read(child, timeout=BOUND + 60):
+    """The client's next report; a client silent for *timeout* seconds
+    has hung, and fails the test."""
+    ready, _, _ = select.select([child.stdout], [], [], timeout)
+    if not ready:
+        child.kill()
+        raise AssertionError('the client said nothing for %s s (hung)'
+                             % timeout)
+    line = child.stdout.readline()
+    if not line:
+        raise AssertionError('the client ended: %s' % child.stderr.read())
+    return json.loads(line)
+
+
+def _send(child, word):
+    child.stdin.write(word + '\n')
+    child.stdin.flush()
+
+
+@pytest.mark.parametrize('keep_history', [True, False],
+                         ids=['HP', 'HF'])
+@pytest.mark.parametrize('db', ['postgresql', 'mysql'])
+def test_silent_network_mid_load_poll_and_commit(namespace, db,
+                                                 keep_history):
+    server = private_server(db, also_listen=(namespace.host_address,))
+    factory = DatabaseFactory(db, keep_history, server=server)
+    factory.storage(zap=True).close()
+    child = subprocess.Popen(
+        namespace.command([sys.executable, '-m',
+                           'relstorage.tests.silent_network_client', db,
+                           str(keep_history), namespace.host_address,
+                           str(server.port),
+                           str(TIMEOUT)]),
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True, env=child_env())
+    where = 'host=%s port=%s' % (namespace.host_address, server.port)
+    reports = {}
+    try:
+        for case in CASES:
+            assert _read(child) == {'cut': case}
+            namespace.cut()
+            try:
+                _send(child, 'go')
+                reports[case] = report = _read(child)
+            finally:
+                namespace.restore()
+            _send(child, 'next')
+            after = _read(child)
+            assert after['next_commit'] == 'ok', after
+            reports[case + ' next'] = after
+        summary = _read(child)
+        assert child.wait(30) == 0, child.stderr.read()
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+    print(json.dumps(reports, indent=1))
+    for case in CASES:
+        report = reports[case]
+        assert report['error'] is not None, report
+        assert report['seconds'] < BOUND, report
+        assert where in report['message'], report
+    # Cut before the COMMIT went out: known not to have committed, and
+    # retryable.
+    assert reports['commit']['error'] == 'DatabaseDisconnected'
+    assert reports['commit']['message'].startswith('lost the connection')
+    # Cut as it went out: said to be unknown.
+    assert reports['commit-sent']['error'] == 'CommitOutcomeUnknown'
+    assert 'check the database' in reports['commit-sent']['message']
+    # Nothing the client saw committed is missing: each commit stored the
+    # next value in one object (every revision, where history is kept).
+    storage = factory.storage()
+    try:
+        oid = p64(summary['oid'])
+        current = zodb_unpickle(storage.load(oid)[0]).value
+        if keep_history:
+            values = [zodb_unpickle(storage.loadSerial(oid, h['tid'])).value
+                      for h in storage.history(oid, size=100)]
+    finally:
+        storage.close()
+    assert current == max(summary['committed'])
+    if keep_history:
+        assert set(summary['committed']) <= set(values)
+        assert set(values) <= set(summary['committed'] + summary['unknown'])
+
+
+def _tcp_settings(fd):
+    sock = socket.socket(fileno=os.dup(fd))
+    try:
+        return {name: sock.getsockopt(socket.IPPROTO_TCP, option)
+                for name, option in (('idle', socket.TCP_KEEPIDLE),
+                                     ('interval', socket.TCP_KEEPINTVL),
+                                     ('count', socket.TCP_KEEPCNT),
+                                     ('user_timeout', socket.TCP_USER_TIMEOUT))}
+    finally:
+        sock.close()
+
+
+@pytest.mark.parametrize('db', ['postgresql', 'mysql'])
+def test_connections_carry_the_network_timeout(db):
+    """Both ends of every connection: keepalives and TCP_USER_TIMEOUT on
+    the client's socket; on the server, PostgreSQL's own keepalives for
+    the session, MySQL's wait_timeout for store sessions (a client that
+    vanished mid-commit leaves no locks behind for long)."""
+    require(db)
+    storage = DatabaseFactory(db, True).storage(network_timeout=12)
+    try:
+        inst = storage.new_instance()
+        inst.poll_invalidations()
+        for session in (inst._load_session().session,
+                        inst._store_session().session):
+            assert _tcp_settings(session.conn.fileno()) == {
+                'idle': 4, 'interval': 2, 'count': 3, 'user_timeout': 12000}
+        store = inst._store_session().session
+        if db == 'postgresql':
+            assert store.scalar('SHOW tcp_user_timeout') == '12000'
+            assert store.scalar('SHOW tcp_keepalives_idle') == '4'
+        else:
+            assert store.scalar('SELECT @@session.wait_timeout') == 24
+        inst.release()
+    finally:
+        storage.close()
