@@ -433,7 +433,24 @@ class PrivateServer:
         raise NotImplementedError
 
     def _wait_ready(self):
-        """Return once the server accepts connections."""
+        """Return once the server accepts connections over TCP (within
+        the timeout; an error with its log if it exits or never does)."""
+        deadline = time.monotonic() + self.timeout
+        while True:
+            gone = self._exit_status()
+            if gone is not None:
+                raise self._error('exited while starting (%s)' % gone)
+            try:
+                self._admin_connect().close()
+                return
+            except Exception as e:  # noqa: BLE001 -- retried, then reported
+                if time.monotonic() > deadline:
+                    raise self._error('did not accept connections within '
+                                      '%ss: %s' % (self.timeout, e))
+            time.sleep(0.2)
+
+    def _exit_status(self):
+        """Why the server process is gone, or None while it runs."""
         raise NotImplementedError
 
     def _halt(self):
@@ -527,20 +544,9 @@ class PostgreSQLServer(PrivateServer):
                    '-w', '-t', str(self.timeout), 'start'],
                   'pg_ctl start', as_server_user=True)
 
-    def _wait_ready(self):
-        # pg_ctl -w has waited already; make sure TCP works too.
-        deadline = time.monotonic() + self.timeout
-        while True:
-            try:
-                self._admin_connect().close()
-                return
-            except Exception as e:  # noqa: BLE001 -- retried, then reported
-                if not self.running():
-                    raise self._error('exited while starting (%s)' % e)
-                if time.monotonic() > deadline:
-                    raise self._error('did not accept connections within '
-                                      '%ss: %s' % (self.timeout, e))
-            time.sleep(0.2)
+    def _exit_status(self):
+        # pg_ctl -w has waited for it already.
+        return None if self.running() else 'not running'
 
     @property
     def pid(self):
@@ -715,20 +721,9 @@ class MySQLServer(PrivateServer):
                 stdin=subprocess.DEVNULL, stdout=out,
                 stderr=subprocess.STDOUT, start_new_session=True)
 
-    def _wait_ready(self):
-        deadline = time.monotonic() + self.timeout
-        while True:
-            if self._proc.poll() is not None:
-                raise self._error('exited while starting (status %s)'
-                                  % self._proc.returncode)
-            try:
-                self._admin_connect().close()
-                return
-            except Exception as e:  # noqa: BLE001 -- retried, then reported
-                if time.monotonic() > deadline:
-                    raise self._error('did not accept connections within '
-                                      '%ss: %s' % (self.timeout, e))
-            time.sleep(0.2)
+    def _exit_status(self):
+        status = self._proc.poll()
+        return None if status is None else 'status %s' % status
 
     @property
     def pid(self):
