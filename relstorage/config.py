@@ -10,6 +10,7 @@ The schema gives no defaults: a key the user did not write stays None and
 import io
 import os
 import pathlib
+import re
 import threading
 import weakref
 
@@ -19,9 +20,12 @@ import ZODB.config
 
 from relstorage.exceptions import ConfigurationError
 from relstorage.exceptions import NotSupportedYet
+from relstorage.options import IGNORED
+from relstorage.options import IGNORED_SQLITE_KEYS
 from relstorage.options import OPTIONS
 from relstorage.options import Options
 from relstorage.options import option_spec
+from relstorage.options import warn_ignored
 
 __all__ = [
     'RelStorageFactory',
@@ -30,6 +34,7 @@ __all__ = [
     'OracleAdapterFactory',
     'SQLite3AdapterFactory',
     'options_from_section',
+    'open_configured',
     'default_sqlite_data_dir',
     'pragmas_from_section',
     'storage_from_string',
@@ -166,6 +171,16 @@ def options_from_section(section):
         value = getattr(section, spec.attr, None)
         if value is not None:
             kw[spec.attr] = value
+    dashed = getattr(section, 'revert_when_stale_dashed', None)
+    if dashed is not None:
+        if kw.get('revert_when_stale', dashed) != dashed:
+            raise ConfigurationError(
+                'revert_when_stale and revert-when-stale (the same option) '
+                'are set to different values')
+        kw['revert_when_stale'] = dashed
+    for name, reason in IGNORED.items():
+        if getattr(section, name.replace('-', '_'), None) is not None:
+            warn_ignored(name, reason)
     if kw.get('name') is None:
         section_name = section.getSectionName()
         if section_name:
@@ -193,17 +208,23 @@ class RelStorageFactory(ZODB.config.BaseConfig):
         return factory
 
     def open(self):
-        options = options_from_section(self.config)
-        options.check_supported()
-        factory = self.adapter_factory()
-        adapter = factory.create(options)
-        from relstorage.storage import RelStorage
-        with _opened.lock:
-            _opened.check(adapter, factory, options)
-            storage = RelStorage(adapter, name=options.name, options=options)
-            _opened.add(adapter, factory.is_default_location(options),
-                        storage)
-        return storage
+        return open_configured(self.adapter_factory(),
+                               options_from_section(self.config))
+
+
+def open_configured(factory, options):
+    """Open the storage a configuration describes (a ``<relstorage>``
+    section, a zodburi URI): *factory* builds its adapter, *options* are
+    its settings. Refused when it would share a database with another
+    configured storage of this process through a default location."""
+    options.check_supported()
+    adapter = factory.create(options)
+    from relstorage.storage import RelStorage
+    with _opened.lock:
+        _opened.check(adapter, factory, options)
+        storage = RelStorage(adapter, name=options.name, options=options)
+        _opened.add(adapter, factory.is_default_location(options), storage)
+    return storage
 
 
 class _OpenedDatabases:
@@ -387,6 +408,9 @@ class SQLite3AdapterFactory(_AdapterFactory):
         return params
 
     def create(self, options):
+        for name, reason in IGNORED_SQLITE_KEYS.items():
+            if self._get(name) is not None:
+                warn_ignored(name, reason)
         from relstorage.adapters.sqlite import SQLiteAdapter
         return SQLiteAdapter(data_dir=self.data_dir(options),
                              pragmas=self.pragmas(),
@@ -394,11 +418,27 @@ class SQLite3AdapterFactory(_AdapterFactory):
                              options=options)
 
 
+#: Pragmas whose value RelStorage's configurations may give as a byte
+#: size with a unit (``cache_size 8mb``); a plain number means what it
+#: means to SQLite.
+BYTE_SIZE_PRAGMAS = ('cache_size', 'mmap_size', 'page_size',
+                     'soft_heap_limit')
+_BYTE_UNIT = re.compile(r'^\d+\s*[kKmMgG][bB]$')
+
+
 def pragmas_from_section(section):
     """``<pragmas>`` inside ``<sqlite3>``: every ``name value`` line, as a
     {name: value string} dict. Names are lower-cased, as SQLite ignores
-    their case anyway."""
-    return dict(section.pragmas)
+    their case anyway. A byte size with a unit becomes bytes, and for
+    ``cache_size`` SQLite's negative count of KiB."""
+    pragmas = dict(section.pragmas)
+    for name in BYTE_SIZE_PRAGMAS:
+        value = pragmas.get(name)
+        if value is not None and _BYTE_UNIT.match(value):
+            size = ZConfig.datatypes.stock_datatypes['byte-size'](value)
+            pragmas[name] = str(-(size // 1024) if name == 'cache_size'
+                                else size)
+    return pragmas
 
 
 # -- convenience for scripts -------------------------------------------------

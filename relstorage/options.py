@@ -10,11 +10,14 @@ Option names are spelled as in ``zope.conf`` (``keep-history``); the
 attribute is the same name with ``-`` replaced by ``_`` (``keep_history``).
 ``revert_when_stale`` has always been spelled with underscores.
 """
+import logging
 import math
 from dataclasses import dataclass
 
 from relstorage.exceptions import ConfigurationError
 from relstorage.exceptions import NotSupportedYet
+
+log = logging.getLogger(__name__)
 
 __all__ = [
     'Options',
@@ -197,6 +200,46 @@ OPTIONS = (
 
 _BY_ATTR = {spec.attr: spec for spec in OPTIONS}
 
+#: Keys a RelStorage 4 configuration may carry that this storage accepts
+#: and ignores, each with the reason a warning gives (RelStorage itself
+#: ignores or deprecates them, or they tune machinery this storage does
+#: not have). Only the ``<relstorage>`` keys; ``<sqlite3>`` has
+#: IGNORED_SQLITE_KEYS.
+IGNORED = {
+    'cache-local-dir-count':
+        'deprecated by RelStorage, which ignores it',
+    'cache-local-dir-read-count':
+        'deprecated by RelStorage, which ignores it',
+    'cache-local-dir-compress':
+        'deprecated by RelStorage, which ignores it',
+    'cache-local-dir-write-max-size':
+        'the persistent cache here is bounded by cache-local-mb',
+    'cache-local-storage':
+        'the local cache implementation is not pluggable here',
+}
+
+#: Options accepted (they are part of RelStorage's configuration) that
+#: have no effect here: a warning names them, once per process.
+UNUSED = {
+    'cache-servers':
+        'memcache is not used (RelStorage marks it for removal); the '
+        'process-wide cache is kept coherent by polls',
+    'cache-module-name':
+        'memcache is not used (RelStorage marks it for removal)',
+}
+_warned = set()
+
+
+def warn_ignored(name, reason):
+    """Log, once per process, that option *name* is ignored."""
+    if name not in _warned:
+        _warned.add(name)
+        log.warning('relstorage option %s is ignored: %s', name, reason)
+IGNORED_SQLITE_KEYS = {
+    'gevent_yield_interval':
+        'gevent cooperation applies to RelStorage\'s gevent driver only',
+}
+
 # Accepted options whose feature does not exist yet. Setting one of them to
 # anything but its default makes Options.check_supported() refuse to open
 # the storage, instead of silently ignoring the setting. Remove a name here
@@ -206,9 +249,6 @@ NOT_YET_SUPPORTED = frozenset({
     'ro-replica-conf',
     'replica-timeout',
     'revert_when_stale',
-    'cache-servers',
-    'cache-module-name',
-    'cache-prefix',
     'cache-local-dir',
     'cache-local-compression',
     'commit-lock-id',
@@ -296,13 +336,22 @@ class Options:
         return getattr(self, spec.attr) == spec.default
 
     def check_supported(self):
-        """Raise NotSupportedYet for the first option that asks for a
-        feature this release does not have."""
-        for spec in OPTIONS:
-            if spec.name in NOT_YET_SUPPORTED and not self.is_default(
-                    spec.name):
-                raise NotSupportedYet(
-                    spec.name, 'set to %r' % (getattr(self, spec.attr),))
+        """Raise NotSupportedYet naming every option that asks for a
+        feature this release does not have (all of them, in one error)."""
+        unsupported = [(spec.name, getattr(self, spec.attr))
+                       for spec in OPTIONS
+                       if spec.name in NOT_YET_SUPPORTED
+                       and not self.is_default(spec.name)]
+        if len(unsupported) == 1:
+            [(name, value)] = unsupported
+            raise NotSupportedYet(name, 'set to %r' % (value,))
+        if unsupported:
+            raise NotSupportedYet(
+                ', '.join(name for name, _ in unsupported),
+                'set to ' + ', '.join('%s=%r' % item for item in unsupported))
+        for name, reason in UNUSED.items():
+            if not self.is_default(name):
+                warn_ignored(name, reason)
 
     def __eq__(self, other):
         if not isinstance(other, Options):

@@ -410,6 +410,9 @@ class Adapter:
     #: only when no reader holds an older snapshot): vote then ends the
     #: instance's snapshot before it waits to become the writer.
     ends_snapshot_at_vote = False
+    #: Whether load sessions are told of commits (commits_announced), so
+    #: that poll-interval delays nobody's view of a commit.
+    announces_commits = False
     #: The most parameters one statement may carry.
     max_params = 30000
     #: Seconds a pack waits between batches before taking the commit lock

@@ -62,6 +62,13 @@ class RelStorage(Loader, TPC, History, Iteration, BlobMethods,
         self._is_root = _parent is None
         if _parent is None:
             options.check_supported()
+            if options.poll_interval and not adapter.announces_commits:
+                log.warning(
+                    'poll-interval %s on the %s, which does not announce '
+                    'commits: a connection may read data up to %s s older '
+                    'than other processes\' commits (its own it sees at '
+                    'once)', options.poll_interval, adapter.describe(),
+                    options.poll_interval)
             adapter.prepare()
             self._cache = StorageCache(
                 int(options.cache_local_mb * 1000000),

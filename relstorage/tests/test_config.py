@@ -187,7 +187,7 @@ def test_design_example_parses():
 
 @pytest.mark.parametrize('body, key', [
     ('keep-histroy false', 'keep-histroy'),
-    ('revert-when-stale true', 'revert-when-stale'),
+    ('pack-gcc true', 'pack-gcc'),
     ('cache-local-gb 1', 'cache-local-gb'),
 ])
 def test_unknown_relstorage_key_is_named(body, key):

@@ -51,6 +51,9 @@ SUPPORTED_NOW = {
     'commit-lock-timeout', 'network-timeout', 'poll-interval', 'pack-gc', 'pack-batch-timeout',
     'pack-commit-busy-delay', 'pack-prepack-only', 'pack-skip-prepack', 'cache-local-mb', 'cache-local-object-max',
     'cache-delta-size-limit', 'blob-dir', 'shared-blob-dir',
+    # Accepted from RelStorage configurations: memcache's settings are
+    # unused (a warning says so), cache-prefix names nothing yet.
+    'cache-servers', 'cache-module-name', 'cache-prefix',
     'blob-cache-size', 'blob-cache-size-check',
     'blob-cache-size-check-external', 'blob-chunk-size',
 }
@@ -279,8 +282,7 @@ def test_not_yet_supported_set():
     assert NOT_YET_SUPPORTED == {
         'replica-conf', 'ro-replica-conf',
         'replica-timeout', 'revert_when_stale',
-        'cache-servers', 'cache-module-name',
-        'cache-prefix', 'cache-local-dir', 'cache-local-compression',
+        'cache-local-dir', 'cache-local-compression',
         'commit-lock-id',
     }
     assert NOT_YET_SUPPORTED <= set(DESIGN_DEFAULTS)
@@ -319,6 +321,31 @@ def test_compression_none_is_supported_but_zlib_is_not():
     Options(cache_local_compression='none').check_supported()
     with pytest.raises(NotSupportedYet, match='cache-local-compression'):
         Options(cache_local_compression='zlib').check_supported()
+
+
+def test_every_unsupported_option_is_named_in_one_error():
+    opts = Options(cache_local_dir='/tmp/x', replica_conf='/etc/r.conf',
+                   commit_lock_id=3)
+    with pytest.raises(NotSupportedYet) as exc:
+        opts.check_supported()
+    message = str(exc.value)
+    for name in ('cache-local-dir', 'replica-conf', 'commit-lock-id'):
+        assert name in message
+    assert "replica-conf='/etc/r.conf'" in message
+
+
+def test_memcache_settings_are_accepted_with_one_warning(caplog):
+    import relstorage.options
+    relstorage.options._warned.clear()
+    opts = Options(cache_servers=['127.0.0.1:11211'],
+                   cache_module_name='relstorage.pylibmc_wrapper')
+    with caplog.at_level('WARNING', logger='relstorage.options'):
+        opts.check_supported()
+        opts.check_supported()
+    warnings = [r.getMessage() for r in caplog.records]
+    assert len(warnings) == 2, warnings
+    assert any('cache-servers is ignored: memcache' in w for w in warnings)
+    assert any('cache-module-name is ignored' in w for w in warnings)
 
 
 def test_unsupported_error_is_a_configuration_error():

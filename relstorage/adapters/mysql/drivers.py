@@ -77,16 +77,23 @@ class PyMySQLDriver(Driver):
 DRIVERS = {'MySQLdb': MySQLdbDriver, 'PyMySQL': PyMySQLDriver}
 
 
+#: The ``driver`` option's spellings (any case), RelStorage's included.
+DRIVER_NAMES = {'mysqldb': 'MySQLdb', 'mysqlclient': 'MySQLdb',
+                'pymysql': 'PyMySQL'}
+
+
 def select_driver(name):
-    """The driver for the ``driver`` option: auto, MySQLdb or PyMySQL."""
-    if name in (None, '', 'auto'):
+    """The driver for the ``driver`` option: auto, MySQLdb (also
+    mysqlclient) or PyMySQL, in any case."""
+    key = str(name or 'auto').lower()
+    if key == 'auto':
         candidates = ('MySQLdb', 'PyMySQL')
-    elif name in DRIVERS:
-        candidates = (name,)
+    elif key in DRIVER_NAMES:
+        candidates = (DRIVER_NAMES[key],)
     else:
         raise ConfigurationError(
-            'driver: unknown MySQL driver %r (use auto, MySQLdb or PyMySQL)'
-            % name)
+            'driver: unknown or unsupported MySQL driver %r (supported: '
+            'auto, MySQLdb or mysqlclient, PyMySQL)' % name)
     problems = []
     for candidate in candidates:
         try:

@@ -46,11 +46,17 @@ CREATE TEMPORARY TABLE IF NOT EXISTS temp_store (
 """
 
 
+#: PostgreSQL drivers RelStorage's configurations name that this
+#: storage does not run on.
+OTHER_DRIVERS = ('psycopg2cffi', 'pg8000', 'psycopg')
+
+
 def _import_driver(name):
-    if name not in ('auto', 'psycopg2'):
+    if str(name).lower() not in ('auto', 'psycopg2'):
         raise ConfigurationError(
-            'driver: unknown PostgreSQL driver %r (use auto or psycopg2)'
-            % name)
+            'driver: %s PostgreSQL driver %r (supported: auto, psycopg2)'
+            % ('the unsupported' if str(name).lower() in OTHER_DRIVERS
+               else 'unknown', name))
     try:
         import psycopg2
         import psycopg2.errors  # noqa: F401
@@ -290,6 +296,7 @@ class PostgreSQLAdapter(Adapter):
     hf_mover_class = PostgreSQLHFMover
     locker_class = PostgreSQLLocker
     oid_allocator_class = PostgreSQLOIDAllocator
+    announces_commits = True
     load_begin_sql = 'BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY'
     store_begin_sql = 'BEGIN ISOLATION LEVEL READ COMMITTED'
     #: zap_all truncates the tables larger than this (see empty_tables).
@@ -299,6 +306,11 @@ class PostgreSQLAdapter(Adapter):
         from ...options import Options
         self.dsn = dsn or ''
         self.driver = _import_driver(driver)
+        try:
+            self.driver.extensions.parse_dsn(self.dsn)
+        except self.driver.ProgrammingError as e:
+            # A misspelt keyword, say: named now, not at the first connect.
+            raise ConfigurationError('dsn: %s' % str(e).strip()) from None
         super().__init__(options if options is not None else Options())
         self.keepalive = Keepalive.for_options(self.options)
         #: libpq keywords the dsn leaves to network-timeout.
