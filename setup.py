@@ -32,12 +32,15 @@ setup(
         # Pure-Python fallback where mysqlclient cannot be built.
         'pymysql': ['PyMySQL >= 1.0'],
         'oracle': ['oracledb'],
+        # zodburi's postgres://, mysql:// and sqlite:// URIs.
+        'zodburi': ['zodburi'],
         # The speed test's charts and its ZEO contender.
         'speedtest': ['matplotlib', 'ZEO'],
         'test': [
             'matplotlib',
             'ZEO',
             'ZODB[test]',
+            'zodburi',
             'zope.testing',
             'pytest',
             'pytest-timeout',
@@ -53,7 +56,12 @@ setup(
             'speedtest = speedtest.main:main',
             'relstorage-demo = relstorage.demo:main',
         ],
-        'zodburi.resolvers': [],
+        'zodburi.resolvers': [
+            'postgres = relstorage.uriresolver:postgresql',
+            'postgresql = relstorage.uriresolver:postgresql',
+            'mysql = relstorage.uriresolver:mysql',
+            'sqlite = relstorage.uriresolver:sqlite',
+        ],
     },
     classifiers=[
         'Framework :: ZODB',

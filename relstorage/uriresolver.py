@@ -1,0 +1,140 @@
+"""zodburi resolvers: ``postgres://``, ``postgresql://``, ``mysql://`` and
+``sqlite://`` URIs, as Pyramid applications name their database
+(``zodbconn.uri``), with RelStorage's forms::
+
+    postgres://user:password@host:5432/dbname?keep_history=false
+    mysql://user:password@host:3306/dbname?cache_local_mb=100
+    sqlite:///var/app/relstorage?blob_dir=/var/app/blobs
+    sqlite://?name=site          (the embedded default location)
+
+The query string takes the ``<relstorage>`` options (``cache_local_mb``
+or ``cache-local-mb``), the adapter's keys (``driver``; MySQL's
+``unix_socket``, ``connect_timeout``, ...) and zodburi's database
+arguments (``database_name``, ``connection_cache_size``, ...), which are
+returned to zodburi; anything else is refused by zodburi, by name.
+"""
+import types
+from urllib.parse import parse_qsl
+from urllib.parse import unquote
+from urllib.parse import urlsplit
+
+from .config import MySQLAdapterFactory
+from .config import PostgreSQLAdapterFactory
+from .config import SQLite3AdapterFactory
+from .config import checked
+from .config import open_configured
+from .exceptions import ConfigurationError
+from .options import OPTIONS
+from .options import Options
+from .options import warn_ignored
+
+_OPTION_ATTRS = {spec.attr for spec in OPTIONS}
+
+#: RelStorage's URI arguments under other names here.
+RENAMED = {'create': 'create_schema',
+           'blob_cache_chunk_size': 'blob_chunk_size'}
+#: RelStorage's URI arguments that tune what this storage does not have.
+IGNORED = {
+    'pack_dry_run': 'zodbpack --prepack finds what a pack would remove',
+    'strict_tpc': 'two-phase commit here is always strict',
+    'pack_duty_cycle': 'a pack holds the commit lock one batch at a time '
+                       '(pack-batch-timeout)',
+    'pack_max_delay': 'a pack holds the commit lock one batch at a time '
+                      '(pack-batch-timeout)',
+}
+
+ADAPTER_KEYS = {
+    'postgresql': ('driver',),
+    'mysql': ('driver', 'unix_socket', 'connect_timeout', 'read_timeout',
+              'write_timeout', 'compress'),
+    'sqlite': ('driver',),
+}
+
+
+def _convert(attr, text):
+    try:
+        convert = getattr(checked, attr)
+    except AttributeError:
+        return text  # a string key (driver, unix_socket)
+    return convert(text)
+
+
+def _split_query(kind, query):
+    """``(options, adapter keys, the rest)`` of the URI's query string."""
+    options, adapter, rest = {}, {}, {}
+    for key, text in parse_qsl(query, keep_blank_values=True):
+        attr = key.replace('-', '_')
+        attr = RENAMED.get(attr, attr)
+        if attr in IGNORED:
+            warn_ignored(attr, IGNORED[attr])
+        elif attr in _OPTION_ATTRS:
+            options[attr] = _convert(attr, text)
+        elif attr in ADAPTER_KEYS[kind]:
+            adapter[attr] = _convert(attr, text)
+        else:
+            rest[key] = text
+    return options, adapter, rest
+
+
+def _libpq_quote(value):
+    return "'%s'" % str(value).replace('\\', '\\\\').replace("'", "\\'")
+
+
+def _resolve(kind, uri):
+    parts = urlsplit(uri)
+    options, keys, dbkw = _split_query(kind, parts.query)
+    user = unquote(parts.username) if parts.username else None
+    password = unquote(parts.password) if parts.password else None
+    path = unquote(parts.path)
+    try:
+        port = parts.port
+    except ValueError as e:
+        raise ConfigurationError('%s: %s' % (uri.split('@')[-1], e)) from None
+    if kind == 'postgresql':
+        dsn = ' '.join('%s=%s' % (name, _libpq_quote(value))
+                       for name, value in (
+                           ('dbname', path.lstrip('/')),
+                           ('host', parts.hostname), ('port', port),
+                           ('user', user), ('password', password))
+                       if value)
+        factory = PostgreSQLAdapterFactory(
+            types.SimpleNamespace(dsn=dsn, **keys))
+    elif kind == 'mysql':
+        factory = MySQLAdapterFactory(types.SimpleNamespace(
+            host=parts.hostname, port=port, user=user, passwd=password,
+            db=path.lstrip('/') or None, **keys))
+    else:
+        if parts.netloc:
+            raise ConfigurationError(
+                'sqlite URI %s: the data directory is a path '
+                '(sqlite:///var/app/db), not a host' % uri)
+        factory = SQLite3AdapterFactory(types.SimpleNamespace(
+            data_dir=path or None, pragmas=None, **keys))
+    return StorageFactory(factory, Options(**options)), dbkw
+
+
+class StorageFactory:
+    """What a resolver returns for zodburi: called, it opens the storage
+    (as the equivalent ``<relstorage>`` section would)."""
+
+    def __init__(self, adapter_factory, options):
+        self.adapter_factory = adapter_factory
+        self.options = options
+
+    def __call__(self):
+        return open_configured(self.adapter_factory, self.options)
+
+
+def postgresql(uri):
+    """The resolver of ``postgres://`` and ``postgresql://`` URIs."""
+    return _resolve('postgresql', uri)
+
+
+def mysql(uri):
+    """The resolver of ``mysql://`` URIs."""
+    return _resolve('mysql', uri)
+
+
+def sqlite(uri):
+    """The resolver of ``sqlite://`` URIs."""
+    return _resolve('sqlite', uri)
