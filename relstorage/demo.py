@@ -16,6 +16,8 @@ import ZODB.config
 from persistent.list import PersistentList
 from persistent.mapping import PersistentMapping
 
+from .children import child_env
+from .children import python_command
 from .config import default_sqlite_data_dir
 
 CONF = """\
@@ -101,8 +103,9 @@ def main(argv=None):
     db.close()
 
     procs = [subprocess.Popen(
-        [sys.executable, '-m', 'relstorage.demo', '--config', conf_path,
-         '--rounds', str(args.rounds), '--worker', w]) for w in WORKERS]
+        python_command('relstorage.demo', '--config', conf_path,
+                       '--rounds', args.rounds, '--worker', w),
+        env=child_env()) for w in WORKERS]
     codes = [p.wait(timeout=120) for p in procs]
 
     db = open_db(conf_path)

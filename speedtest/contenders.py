@@ -11,6 +11,8 @@ import sys
 import tempfile
 import time
 
+from relstorage.children import child_env
+
 SECTION = re.compile(r'^[ \t]*<zodb(?:[ \t]+([^>\s]+))?[ \t]*>.*?^[ \t]*</zodb>',
                      re.MULTILINE | re.DOTALL | re.IGNORECASE)
 IMPORT = re.compile(r'^[ \t]*%import[ \t]+\S+[ \t]*$', re.MULTILINE)
@@ -155,7 +157,7 @@ class ZEOServer:
                 [sys.executable, '-m', 'ZEO.runzeo', '-a',
                  '127.0.0.1:%d' % self.port, '-f',
                  os.path.join(self.dir, 'Data.fs')],
-                stdout=subprocess.DEVNULL, stderr=log)
+                stdout=subprocess.DEVNULL, stderr=log, env=child_env())
         deadline = time.monotonic() + 30
         while True:
             try:

@@ -22,6 +22,8 @@ import ZODB
 from BTrees.OOBTree import OOBTree
 from persistent.mapping import PersistentMapping
 
+from relstorage.children import child_env
+
 CHILD = '''
 import json, logging, sys, time
 from ZODB.serialize import referencesf
@@ -143,9 +145,8 @@ def main(argv=None):
     writer = Writer(db)
     writer.start()
     time.sleep(0.5)
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
     child = subprocess.run([sys.executable, '-c', CHILD, json.dumps(spec)],
-                           capture_output=True, text=True, env=env)
+                           capture_output=True, text=True, env=child_env())
     time.sleep(0.5)
     writer.stop.set()
     writer.join(60)

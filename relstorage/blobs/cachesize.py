@@ -20,6 +20,9 @@ import threading
 from ZODB.blob import BLOB_SUFFIX
 from ZODB.blob import remove_committed
 
+from ..children import child_env
+from ..children import python_command
+
 log = logging.getLogger(__name__)
 
 LOCK_NAME = '.cache-check.lock'
@@ -121,10 +124,10 @@ class CacheSizeChecker:
         try:
             if self.external:
                 done = subprocess.run(
-                    [sys.executable, '-m', __name__, self.directory,
-                     str(self.limit), str(self.target)],
+                    python_command(__name__, self.directory, self.limit,
+                                   self.target),
                     check=True, stdin=subprocess.DEVNULL,
-                    capture_output=True, text=True)
+                    capture_output=True, text=True, env=child_env())
                 log.info('%s', done.stdout.strip())
             else:
                 shrink(self.directory, self.target)

@@ -8,10 +8,10 @@ under CI (``CI=true``), where that is a failure.
 """
 import os
 import shutil
-import sys
 import tempfile
 import unittest
 
+from relstorage.children import child_env  # noqa: F401 -- for the tests
 from relstorage.options import Options
 
 DATABASES = ('sqlite', 'postgresql', 'mysql')
@@ -76,12 +76,6 @@ def mysql_params(keep_history, which='main', server=None, **overrides):
                       db=_db_name('relstoragetest', keep_history, which))
     params.update(overrides)
     return params
-
-
-def child_env():
-    """The environment for a child Python process of a test: it imports
-    what this one does."""
-    return dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
 
 
 def admin_query(db_name, keep_history, sql, params=()):
