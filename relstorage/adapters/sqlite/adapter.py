@@ -263,6 +263,8 @@ class SQLiteAdapter(Adapter):
     only_writer_from_vote = True
     # A reader's snapshot keeps the WAL from starting again (Checkpointer).
     ends_snapshot_at_vote = True
+    #: Every commit of another connection changes PRAGMA data_version.
+    announces_commits = True
     # SQLite's limit before 3.32 (32766 since); read from each connection.
     max_params = 999
     # SQLite queues nobody: a waiting writer's busy handler retries after
@@ -352,6 +354,21 @@ class SQLiteAdapter(Adapter):
         session.execute(TEMP_STORE_DDL)
         if self.checkpointer is not None:
             session.execute('PRAGMA wal_autocheckpoint = 0')
+
+    def commits_announced(self, session):
+        if not self.options.poll_interval:
+            return None
+        # Changes when any other connection (another instance, another
+        # process) committed since this one last asked; read from the
+        # WAL index in shared memory, no disk read. Outside a snapshot:
+        # within one it keeps the snapshot's value.
+        try:
+            version = session.scalar('PRAGMA data_version')
+        except Exception:  # noqa: BLE001 -- a real poll finds out
+            return True
+        changed = version != getattr(session, 'data_version', None)
+        session.data_version = version
+        return changed
 
     def committed(self, rows):
         if self.checkpointer is not None:
