@@ -41,6 +41,7 @@ setup(
             'ZEO',
             'ZODB[test]',
             'zodburi',
+            'hypothesis',
             'zope.testing',
             'pytest',
             'pytest-timeout',

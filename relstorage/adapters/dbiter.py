@@ -17,9 +17,18 @@ class Iterator:
 
     def iter_current_records(self, session, start_oid, limit):
         """``[(oid, tid, state)]`` of current objects with oid >=
-        *start_oid*, in oid order."""
-        return [(oid, tid, _b(state)) for oid, tid, state in session.fetchall(
-            self.current_records_sql, (start_oid, limit))]
+        *start_oid*, in oid order; a damaged state is a CorruptRecord."""
+        checked = self.adapter.mover.checked
+        return [(oid, tid, checked(oid, state, tid, size)[0])
+                for oid, tid, state, size in session.fetchall(
+                    self.current_records_sql, (start_oid, limit))]
+
+    def _records(self, session, sql, tid):
+        """``[(oid, state, prev_tid)]`` of *sql*'s rows ``(oid, state,
+        state_size, prev_tid)`` of transaction *tid*, sizes checked."""
+        checked = self.adapter.mover.checked
+        return [(oid, checked(oid, state, tid, size)[0], prev)
+                for oid, state, size, prev in session.fetchall(sql, (tid,))]
 
     def object_count(self, session):
         return session.scalar(self.object_count_sql) or 0
@@ -33,7 +42,7 @@ class Iterator:
 class HistoryPreservingIterator(Iterator):
 
     current_records_sql = (
-        'SELECT c.zoid, c.tid, s.state FROM current_object c '
+        'SELECT c.zoid, c.tid, s.state, s.state_size FROM current_object c '
         'JOIN object_state s ON s.zoid = c.zoid AND s.tid = c.tid '
         'WHERE c.zoid >= %s AND s.state IS NOT NULL '
         'ORDER BY c.zoid LIMIT %s')
@@ -61,10 +70,9 @@ class HistoryPreservingIterator(Iterator):
 
     def records(self, session, tid):
         """``[(oid, state, prev_tid)]`` written by transaction *tid*."""
-        return [(oid, _b(state), prev) for oid, state, prev in
-                session.fetchall(
-                    'SELECT zoid, state, prev_tid FROM object_state '
-                    'WHERE tid = %s ORDER BY zoid', (tid,))]
+        return self._records(
+            session, 'SELECT zoid, state, state_size, prev_tid '
+            'FROM object_state WHERE tid = %s ORDER BY zoid', tid)
 
     def object_history(self, session, oid, limit):
         """``[(tid, size, user, description, extension)]``, newest first."""
@@ -97,7 +105,8 @@ class HistoryFreeIterator(Iterator):
 
     # Rows with a NULL state are tombstones of deleted objects.
     current_records_sql = (
-        'SELECT zoid, tid, state FROM object_state WHERE zoid >= %s '
+        'SELECT zoid, tid, state, state_size FROM object_state '
+        'WHERE zoid >= %s '
         'AND state IS NOT NULL ORDER BY zoid LIMIT %s')
     object_count_sql = ('SELECT COUNT(*) FROM object_state '
                         'WHERE state IS NOT NULL')
@@ -118,9 +127,9 @@ class HistoryFreeIterator(Iterator):
                 for (tid,) in session.fetchall(sql, params)]
 
     def records(self, session, tid):
-        return [(oid, _b(state), None) for oid, state in session.fetchall(
-            'SELECT zoid, state FROM object_state WHERE tid = %s '
-            'AND state IS NOT NULL ORDER BY zoid', (tid,))]
+        return self._records(
+            session, 'SELECT zoid, state, state_size, NULL FROM object_state '
+            'WHERE tid = %s AND state IS NOT NULL ORDER BY zoid', tid)
 
     def object_history(self, session, oid, limit):
         return [(tid, size, b'', b'', b'') for tid, size in session.fetchall(

@@ -62,9 +62,11 @@ class Mover:
         row = self.fetch_current(session, oid)
         if row is None:
             return None, None
-        return self._checked(oid, *row)
+        return self.checked(oid, *row)
 
-    def _checked(self, oid, state, tid, size):
+    def checked(self, oid, state, tid, size):
+        """``(state, tid)`` of a row read with its state_size;
+        CorruptRecord, naming the object, when they disagree."""
         if state is None:
             return None, tid
         state = bytes(state)
@@ -82,7 +84,7 @@ class Mover:
         """``{oid: (state, tid)}`` of the current revisions of those of
         *oids* that exist."""
         result = {}
-        checked = self._checked
+        checked = self.checked
         for chunk in chunks(oids):
             sql = self.load_many_sql % in_list(chunk)
             for oid, state, tid, size in session.fetchall(sql, chunk):

@@ -21,6 +21,7 @@ from bisect import bisect_left
 from ZODB.POSException import StorageError
 
 from ..exceptions import CommitLockTimeout
+from ..exceptions import CorruptRecord
 from ZODB.TimeStamp import TimeStamp
 from ZODB.utils import u64
 
@@ -166,10 +167,21 @@ class Pack:
                  'kept for a pack that skips the pre-pack',
                  adapter.describe(), self.pack_tid, len(garbage))
 
-    def references(self, state):
+    def references(self, oid, state):
+        """The oids *state* (of object *oid*) refers to. A state that does
+        not unpickle stops the pack: what the object refers to, and so
+        what may be removed, cannot be known."""
         if not state:
             return ()
-        return [u64(oid) for oid in self.referencesf(state)]
+        try:
+            return [u64(ref) for ref in self.referencesf(state)]
+        except Exception as e:
+            raise CorruptRecord(
+                'packing the %s stopped at object 0x%x: its state does not '
+                'unpickle (%s: %s), so what it refers to, and so what may '
+                'be removed, cannot be known; nothing it keeps alive was '
+                'removed' % (self.adapter.describe(), oid, type(e).__name__,
+                             e)) from e
 
     def find_garbage(self, session):
         """The oids unreachable at the pack time from the root or from
@@ -189,7 +201,7 @@ class Pack:
                 break
             for oid, state in page:
                 oids.append(oid)
-                refs.extend(self.references(state))
+                refs.extend(self.references(oid, state))
                 ends.append(len(refs))
             after = page[-1][0]
         count = len(oids)
@@ -201,7 +213,7 @@ class Pack:
         roots = {0}
         for oid, state in self.packer.states_after(session, self.pack_tid):
             roots.add(oid)
-            roots.update(self.references(state))
+            roots.update(self.references(oid, state))
         reached = bytearray(count)
         todo = [i for i in map(index, roots) if i >= 0]
         for i in todo:
@@ -227,14 +239,14 @@ class Pack:
         touched = set()
         for oid, state in self.packer.states_after(session, since):
             touched.add(oid)
-            touched.update(self.references(state))
+            touched.update(self.references(oid, state))
         alive = touched & garbage
         while alive:
             garbage.difference_update(alive)
             referenced = set()
             found = self.adapter.mover.load_many(session, sorted(alive))
-            for state, _tid in found.values():
-                referenced.update(self.references(state))
+            for oid, (state, _tid) in found.items():
+                referenced.update(self.references(oid, state))
             alive = referenced & garbage
 
     def remove(self, session, old, garbage, checked_tid):
