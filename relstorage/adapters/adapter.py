@@ -138,6 +138,11 @@ class LoadSession(_SessionWrapper):
         session.end_read(now=False)
         return session.scalar(self.mover.last_tid_sql) or 0
 
+    def snapshot_tid(self):
+        """The newest tid the current snapshot sees (beginning one)."""
+        return self._read(
+            lambda session: session.scalar(self.mover.last_tid_sql) or 0)
+
     def poll_changes(self, after_tid):
         """``(newest tid, [(oid, tid)])``: the objects changed after
         *after_tid*, read with the newest tid in one statement."""

@@ -87,6 +87,9 @@ class Session:
         # manager's cost (the results are fetched with the statement, so
         # fetching them cannot lose the connection).
         with self.lock:
+            cursor = self.cursor
+            if cursor is None:
+                self.lost()
             self.round_trips += 1
             if self.pending:
                 stmt = self.pending + self.translate(stmt)
@@ -94,25 +97,42 @@ class Session:
             else:
                 stmt = self.translate(stmt)
             try:
-                self.cursor.execute(stmt, params)
+                cursor.execute(stmt, params)
             except Exception as e:
                 self.translate_error(e)
                 raise
         return self.cursor
 
+    def live_cursor(self):
+        """The cursor; DatabaseDisconnected when the session was closed."""
+        if self.cursor is None:
+            self.lost()
+        return self.cursor
+
+    def lost(self):
+        """Raise DatabaseDisconnected for a session that was closed (its
+        connection lost and not reopened): a reconnect at the next
+        boundary reopens it, as for any lost connection."""
+        self.in_transaction = False
+        self.pending = ''
+        raise DatabaseDisconnected(
+            'the connection to the %s was lost and is not open'
+            % self.adapter.describe())
+
     def flush(self):
         """Send deferred transaction verbs now."""
         with self.lock, self.guarded():
             if self.pending:
+                cursor = self.live_cursor()
                 self.round_trips += 1
-                self.cursor.execute(self.pending)
+                cursor.execute(self.pending)
                 self.pending = ''
 
     def executemany(self, stmt, seq):
         with self.lock, self.guarded():
             self.flush()
             self.round_trips += 1
-            self.cursor.executemany(self.translate(stmt), seq)
+            self.live_cursor().executemany(self.translate(stmt), seq)
 
     def execute_script(self, statements):
         """Run ``[(stmt, params)]`` in order; drivers that can send them in

@@ -12,6 +12,7 @@ from ZODB.utils import p64
 from ZODB.utils import u64
 
 from ..exceptions import CorruptRecord
+from ..exceptions import RelStorageError
 
 #: States a history-free instance keeps for conflict resolution.
 SEEN_LIMIT = 10000
@@ -161,8 +162,22 @@ class Loader:
             # revisions a newer one would hide are gone), except after the
             # poll that ZODB makes as a transaction ends: the connection
             # may stay idle for long, and must not hold a snapshot then.
-            oids = self._poll(snapshot=self._seen is not None
-                              and not _polled_as_transaction_ended())
+            ending = _polled_as_transaction_ended()
+            try:
+                oids = self._poll(snapshot=self._seen is not None
+                                  and not ending)
+            except RelStorageError as e:
+                if not ending:
+                    raise
+                # The transaction is over (committed, perhaps): an error
+                # here would reach the application as the commit's, and a
+                # retry would apply it twice. The next poll, as the next
+                # transaction begins, tries again (and invalidates
+                # everything, not knowing what changed meanwhile).
+                log.warning('polling %s after a transaction ended failed '
+                            '(the next transaction polls again): %s',
+                            self._name, e)
+                oids = None
         if oids is None:
             return None
         return [p64(oid) for oid in oids]
@@ -203,18 +218,36 @@ class Loader:
     def _as_of_view(self, session, ioid, tid, view):
         """The snapshot began after the poll and *ioid* changed (as *tid*)
         in between: the ``(state, tid)`` current at *view*. Without
-        history that state is gone: a ReadConflictError, which ZODB
-        retries."""
-        if not self._adapter.keep_history:
+        history that state is gone, and with history a pack since may
+        have removed it (it was not current at the pack time): a
+        ReadConflictError, which ZODB retries with a new view (as ZODB's
+        own MVCC adapter does for a pack running under a reader)."""
+        found = None
+        if self._adapter.keep_history:
+            found = session.load_before(ioid, view + 1)
+        if found is None:
             raise ReadConflictError(
                 'object 0x%x changed (transaction %016x) after this '
-                'connection\'s view (%016x)' % (ioid, tid, view),
+                'connection\'s view (%016x), and its state then is gone'
+                % (ioid, tid, view),
                 oid=p64(ioid),
                 serials=(p64(tid), p64(view)))
-        found = session.load_before(ioid, view + 1)
-        if found is None:
-            return None, None
         return found[0], found[1]
+
+    def _gone_since_view(self, session, ioid, view):
+        """*ioid* has no row in a snapshot that began after the view (the
+        first read after a poll begins it): a pack may have removed it in
+        between, while the view still reaches it (garbage collected once
+        unreachable, which this view cannot know). A ReadConflictError,
+        which ZODB retries with a new view, as ZODB's own MVCC adapter
+        does for a pack running under a reader; a POSKeyError only when
+        the snapshot is the view's."""
+        newest = session.snapshot_tid()
+        if newest > view:
+            raise ReadConflictError(
+                'object 0x%x is gone from the database since this '
+                'connection\'s view (%016x; a pack since?)' % (ioid, view),
+                oid=p64(ioid))
 
     # Current state
 
@@ -252,6 +285,8 @@ class Loader:
                 state, tid = self._load_along(session, batch, view)
             if tid is not None and tid > view:
                 state, tid = self._as_of_view(session, ioid, tid, view)
+            elif tid is None and not self._is_root:
+                self._gone_since_view(session, ioid, view)
             if self._is_root:
                 self._end_snapshot()
             if state is None:

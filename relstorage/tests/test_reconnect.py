@@ -275,3 +275,58 @@ def test_server_restart_between_transactions(private_factory):
     with other.transaction() as c:
         assert c.root()['a']['n'] == 3
     other.close()
+
+
+def test_commit_is_not_reported_failed_when_the_poll_after_it_fails(
+        private_factory):
+    """ZODB polls as a transaction ends, after the commit: the server
+    going away just then must not turn a commit that happened into an
+    error (an application retrying it would apply it twice). The next
+    transaction polls again."""
+    factory = private_factory
+    db = _db_with_a(factory)
+    try:
+        tm, conn = _connection_changing_a(db)
+        inst = conn._storage
+        finish = inst.tpc_finish
+
+        def finish_then_server_stops(txn, f=None):
+            tid = finish(txn, f)
+            factory.server.stop()
+            return tid
+        inst.tpc_finish = finish_then_server_stops
+        tm.commit()
+        del inst.tpc_finish
+        factory.server.start()
+        tm.begin()
+        assert conn.root()['a']['n'] == 2
+        tm.abort()
+        conn.close()
+    finally:
+        db.close()
+
+
+def test_sessions_left_closed_by_a_failed_reconnect_reopen(private_factory):
+    """A reconnect that fails (server down) leaves the session closed: the
+    next calls fail the same way, naming the database, and once the
+    server is back the next one reopens it (not an AttributeError from a
+    closed cursor)."""
+    from relstorage.exceptions import DatabaseUnavailable
+    factory = private_factory
+    storage = factory.storage()
+    try:
+        inst = storage.new_instance()
+        inst.new_oid()
+        store = inst._store
+        factory.server.stop()
+        try:
+            for _ in range(2):
+                with pytest.raises(DatabaseUnavailable) as exc:
+                    store.new_oid_blocks(1)
+                assert 'port=%s' % factory.server.port in str(exc.value)
+        finally:
+            factory.server.start()
+        assert store.new_oid_blocks(1)
+        inst.release()
+    finally:
+        storage.close()

@@ -78,7 +78,7 @@ class PostgreSQLSession(Session):
         # psycopg2 interpolates parameters on the client, so a whole script
         # travels to the server in one message.
         with self.lock:
-            mogrify = self.cursor.mogrify
+            mogrify = self.live_cursor().mogrify
             script = b'; '.join(mogrify(stmt, params)
                                 for stmt, params in statements)
             self.execute(script.decode('utf-8', 'surrogateescape')
@@ -200,7 +200,8 @@ def _copy(session, sql, data):
         session.flush()
         session.round_trips += 1
         # 64 KB per message instead of psycopg2's default 8 KB.
-        session.cursor.copy_expert(sql, io.BytesIO(data), size=1 << 16)
+        session.live_cursor().copy_expert(sql, io.BytesIO(data),
+                                          size=1 << 16)
 
 
 class PostgreSQLMoverMixin:
@@ -418,4 +419,4 @@ class PostgreSQLAdapter(Adapter):
         if isinstance(error, psycopg2.InterfaceError):
             return True
         return (isinstance(error, psycopg2.OperationalError)
-                and bool(session.conn.closed))
+                and (session.conn is None or bool(session.conn.closed)))

@@ -1,0 +1,34 @@
+"""The short form of the chaos run (relstorage.tests.chaos; the long one
+is scripts/chaos.sh): on every database and mode, writers and readers
+run the bank-transfer workload while each kind of fault is injected in
+turn (a writer SIGKILLed, the backends killed, the private server
+restarted, a pack), and every invariant holds at the end."""
+import json
+
+import pytest
+
+from .chaos import Chaos
+
+SECONDS = 14
+
+
+@pytest.mark.parametrize('keep_history', [True, False], ids=['HP', 'HF'])
+@pytest.mark.parametrize('db', ['sqlite', 'postgresql', 'mysql'])
+def test_chaos_short(db, keep_history):
+    chaos = Chaos(db, keep_history, SECONDS, writers=4, readers=2,
+                  seed=None, rotate=True)
+    try:
+        summary = chaos.run()
+    finally:
+        chaos.remove()
+    print(json.dumps(summary))
+    assert summary['problems'] == []
+    assert summary['transfers committed'] > 20
+    faults = summary['faults']
+    kinds = ['kill writer', 'pack']
+    if db != 'sqlite':
+        kinds += ['kill backends', 'restart server']
+    for kind in kinds:
+        assert faults[kind] >= 1, summary
+    # A failure a worker met that the storage did not name.
+    assert summary['errors seen by workers'] == {}, summary
