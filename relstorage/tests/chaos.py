@@ -48,6 +48,31 @@ def _factory(db, keep_history, data_dir, host=None, port=None):
     return factory
 
 
+def read_bank(db):
+    """``(accounts, transfers)`` of the bank-transfer workload in *db*,
+    as dicts (shared with test_torture)."""
+    import transaction
+    tm = transaction.TransactionManager()
+    conn = db.open(transaction_manager=tm)
+    try:
+        root = conn.root()
+        return (dict(root['accounts'].items()),
+                dict(root['transfers'].items()))
+    finally:
+        tm.abort()
+        conn.close()
+
+
+def replay(transfers, accounts, start):
+    """The balances *transfers* leave *accounts* accounts holding
+    *start* each."""
+    balances = dict.fromkeys(range(accounts), start)
+    for a, b, amount in transfers.values():
+        balances[a] -= amount
+        balances[b] += amount
+    return balances
+
+
 # -- the processes -----------------------------------------------------------
 
 def worker(role, kind, keep_history, data_dir, host, port, log_path, seed,
@@ -272,7 +297,6 @@ class Chaos:
     # The verdict
 
     def check(self):
-        import transaction
         import ZODB
         committed, unknown, retries, bad, stalls, errors = [], [], 0, [], [], {}
         tried, failed = set(), set()
@@ -304,13 +328,7 @@ class Chaos:
         storage = self.factory().storage(commit_lock_timeout=5)
         db = ZODB.DB(storage)
         try:
-            tm = transaction.TransactionManager()
-            conn = db.open(transaction_manager=tm)
-            root = conn.root()
-            accounts = dict(root['accounts'].items())
-            transfers = dict(root['transfers'].items())
-            tm.abort()
-            conn.close()
+            accounts, transfers = read_bank(db)
             # No lock left: a commit goes through at once.
             with db.transaction() as c:
                 c.root()['checked'] = time.time()
@@ -333,11 +351,7 @@ class Chaos:
         if extra:
             problems.append('%d transfers nobody tried to commit: %s'
                             % (len(extra), sorted(extra)[:5]))
-        replayed = dict.fromkeys(range(ACCOUNTS), START)
-        for a, b, amount in transfers.values():
-            replayed[a] -= amount
-            replayed[b] += amount
-        if accounts != replayed:
+        if accounts != replay(transfers, ACCOUNTS, START):
             problems.append('balances are not the replay of the transfers')
         if sum(accounts.values()) != ACCOUNTS * START:
             problems.append('total %d, not %d' % (sum(accounts.values()),

@@ -11,10 +11,11 @@ import os
 import subprocess
 import sys
 
-import transaction
 import ZODB
 from BTrees.OOBTree import OOBTree
 
+from .chaos import read_bank
+from .chaos import replay
 from .dbs import child_env
 
 ACCOUNTS = 12
@@ -121,21 +122,12 @@ def test_transfers_between_accounts_keep_the_total(factory):
     storage = factory.storage()
     db = ZODB.DB(storage)
     try:
-        tm = transaction.TransactionManager()
-        conn = db.open(transaction_manager=tm)
-        root = conn.root()
-        accounts = dict(root['accounts'].items())
-        transfers = dict(root['transfers'].items())
+        accounts, transfers = read_bank(db)
         # Every transfer a worker saw committed is there exactly once, and
         # no other (none that a worker saw fail).
         assert sorted(transfers) == sorted(committed)
         assert sum(accounts.values()) == total
-        replayed = dict.fromkeys(range(ACCOUNTS), START)
-        for a, b, amount in transfers.values():
-            replayed[a] -= amount
-            replayed[b] += amount
-        assert accounts == replayed
-        conn.close()
+        assert accounts == replay(transfers, ACCOUNTS, START)
         if factory.keep_history:
             # One transaction per committed transfer, none half-applied.
             notes = [t['description'] for t in storage.undoLog(0, 1000000)
