@@ -104,10 +104,15 @@ def worker(role, kind, keep_history, data_dir, host, port, log_path, seed,
     while time.time() < deadline:
         try:
             if db is None:
-                db = ZODB.DB(_factory(kind, keep_history, data_dir, host,
-                                      port).storage(commit_lock_timeout=10,
-                                                    network_timeout=5))
-                conn = db.open(transaction_manager=tm)
+                opened = ZODB.DB(_factory(kind, keep_history, data_dir, host,
+                                          port).storage(commit_lock_timeout=10,
+                                                        network_timeout=5))
+                try:
+                    conn = opened.open(transaction_manager=tm)
+                except BaseException:
+                    opened.close()
+                    raise
+                db = opened
             tm.begin()
             accounts = conn.root()['accounts']
             if role == 'reader':

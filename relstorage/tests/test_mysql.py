@@ -335,3 +335,29 @@ def test_uploaded_states_are_hex_literals_or_parameters(keep_history,
     finally:
         storage.close()
         factory.cleanup()
+
+
+def test_connection_lost_while_the_commit_scripts_results_come_back(factory):
+    """The commit script's later results (the COMMIT's among them) are
+    read after it was sent: a connection lost then is a lost connection
+    in the middle of a commit, so the storage asks whether it committed,
+    and reports it committed (not a raw driver error, which an
+    application would take for a failed commit and retry)."""
+    import MySQLdb
+    storage = factory.storage()
+    try:
+        oid, first = _first_revision(storage)
+        t = _store(storage, oid, first, 2)
+        storage.tpc_vote(t)
+        cursor = storage._store.session.cursor
+
+        def lost():
+            raise MySQLdb.OperationalError(
+                2013, 'Lost connection to server during query')
+        cursor.nextset = lost
+        tid = storage.tpc_finish(t)
+        assert tid > first
+        assert storage.load(oid) == (zodb_pickle(MinPO(2)), tid)
+        assert _commit_lock_holder() is None
+    finally:
+        storage.close()

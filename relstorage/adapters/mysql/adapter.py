@@ -75,8 +75,13 @@ class MySQLSession(Session):
             sql = '; '.join(stmt for stmt, _ in statements)
             params = [p for _, ps in statements for p in ps]
             cursor = self.execute(sql, params)
-            while cursor.nextset():
-                pass
+            # The later statements' results (a COMMIT's among them) come
+            # back here: a connection lost now is lost in the middle of
+            # the script, and must say so (the storage then asks whether
+            # a commit happened).
+            with self.guarded():
+                while cursor.nextset():
+                    pass
 
     def table_exists(self, name):
         return self.scalar(
