@@ -77,7 +77,8 @@ def main(argv=None):
                     '(embedded SQLite by default) and see each other.')
     parser.add_argument('--config', help='use this zope.conf instead of '
                         'writing one for the SQLite default')
-    parser.add_argument('--rounds', type=int, default=3)
+    parser.add_argument('--rounds', type=int, default=3,
+                        help='commits each process makes (default 3)')
     parser.add_argument('--worker', help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
 

@@ -37,6 +37,7 @@ from zope.interface import alsoProvides
 from .config import RelStorageFactory
 from .config import options_from_section
 from .exceptions import DatabaseMissing
+from .helptext import help_text
 from .exceptions import NoSchema
 from .storage import RelStorage
 from .storage.copy import CopyError
@@ -214,7 +215,7 @@ def convert(source, destination, clear=False, incremental=False,
 def main(argv=None, out=None):
     out = out or sys.stdout
     parser = argparse.ArgumentParser(
-        prog='zodbconvert', description=__doc__.split('\n\n')[0])
+        prog='zodbconvert', description=help_text(__doc__))
     parser.add_argument('--dry-run', action='store_true',
                         help='read the source and report; write nothing')
     parser.add_argument('--clear', action='store_true',

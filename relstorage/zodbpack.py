@@ -24,6 +24,7 @@ from ZODB.POSException import Unsupported
 from ZODB.serialize import referencesf
 from ZODB.utils import oid_repr
 
+from .helptext import help_text
 from .storage import RelStorage
 
 log = logging.getLogger('zodbpack')
@@ -162,7 +163,7 @@ def pack_one(name, section, days, check_only, out, prepack_only=False,
 def main(argv=None, out=None):
     out = out or sys.stdout
     parser = argparse.ArgumentParser(
-        prog='zodbpack', description=__doc__.split('\n\n')[0])
+        prog='zodbpack', description=help_text(__doc__))
     parser.add_argument('-d', '--days', type=float, default=0.0,
                         help='pack to this many days ago (default: now)')
     parser.add_argument('--prepack', action='store_true',

@@ -25,6 +25,8 @@ from BTrees.OOBTree import OOBTree
 from persistent.mapping import PersistentMapping
 from ZODB.FileStorage import FileStorage
 
+from relstorage.helptext import help_text
+
 
 def build_filestorage(path, objects, transactions):
     """*objects* new objects spread over *transactions* transactions: each
@@ -111,10 +113,14 @@ def convert(command, fs_path, database, keep_history, which):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(prog='speedtest.convert',
-                                     description=__doc__.split('\n\n')[0])
-    parser.add_argument('--objects', type=int, default=100000)
-    parser.add_argument('--transactions', type=int, default=10000)
-    parser.add_argument('--databases', default='sqlite,postgresql,mysql')
+                                     description=help_text(__doc__))
+    parser.add_argument('--objects', type=int, default=100000,
+                        help='objects in the FileStorage built (%(default)s)')
+    parser.add_argument('--transactions', type=int, default=10000,
+                        help='transactions they are written in '
+                             '(%(default)s)')
+    parser.add_argument('--databases', default='sqlite,postgresql,mysql',
+                        help='comma separated (%(default)s)')
     parser.add_argument('--other-venv',
                         help='a virtualenv whose bin/zodbconvert to compare '
                              'with (e.g. RelStorage 4.3.0)')

@@ -19,6 +19,8 @@ import tempfile
 import time
 from queue import Empty
 
+from relstorage.helptext import help_text
+
 from . import contenders as contenders_mod
 from . import report
 from . import workloads
@@ -195,7 +197,7 @@ def environment(contenders):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(
-        prog='speedtest', description=__doc__.split('\n\n')[0],
+        prog='speedtest', description=help_text(__doc__),
         formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument('config', nargs='?',
                         help='zope.conf-style file of <zodb NAME> sections')
@@ -213,7 +215,9 @@ def main(argv=None):
     parser.add_argument('--growth', type=int, default=None,
                         help='objects the growth test adds, one per '
                         'transaction (50000; 0 skips it)')
-    parser.add_argument('--growth-step', type=int, default=1000)
+    parser.add_argument('--growth-step', type=int, default=1000,
+                        help='objects between two measurements of the '
+                             'growth test (1000)')
     parser.add_argument('--no-connections', action='store_true',
                         help='skip the TCP/unix socket/cache test')
     parser.add_argument('--no-raw', action='store_true',
@@ -223,8 +227,12 @@ def main(argv=None):
                         'on 127.0.0.1 and measure it')
     parser.add_argument('--only', default=None,
                         help='measure only these sections (comma separated)')
-    parser.add_argument('--pg-socket-dir', default='/var/run/postgresql')
-    parser.add_argument('--mysql-socket', default='/run/mysqld/mysqld.sock')
+    parser.add_argument('--pg-socket-dir', default='/var/run/postgresql',
+                        help='PostgreSQL\'s unix socket directory, for the '
+                             'connection test (%(default)s)')
+    parser.add_argument('--mysql-socket', default='/run/mysqld/mysqld.sock',
+                        help='MySQL\'s unix socket, for the connection test '
+                             '(%(default)s)')
     parser.add_argument('--json', help='write every figure and raw sample '
                         'to this file')
     parser.add_argument('--charts', help='write PNG charts into this '

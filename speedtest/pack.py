@@ -23,6 +23,7 @@ from BTrees.OOBTree import OOBTree
 from persistent.mapping import PersistentMapping
 
 from relstorage.children import child_env
+from relstorage.helptext import help_text
 
 CHILD = '''
 import json, logging, sys, time
@@ -117,12 +118,18 @@ class Writer(threading.Thread):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(prog='speedtest.pack',
-                                     description=__doc__.split('\n\n')[0])
-    parser.add_argument('--objects', type=int, default=100000)
+                                     description=help_text(__doc__))
+    parser.add_argument('--objects', type=int, default=100000,
+                        help='objects the database is built with '
+                             '(%(default)s)')
     parser.add_argument('--database', default='sqlite',
-                        choices=['sqlite', 'postgresql', 'mysql'])
+                        choices=['sqlite', 'postgresql', 'mysql'],
+                        help='the database to pack (%(default)s; servers: '
+                             'the test databases)')
     parser.add_argument('--no-keep-history', dest='keep_history',
-                        action='store_false', default=True)
+                        action='store_false', default=True,
+                        help='a history-free database (default: history '
+                             'kept)')
     parser.add_argument('--json', help='write the figures to this file')
     parser.add_argument('--verbose', action='store_true',
                         help="show the pack's log (one line per batch)")
