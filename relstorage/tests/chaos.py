@@ -406,12 +406,13 @@ def main(argv=None):
             chaos = Chaos(db, mode == 'HP', options.seconds, options.writers,
                           options.readers, options.seed)
             summary = chaos.run()
-            if summary['problems'] or os.environ.get('CHAOS_KEEP'):
+            if (summary['problems'] or summary['errors seen by workers']
+                    or os.environ.get('CHAOS_KEEP')):
                 print('kept %s' % chaos.dir, file=sys.stderr)
             else:
                 chaos.remove()
             print(json.dumps(summary), flush=True)
-            if summary['problems']:
+            if summary['problems'] or summary['errors seen by workers']:
                 status = 1
     return status
 
