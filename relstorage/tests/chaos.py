@@ -48,6 +48,22 @@ def _factory(db, keep_history, data_dir, host=None, port=None):
     return factory
 
 
+def open_bank(storage, accounts, start):
+    """Fill *storage* with *accounts* accounts holding *start* each and no
+    transfers (shared with test_torture), and close it."""
+    import ZODB
+    from BTrees.OOBTree import OOBTree
+    db = ZODB.DB(storage)
+    try:
+        with db.transaction() as conn:
+            balances = conn.root()['accounts'] = OOBTree()
+            for k in range(accounts):
+                balances[k] = start
+            conn.root()['transfers'] = OOBTree()
+    finally:
+        db.close()
+
+
 def read_bank(db):
     """``(accounts, transfers)`` of the bank-transfer workload in *db*,
     as dicts (shared with test_torture)."""
@@ -202,16 +218,8 @@ class Chaos:
         return factory
 
     def setup(self):
-        import ZODB
-        from BTrees.OOBTree import OOBTree
         os.makedirs(os.path.join(self.dir, 'db'), exist_ok=True)
-        db = ZODB.DB(self.factory().storage(zap=True))
-        with db.transaction() as conn:
-            accounts = conn.root()['accounts'] = OOBTree()
-            for k in range(ACCOUNTS):
-                accounts[k] = START
-            conn.root()['transfers'] = OOBTree()
-        db.close()
+        open_bank(self.factory().storage(zap=True), ACCOUNTS, START)
 
     def start(self, role, index):
         name = '%s%d.%d' % (role, index, len(self.procs))

@@ -12,8 +12,8 @@ import subprocess
 import sys
 
 import ZODB
-from BTrees.OOBTree import OOBTree
 
+from .chaos import open_bank
 from .chaos import read_bank
 from .chaos import replay
 from .dbs import child_env
@@ -85,13 +85,7 @@ print(json.dumps({'committed': committed, 'conflicts': conflicts,
 def test_transfers_between_accounts_keep_the_total(factory):
     seconds = float(os.environ.get('TORTURE_SECONDS', '4'))
     total = ACCOUNTS * START
-    db = ZODB.DB(factory.storage())
-    with db.transaction() as conn:
-        accounts = conn.root()['accounts'] = OOBTree()
-        for k in range(ACCOUNTS):
-            accounts[k] = START
-        conn.root()['transfers'] = OOBTree()
-    db.close()
+    open_bank(factory.storage(), ACCOUNTS, START)
 
     env = child_env()
     procs = [subprocess.Popen(
