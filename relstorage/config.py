@@ -220,11 +220,8 @@ def open_configured(factory, options):
     options.check_supported()
     adapter = factory.create(options)
     from relstorage.storage import RelStorage
-    with _opened.lock:
-        _opened.check(adapter, factory, options)
-        storage = RelStorage(adapter, name=options.name, options=options)
-        _opened.add(adapter, factory.is_default_location(options), storage)
-    return storage
+    return _opened.open(adapter, factory, options, lambda: RelStorage(
+        adapter, name=options.name, options=options))
 
 
 class _OpenedDatabases:
@@ -259,23 +256,24 @@ class _OpenedDatabases:
             self._open.pop(location, None)
         return alive
 
-    def check(self, adapter, factory, options):
-        """Refuse to open *adapter*'s database when another open section
-        has it and either location is a default."""
-        alive = self._alive(adapter.location())
-        if not alive:
-            return
-        if factory.is_default_location(options) or any(
-                default for _, default in alive):
-            raise ConfigurationError(
-                'two storage sections of this process would open the same '
-                'database, the %s (already opened for storage %r): %s'
-                % (adapter.describe(), alive[0][0].getName(),
-                   factory.default_location_hint))
-
-    def add(self, adapter, by_default, storage):
-        self._open.setdefault(adapter.location(), []).append(
-            (weakref.ref(storage), by_default))
+    def open(self, adapter, factory, options, make):
+        """``make()``, the storage on *adapter*'s database, recorded; refused
+        when another open section has that database and either location
+        is a default."""
+        location = adapter.location()
+        by_default = factory.is_default_location(options)
+        with self.lock:
+            alive = self._alive(location)
+            if alive and (by_default or any(d for _, d in alive)):
+                raise ConfigurationError(
+                    'two storage sections of this process would open the '
+                    'same database, the %s (already opened for storage '
+                    '%r): %s' % (adapter.describe(), alive[0][0].getName(),
+                                 factory.default_location_hint))
+            storage = make()
+            self._open.setdefault(location, []).append(
+                (weakref.ref(storage), by_default))
+        return storage
 
 
 _opened = _OpenedDatabases()
