@@ -20,15 +20,16 @@ def new_blob_id():
 
 def upload_blob(session, path, chunk_size):
     """Copy the file at *path* into new chunk rows; return their blob_id.
-    An empty file still gets chunk 0, so a missing chunk 0 always means
-    missing data."""
+
+    Every chunk but the last is full and the last is shorter (empty when
+    the size is a multiple of *chunk_size*, and chunk 0 of an empty
+    file), so a reader can tell a whole sequence from one that lost
+    chunks, at its end as well as in the middle."""
     blob_id = new_blob_id()
     with open(path, 'rb') as f:
         num = 0
         while True:
             data = f.read(chunk_size)
-            if not data and num:
-                break
             session.execute(
                 'INSERT INTO blob_chunk (blob_id, chunk_num, chunk) '
                 'VALUES (%s, %s, %s)', (blob_id, num, data))
@@ -47,6 +48,16 @@ def blob_id_of(session, oid, tid):
     if row is None:
         return False, None
     return True, row[0]
+
+
+def chunk_span(session, blob_id):
+    """``(count, first, last)`` of the chunk numbers of *blob_id*: a whole
+    blob has chunks 0 to count - 1 (the primary key rules out two of one
+    number), so any other span means chunks are missing."""
+    count, first, last = session.fetchone(
+        'SELECT COUNT(*), MIN(chunk_num), MAX(chunk_num) FROM blob_chunk '
+        'WHERE blob_id = %s', (blob_id,))
+    return count, first, last
 
 
 def read_chunk(session, blob_id, num):

@@ -30,6 +30,13 @@ class Iterator:
         return [(oid, checked(oid, state, tid, size)[0], prev)
                 for oid, state, size, prev in session.fetchall(sql, (tid,))]
 
+    def _history(self, oid, rows):
+        """*rows* of object_history, their tids checked."""
+        for row in rows:
+            if row[0] < 0:
+                self.adapter.mover.out_of_range(oid, row[0])
+        return rows
+
     def object_count(self, session):
         return session.scalar(self.object_count_sql) or 0
 
@@ -76,13 +83,14 @@ class HistoryPreservingIterator(Iterator):
 
     def object_history(self, session, oid, limit):
         """``[(tid, size, user, description, extension)]``, newest first."""
-        return [(tid, size, _b(u), _b(d), _b(e) or b'')
-                for tid, size, u, d, e in session.fetchall(
-                    'SELECT s.tid, s.state_size, t.username, t.description, '
-                    't.extension FROM object_state s '
-                    'JOIN transactions t ON t.tid = s.tid '
-                    'WHERE s.zoid = %s ORDER BY s.tid DESC LIMIT %s',
-                    (oid, limit))]
+        return self._history(oid, [
+            (tid, size, _b(u), _b(d), _b(e) or b'')
+            for tid, size, u, d, e in session.fetchall(
+                'SELECT s.tid, s.state_size, t.username, t.description, '
+                't.extension FROM object_state s '
+                'JOIN transactions t ON t.tid = s.tid '
+                'WHERE s.zoid = %s ORDER BY s.tid DESC LIMIT %s',
+                (oid, limit))])
 
     def transaction_exists(self, session, tid):
         row = session.fetchone(
@@ -132,6 +140,7 @@ class HistoryFreeIterator(Iterator):
             'WHERE tid = %s AND state IS NOT NULL ORDER BY zoid', tid)
 
     def object_history(self, session, oid, limit):
-        return [(tid, size, b'', b'', b'') for tid, size in session.fetchall(
-            'SELECT tid, state_size FROM object_state WHERE zoid = %s',
-            (oid,))]
+        return self._history(oid, [
+            (tid, size, b'', b'', b'') for tid, size in session.fetchall(
+                'SELECT tid, state_size FROM object_state WHERE zoid = %s',
+                (oid,))])

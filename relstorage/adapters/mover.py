@@ -66,7 +66,10 @@ class Mover:
 
     def checked(self, oid, state, tid, size):
         """``(state, tid)`` of a row read with its state_size;
-        CorruptRecord, naming the object, when they disagree."""
+        CorruptRecord, naming the object, when they disagree or when the
+        row's ids are out of range."""
+        if oid < 0 or tid < 0:
+            self.out_of_range(oid, tid)
         if state is None:
             return None, tid
         state = bytes(state)
@@ -79,6 +82,15 @@ class Mover:
                 'damaged: %d bytes where %d were written'
                 % (oid, tid, self.adapter.describe(), len(state), size))
         return state, tid
+
+    def out_of_range(self, oid, tid):
+        """A row naming a negative oid or tid: nothing the storage writes
+        (ids are unsigned 64-bit values kept below 2**63), so the row was
+        written by something else; ZODB could not even spell its ids."""
+        raise CorruptRecord(
+            'a row of the %s has an id out of range (object %d, transaction '
+            '%d; ids are never negative): it was not written by the storage'
+            % (self.adapter.describe(), oid, tid))
 
     def load_many(self, session, oids):
         """``{oid: (state, tid)}`` of the current revisions of those of
@@ -101,11 +113,11 @@ class Mover:
 
     def load_revision(self, session, oid, tid):
         row = session.fetchone(
-            'SELECT state FROM object_state WHERE zoid = %s AND tid = %s',
-            (oid, tid))
+            'SELECT state, state_size FROM object_state '
+            'WHERE zoid = %s AND tid = %s', (oid, tid))
         if row is None:
             return None, False
-        return (bytes(row[0]) if row[0] is not None else None), True
+        return self.checked(oid, row[0], tid, row[1])[0], True
 
     # Storing
 
@@ -172,15 +184,16 @@ class HistoryPreservingMover(Mover):
 
     def load_before(self, session, oid, tid):
         row = session.fetchone(
-            'SELECT state, tid FROM object_state WHERE zoid = %s AND tid < %s '
-            'ORDER BY tid DESC LIMIT 1', (oid, tid))
+            'SELECT state, tid, state_size FROM object_state '
+            'WHERE zoid = %s AND tid < %s ORDER BY tid DESC LIMIT 1',
+            (oid, tid))
         if row is None:
             return None
-        state, start = row
+        state, start = self.checked(oid, *row)
         end = session.scalar(
             'SELECT MIN(tid) FROM object_state WHERE zoid = %s AND tid > %s',
             (oid, start))
-        return (bytes(state) if state is not None else None), start, end
+        return state, start, end
 
     def move_into_place(self, tid, own_tids=False):
         """Statements that make the uploaded rows current as *tid* (a row
@@ -246,12 +259,12 @@ class HistoryFreeMover(Mover):
 
     def load_before(self, session, oid, tid):
         row = session.fetchone(
-            'SELECT state, tid FROM object_state WHERE zoid = %s AND tid < %s',
-            (oid, tid))
+            'SELECT state, tid, state_size FROM object_state '
+            'WHERE zoid = %s AND tid < %s', (oid, tid))
         if row is None:
             return None
-        state, start = row
-        return (bytes(state) if state is not None else None), start, None
+        state, start = self.checked(oid, *row)
+        return state, start, None
 
     def move_into_place(self, tid, own_tids=False):
         # A deleted object keeps its row, with a NULL state, as a tombstone:

@@ -7,6 +7,7 @@ import time
 from ZODB.blob import set_not_writable
 from ZODB.utils import p64
 
+from ..exceptions import CorruptRecord
 from .cachesize import CacheSizeChecker
 from .files import BlobFiles
 from .files import missing_blob
@@ -84,21 +85,31 @@ class DatabaseBlobs(BlobFiles):
             return False
         if blob_id is None:
             raise missing_blob(oid, tid, 'the revision holds no blob')
+        count, first, last = session.blob_chunk_span(blob_id)
+        if not count:
+            raise missing_blob(oid, tid, 'its data (blob %d) is missing '
+                               'from the database' % blob_id)
+        if first != 0 or last != count - 1:
+            raise self._damaged(
+                session, oid, tid, blob_id, 'its chunks are numbered %d to '
+                '%d, but there are %d of them' % (first, last, count))
         self.create_path(oid)
         fd, temp = self.fshelper.blob_mkstemp(p64(oid), p64(tid))
-        size = num = 0
+        size = 0
         try:
             with os.fdopen(fd, 'wb') as f:
-                while True:
+                for num in range(count):
                     data = session.blob_chunk(blob_id, num)
                     if data is None:
-                        break
+                        raise self._damaged(session, oid, tid, blob_id,
+                                            'chunk %d is missing' % num)
+                    if num == 0:
+                        full = len(data)
+                    else:
+                        self._check_chunk(session, oid, tid, blob_id, num,
+                                          count, len(data), full)
                     f.write(data)
                     size += len(data)
-                    num += 1
-            if not num:
-                raise missing_blob(oid, tid, 'its data (blob %d) is missing '
-                                   'from the database' % blob_id)
             set_not_writable(temp)
             # Atomic: a reader sees the whole file or none, and two
             # downloads of the same blob simply replace each other.
@@ -108,3 +119,23 @@ class DatabaseBlobs(BlobFiles):
             raise
         self.checker.added(size)
         return True
+
+    def _check_chunk(self, session, oid, tid, blob_id, num, count, size,
+                     full):
+        """Chunks are written full but for the last, which is shorter (see
+        upload_blob): anything else means the blob lost data."""
+        last = num == count - 1
+        if size < full if last else size == full:
+            return
+        why = 'chunk %d of %d holds %d bytes where chunk 0 holds %d' % (
+            num, count, size, full)
+        if last and size == full:
+            why += ': the chunks after it are missing'
+        raise self._damaged(session, oid, tid, blob_id, why)
+
+    @staticmethod
+    def _damaged(session, oid, tid, blob_id, why):
+        return CorruptRecord(
+            'the blob of object 0x%x (transaction %016x) in the %s is '
+            'damaged: %s (blob %d)'
+            % (oid, tid, session.adapter.describe(), why, blob_id))

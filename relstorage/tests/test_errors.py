@@ -373,13 +373,16 @@ def test_oids_above_the_columns_range(factory):
         assert tid == storage.lastTransaction() and end is None
 
         instance = storage.new_instance()
-        meta = TransactionMetaData()
-        instance.tpc_begin(meta)
-        instance.store(instance.new_oid(), z64, b'fine', '', meta)
-        instance.store(p64(1 << 63), z64, b'too far', '', meta)
-        with pytest.raises(OidOutOfRange, match='0x8000000000000000'):
-            instance.tpc_vote(meta)
-        instance.tpc_abort(meta)
+        # The largest oid a column holds is refused too: the oid counter
+        # could not be moved past it.
+        for too_far in (1 << 63, (1 << 63) - 1):
+            meta = TransactionMetaData()
+            instance.tpc_begin(meta)
+            instance.store(instance.new_oid(), z64, b'fine', '', meta)
+            instance.restore(p64(too_far), z64, b'too far', '', None, meta)
+            with pytest.raises(OidOutOfRange, match='0x%x' % too_far):
+                instance.tpc_vote(meta)
+            instance.tpc_abort(meta)
         before = len(storage)
         with txn_mod.manager:
             root = db.open().root()

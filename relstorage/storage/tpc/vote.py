@@ -21,11 +21,13 @@ def vote(storage, tpc):
     session = storage._store_session()
     stores = tpc.stores
     highest = max(max(stores, default=0), max(tpc.read_current, default=0))
-    if highest > MAX_ID:
+    if highest >= MAX_ID:
+        # MAX_ID itself would fit a column, but the oid counter, which
+        # must move past every stored oid, could not.
         raise OidOutOfRange(
-            'object 0x%x cannot be stored in the %s: its oid is above '
-            '0x7fffffffffffffff, the largest its 64-bit signed columns hold'
-            % (highest, storage._adapter.describe()))
+            'object 0x%x cannot be stored in the %s: its oid is not below '
+            '0x7fffffffffffffff (its 64-bit signed columns hold oids up to '
+            '0x7ffffffffffffffe)' % (highest, storage._adapter.describe()))
     current = session.lock_and_read_current(stores.keys(),
                                             tpc.read_current.keys())
 
