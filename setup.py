@@ -56,6 +56,7 @@ setup(
             'zodbpack = relstorage.zodbpack:main',
             'speedtest = speedtest.main:main',
             'relstorage-demo = relstorage.demo:main',
+            'relstorage-upgrade = relstorage.upgrade:main',
         ],
         'zodburi.resolvers': [
             'postgres = relstorage.uriresolver:postgresql',

@@ -54,6 +54,11 @@ class NoSchema(SchemaError):
     create one (read-only, or create-schema false)."""
 
 
+class RelStorage4Database(SchemaError):
+    """The database holds RelStorage 4's tables (or an unfinished upgrade
+    from them): ``relstorage-upgrade`` converts it."""
+
+
 class HistoryModeMismatch(SchemaError):
     """The database was created with the other ``keep-history`` setting."""
 

@@ -5,6 +5,7 @@ them with ``{bigint}``, ``{blob}``, ``{bool}`` and ``{text}`` placeholders,
 which are filled once when the adapter is built -- never with user data.
 """
 from ..exceptions import HistoryModeMismatch
+from ..exceptions import RelStorage4Database
 from ..exceptions import SchemaError
 
 #: Bumped whenever a table changes shape; stored in ``relstorage_meta``.
@@ -103,6 +104,18 @@ HISTORY_FREE_TABLES = (
 )
 
 
+def relstorage4_mode(table_exists):
+    """``'history-preserving'`` or ``'history-free'`` when the database
+    whose tables *table_exists(name)* tells holds RelStorage 4's tables
+    (its commit_row_lock table marks them; only its history-preserving
+    schema has ``transaction``), else None."""
+    if not (table_exists('commit_row_lock') and table_exists('object_state')):
+        return None
+    if table_exists('transaction'):
+        return 'history-preserving'
+    return 'history-free'
+
+
 #: Every table either mode may have created.
 ALL_TABLES = ('relstorage_meta', 'transactions', 'object_state',
               'current_object', 'last_transaction', 'blob_chunk',
@@ -132,10 +145,23 @@ class Schema:
                        if self.keep_history
                        else ('object_state', 'last_transaction', 'blob_chunk'))
 
+    def relstorage4_mode(self, session):
+        """The mode of a RelStorage 4 database where this one is, or None
+        (see relstorage4_mode)."""
+        return relstorage4_mode(session.table_exists)
+
     def read_meta(self, session):
         """``{name: value}`` from relstorage_meta, or None when the
         database holds no relstorage schema at all."""
         if not session.table_exists('relstorage_meta'):
+            old = self.relstorage4_mode(session)
+            if old is not None:
+                raise RelStorage4Database(
+                    '%s holds a RelStorage 4 database (%s); convert it in '
+                    'place with `relstorage-upgrade CONFIG` (the same '
+                    'config file), which keeps the old tables until '
+                    '`relstorage-upgrade --drop-old CONFIG`'
+                    % (self.adapter.describe(), old))
             if any(session.table_exists(t) for t in (
                     'object_state', 'current_object', 'transactions')):
                 raise SchemaError(
@@ -149,6 +175,11 @@ class Schema:
 
     def verify(self, meta):
         where = self.adapter.describe()
+        if 'upgrade_step' in meta:
+            raise RelStorage4Database(
+                'the upgrade of %s from RelStorage 4 is not finished (it '
+                'stopped before step %r): run `relstorage-upgrade CONFIG` '
+                'again to finish it' % (where, meta['upgrade_step']))
         version = meta.get('schema_version')
         if version != str(SCHEMA_VERSION):
             raise SchemaError(
@@ -163,11 +194,17 @@ class Schema:
                 '(or convert with zodbconvert)'
                 % (where, kept, wanted))
 
-    def create(self, session):
+    def create(self, session, complete=True):
+        """Create the tables; with *complete* false they are not marked
+        usable (an upgrade marks them when it has filled them)."""
         for stmt in self.ddl:
             session.execute(stmt)
         for stmt in self.extra_ddl:
             session.execute(stmt)
+        if complete:
+            self.mark_complete(session)
+
+    def mark_complete(self, session):
         session.executemany(
             'INSERT INTO relstorage_meta (name, value) VALUES (%s, %s)',
             [('schema_version', str(SCHEMA_VERSION)),

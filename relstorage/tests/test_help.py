@@ -6,7 +6,8 @@ import re
 import pytest
 
 SCRIPTS = ['relstorage.zodbconvert', 'relstorage.zodbpack',
-           'relstorage.demo', 'speedtest.main', 'speedtest.pack',
+           'relstorage.demo', 'relstorage.upgrade', 'speedtest.main',
+           'speedtest.pack',
            'speedtest.convert']
 
 

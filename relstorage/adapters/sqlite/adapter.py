@@ -9,6 +9,7 @@ import re
 import sqlite3
 import threading
 import time
+import urllib.parse
 
 from ...exceptions import CommitLockTimeout
 from ...exceptions import DatabaseFull
@@ -21,7 +22,9 @@ from ..locker import Locker
 from ..mover import HistoryFreeMover
 from ..mover import HistoryPreservingMover
 from ..oidallocator import OIDAllocator
+from ..schema import Schema
 from ..schema import Types
+from ..schema import relstorage4_mode
 from ..session import Session
 from .checkpoint import Checkpointer
 from .checkpoint import retry
@@ -30,6 +33,8 @@ log = logging.getLogger(__name__)
 
 MAIN_FILE = 'relstorage.sqlite3'
 OID_FILE = 'oids.sqlite3'
+#: Where RelStorage 4 keeps its tables, in the same data-dir.
+RS4_FILE = 'main.sqlite3'
 
 #: Pragma names a user may set; values are checked before use because
 #: PRAGMA statements cannot take bound parameters.
@@ -127,6 +132,29 @@ class SQLiteSession(Session):
                     'transaction was written' % (self.adapter.describe(), e)
                 ) from None
             raise
+
+
+def open_read_only(path):
+    """A read-only connection to the SQLite file at *path* (never creates
+    it)."""
+    return sqlite3.connect('file:%s?mode=ro' % urllib.parse.quote(path),
+                           uri=True)
+
+
+class SQLiteSchema(Schema):
+
+    def relstorage4_mode(self, session):
+        # RelStorage 4 keeps its tables in a file of its own, beside ours.
+        path = os.path.join(self.adapter.data_dir, RS4_FILE)
+        if not os.path.exists(path):
+            return None
+        conn = open_read_only(path)
+        try:
+            names = {name for (name,) in conn.execute(
+                "SELECT name FROM sqlite_master WHERE type = 'table'")}
+        finally:
+            conn.close()
+        return relstorage4_mode(names.__contains__)
 
 
 class SQLiteLocker(Locker):
@@ -248,6 +276,7 @@ class SQLiteOIDAllocator(OIDAllocator):
 class SQLiteAdapter(Adapter):
 
     types = SQLiteTypes
+    schema_class = SQLiteSchema
     hp_mover_class = SQLiteHPMover
     hf_mover_class = SQLiteHFMover
     locker_class = SQLiteLocker

@@ -1,0 +1,108 @@
+"""Upgrading a RelStorage 4 database on SQLite (see ..upgrade).
+
+RelStorage 4 keeps its tables in ``main.sqlite3`` in the data-dir, and
+this storage in ``relstorage.sqlite3`` beside it, so nothing needs
+renaming: the old file is attached to the upgrade's connection and read,
+and stays as it was until ``--drop-old`` removes it. While the upgrade
+runs it holds the old file's write lock, so a RelStorage 4 process still
+running cannot commit into a database being copied.
+"""
+import os
+import sqlite3
+
+from ..upgrade import Upgrade
+from ..upgrade import UpgradeRefused
+from .adapter import OID_FILE
+from .adapter import RS4_FILE
+
+
+class SQLiteUpgrade(Upgrade):
+
+    old = {'transaction': 'rs4."transaction"',
+           'object_state': 'rs4.object_state',
+           'current_object': 'rs4.current_object',
+           'blob_chunk': 'rs4.blob_chunk'}
+
+    _guard = None
+
+    def _path(self):
+        return os.path.join(self.adapter.data_dir, RS4_FILE)
+
+    def begin(self, session):
+        # ATTACH cannot run inside a transaction.
+        if not session.scalar(
+                "SELECT COUNT(*) FROM pragma_database_list WHERE name = 'rs4'"):
+            if os.path.exists(self._path()):
+                session.execute('ATTACH DATABASE %s AS rs4', (self._path(),))
+        super().begin(session)
+
+    def original_names(self):
+        return self.old
+
+    def keep_out(self):
+        guard = sqlite3.connect(self._path(), timeout=0,
+                                isolation_level=None)
+        try:
+            guard.execute('BEGIN IMMEDIATE')
+        except sqlite3.OperationalError as e:
+            guard.close()
+            raise UpgradeRefused(
+                '%s is in use: another process is writing to RelStorage 4\'s '
+                '%s (%s); stop every RelStorage 4 process and run the upgrade '
+                'again' % (self.adapter.describe(), RS4_FILE, e)) from None
+        self._guard = guard
+
+    def release(self):
+        guard, self._guard = self._guard, None
+        if guard is not None:
+            guard.rollback()
+            guard.close()
+
+    def rename_old(self, session):
+        """Nothing clashes: the old tables are in a file of their own."""
+
+    def cut_blobs(self, session, lo, hi):
+        """RelStorage 4 keeps a blob whole in one row here: cut those into
+        chunks of blob-chunk-size, the last shorter (empty when the size
+        is a multiple)."""
+        session.execute(
+            'WITH RECURSIVE whole AS ('
+            ' SELECT m.blob_id, c.chunk FROM rs4.blob_chunk c'
+            ' JOIN upgrade_blob_map m ON m.zoid = c.zoid AND m.tid = c.tid'
+            ' WHERE c.zoid > %s AND c.zoid <= %s AND NOT EXISTS (SELECT 1'
+            ' FROM rs4.blob_chunk o WHERE o.zoid = c.zoid AND o.tid = c.tid'
+            ' AND o.chunk_num <> c.chunk_num)),'
+            ' pieces(blob_id, num) AS (SELECT blob_id, 0 FROM whole'
+            ' UNION ALL SELECT p.blob_id, p.num + 1 FROM pieces p'
+            ' JOIN whole w ON w.blob_id = p.blob_id'
+            ' WHERE (p.num + 1) * %s <= LENGTH(w.chunk)) '
+            'INSERT INTO blob_chunk (blob_id, chunk_num, chunk) '
+            'SELECT p.blob_id, p.num, SUBSTR(w.chunk, p.num * %s + 1, %s) '
+            'FROM pieces p JOIN whole w ON w.blob_id = p.blob_id',
+            (lo, hi, self.chunk_size, self.chunk_size, self.chunk_size))
+
+    def drop_old(self):
+        session = self.adapter.connect(for_store=True)
+        try:
+            session.begin()
+            step, _ = self.status(session)
+            session.rollback_quietly()
+            if step is not None:
+                raise UpgradeRefused(
+                    'the upgrade of %s is not finished (next step: %s); '
+                    'finish it before dropping the old tables'
+                    % (self.adapter.describe(), step))
+        finally:
+            session.close()
+        for suffix in ('', '-wal', '-shm', '-journal'):
+            try:
+                os.remove(self._path() + suffix)
+            except FileNotFoundError:
+                pass
+        # RelStorage 4's oid counter shares the oid file with ours.
+        conn = sqlite3.connect(os.path.join(self.adapter.data_dir, OID_FILE))
+        try:
+            conn.execute('DROP TABLE IF EXISTS new_oid')
+            conn.commit()
+        finally:
+            conn.close()

@@ -1,0 +1,357 @@
+"""Converting a RelStorage 4 database into this storage's schema, inside
+the same database (``relstorage-upgrade``).
+
+The conversion is set-based SQL: every statement moves many rows on the
+server (``INSERT ... SELECT``), none goes through Python. It runs as a
+sequence of steps, each in a transaction of its own and recorded in
+``relstorage_meta`` (``upgrade_step``, and for the big copies the last oid
+done), so an interrupted upgrade resumes where it stopped. Until the
+last step marks the schema complete the storage refuses to open the
+database and names this command.
+
+RelStorage 4's tables are kept, renamed (``rs4_*``) where their names
+clash with ours, until ``--drop-old``: a site can go back to RelStorage 4
+by restoring those names (``revert``) as long as it has not dropped them.
+
+What differs per database (renaming, locking the old tables, reading
+PostgreSQL's large objects, DDL outside transactions on MySQL) is in
+each adapter's ``upgrade`` module.
+"""
+import secrets
+import time
+
+from ..exceptions import RelStorage4Database
+from ..exceptions import SchemaError
+
+#: The steps, in order; each runs in a transaction of its own.
+STEPS = ('prepare', 'transactions', 'states', 'current', 'blob map',
+         'blobs', 'oids', 'finish')
+
+#: Objects copied per transaction in the big steps.
+BATCH_OBJECTS = 20000
+
+
+class UpgradeRefused(SchemaError):
+    """The upgrade cannot start (the database is in use, or holds no
+    RelStorage 4 tables of the configured mode)."""
+
+
+class Upgrade:
+    """One upgrade of *adapter*'s database; ``say(text)`` reports
+    progress."""
+
+    #: Where the old tables are read from once the upgrade has begun.
+    old = {'transaction': 'rs4_transaction',
+           'object_state': 'rs4_object_state',
+           'current_object': 'rs4_current_object',
+           'blob_chunk': 'rs4_blob_chunk'}
+
+    def __init__(self, adapter, say=print, batch=BATCH_OBJECTS):
+        self.adapter = adapter
+        self.keep_history = adapter.keep_history
+        self.say = say
+        self.batch = batch
+        self.chunk_size = adapter.options.blob_chunk_size
+
+    # -- where the database stands ---------------------------------------
+
+    def _meta(self, session):
+        if not session.table_exists('relstorage_meta'):
+            return None
+        return dict(session.fetchall(
+            'SELECT name, value FROM relstorage_meta'))
+
+    def status(self, session):
+        """``(step, meta)``: the next step to run ('prepare' for a
+        RelStorage 4 database not yet touched), or None when the database
+        holds this storage's finished schema."""
+        meta = self._meta(session)
+        if meta is not None and 'upgrade_step' in meta:
+            return meta['upgrade_step'], meta
+        if meta is not None and 'schema_version' in meta:
+            return None, meta
+        mode = self.adapter.schema.relstorage4_mode(session)
+        if mode is None:
+            raise UpgradeRefused(
+                '%s holds no RelStorage 4 database: nothing to upgrade'
+                % self.adapter.describe())
+        wanted = 'history-preserving' if self.keep_history \
+            else 'history-free'
+        if mode != wanted:
+            raise UpgradeRefused(
+                '%s holds a %s RelStorage 4 database, but the configuration '
+                'says keep-history %s; set keep-history to %s, as the '
+                'RelStorage 4 configuration did'
+                % (self.adapter.describe(), mode,
+                   'true' if self.keep_history else 'false',
+                   'true' if mode == 'history-preserving' else 'false'))
+        return 'prepare', {}
+
+    # -- running -----------------------------------------------------------
+
+    def run(self):
+        """Run the remaining steps; returns the seconds each took."""
+        session = self.adapter.connect(for_store=True)
+        times = {}
+        try:
+            self.begin(session)
+            step, meta = self.status(session)
+            session.commit()
+            if step is None:
+                self.say('%s is already upgraded' % self.adapter.describe())
+                return times
+            self.keep_out()
+            self.begin(session)
+            for name in STEPS[STEPS.index(step):]:
+                self.say('step %d of %d: %s' % (STEPS.index(name) + 1,
+                                                len(STEPS), name))
+                started = time.time()
+                getattr(self, 'step_' + name.replace(' ', '_'))(session)
+                times[name] = time.time() - started
+            self.say('%s upgraded from RelStorage 4 in %.1f s'
+                     % (self.adapter.describe(), sum(times.values())))
+            return times
+        finally:
+            session.rollback_quietly()
+            session.close()
+            self.release()
+
+    def keep_out(self):
+        """Keep RelStorage 4 processes from writing for the whole run,
+        where renaming the tables at ``prepare`` does not."""
+
+    def release(self):
+        """Let go of what keep_out took."""
+
+    def begin(self, session):
+        session.begin()
+
+    def _done(self, session, step, **progress):
+        """Record that *step* is next (with *progress*), and commit."""
+        values = dict(progress, upgrade_step=step)
+        for name, value in values.items():
+            session.execute('DELETE FROM relstorage_meta WHERE name = %s',
+                            (name,))
+            session.execute('INSERT INTO relstorage_meta (name, value) '
+                            'VALUES (%s, %s)', (name, str(value)))
+        session.commit()
+        self.begin(session)
+
+    def _progress(self, session, name, default):
+        value = session.scalar('SELECT value FROM relstorage_meta '
+                               'WHERE name = %s', (name,))
+        return default if value is None else int(value)
+
+    def step_prepare(self, session):
+        self.lock_old(session)
+        self.rename_old(session)
+        self.adapter.schema.create(session, complete=False)
+        self._done(session, 'transactions')
+
+    def step_transactions(self, session):
+        if self.keep_history:
+            # RelStorage 4's transaction 0 stands for "before the first";
+            # here no transaction row has that role.
+            session.execute(
+                'INSERT INTO transactions (tid, packed, is_empty, username, '
+                'description, extension) SELECT tid, packed, is_empty, '
+                'username, description, extension FROM %s WHERE tid > 0'
+                % self.old['transaction'])
+        self._done(session, 'states')
+
+    def _batches(self, session, table, step, progress_name, copy):
+        """Run *copy(session, lo, hi)* for runs of oids of *table* in
+        ``(lo, hi]``, committing each with its progress."""
+        lo = self._progress(session, progress_name, -1)
+        while True:
+            hi = session.scalar(
+                'SELECT MAX(zoid) FROM (SELECT zoid FROM %s WHERE zoid > %%s '
+                'ORDER BY zoid LIMIT %%s) batch' % table, (lo, self.batch))
+            if hi is None:
+                return
+            copy(session, lo, hi)
+            self._done(session, step, **{progress_name: hi})
+            self.say('  objects up to 0x%x' % hi)
+            lo = hi
+
+    def _copy_states_sql(self):
+        old = self.old['object_state']
+        if self.keep_history:
+            return ('INSERT INTO object_state (zoid, tid, prev_tid, '
+                    'state_size, state) SELECT zoid, tid, prev_tid, '
+                    'state_size, state FROM %s '
+                    'WHERE zoid > %%s AND zoid <= %%s' % old)
+        return ('INSERT INTO object_state (zoid, tid, state_size, state) '
+                'SELECT zoid, tid, state_size, state FROM %s '
+                'WHERE zoid > %%s AND zoid <= %%s' % old)
+
+    def step_states(self, session):
+        sql = self._copy_states_sql()
+        self._batches(session, self.old['object_state'], 'states',
+                      'upgrade_states_zoid',
+                      lambda session, lo, hi: session.execute(sql, (lo, hi)))
+        self._done(session, 'current')
+
+    def step_current(self, session):
+        if self.keep_history:
+            session.execute('INSERT INTO current_object (zoid, tid) '
+                            'SELECT zoid, tid FROM %s'
+                            % self.old['current_object'])
+        else:
+            session.execute(
+                'UPDATE last_transaction SET tid = (SELECT COALESCE(MAX(tid), '
+                '0) FROM object_state) WHERE id = 0')
+        self._done(session, 'blob map')
+
+    def step_blob_map(self, session):
+        """Give every blob of the old database (one per revision) a
+        blob_id: a run of numbers from a random start, which later random
+        ids (63 bits) are as unlikely to meet as each other."""
+        session.execute('DROP TABLE IF EXISTS upgrade_blob_map')
+        bigint = self.adapter.types.bigint
+        session.execute(
+            'CREATE TABLE upgrade_blob_map (zoid %s NOT NULL, tid %s NOT '
+            'NULL, blob_id %s NOT NULL, PRIMARY KEY (zoid, tid))%s'
+            % (bigint, bigint, bigint, self.adapter.types.table_suffix))
+        start = secrets.randbits(61) + (1 << 61)
+        session.execute(
+            'INSERT INTO upgrade_blob_map (zoid, tid, blob_id) '
+            'SELECT zoid, tid, %%s + ROW_NUMBER() OVER (ORDER BY zoid, tid) '
+            'FROM (SELECT DISTINCT zoid, tid FROM %s) blobs'
+            % self.old['blob_chunk'], (start,))
+        session.execute(
+            'UPDATE object_state SET blob_id = (SELECT m.blob_id FROM '
+            'upgrade_blob_map m WHERE m.zoid = object_state.zoid AND '
+            'm.tid = object_state.tid) WHERE EXISTS (SELECT 1 FROM '
+            'upgrade_blob_map m WHERE m.zoid = object_state.zoid AND '
+            'm.tid = object_state.tid)')
+        self._done(session, 'blobs')
+
+    def step_blobs(self, session):
+        self._batches(session, 'upgrade_blob_map', 'blobs',
+                      'upgrade_blobs_zoid', self.copy_chunks)
+        self._done(session, 'oids')
+
+    def copy_chunks(self, session, lo, hi):
+        """Copy the chunks of the blobs of objects in ``(lo, hi]`` that
+        the database's own ``cut_blobs`` did not, each old chunk becoming
+        one of ours (RelStorage 4 wrote every chunk of a blob full but the
+        last); a blob whose last chunk is as long as its first gets the
+        empty last chunk this storage ends blobs with (see
+        blobs.upload_blob)."""
+        self.cut_blobs(session, lo, hi)
+        session.execute(
+            'INSERT INTO blob_chunk (blob_id, chunk_num, chunk) '
+            'SELECT m.blob_id, c.chunk_num, c.chunk FROM %s c '
+            'JOIN upgrade_blob_map m ON m.zoid = c.zoid AND m.tid = c.tid '
+            'WHERE c.zoid > %%s AND c.zoid <= %%s AND NOT EXISTS (SELECT 1 '
+            'FROM blob_chunk b WHERE b.blob_id = m.blob_id)'
+            % self.old['blob_chunk'], (lo, hi))
+        session.execute(
+            'INSERT INTO blob_chunk (blob_id, chunk_num, chunk) '
+            'SELECT l.blob_id, l.chunk_num + 1, %s FROM blob_chunk l '
+            'JOIN blob_chunk f ON f.blob_id = l.blob_id AND f.chunk_num = 0 '
+            'JOIN upgrade_blob_map m ON m.blob_id = l.blob_id '
+            'WHERE m.zoid > %s AND m.zoid <= %s AND l.chunk_num > 0 '
+            'AND LENGTH(l.chunk) = LENGTH(f.chunk) AND l.chunk_num = '
+            '(SELECT MAX(x.chunk_num) FROM blob_chunk x '
+            'WHERE x.blob_id = l.blob_id)', (b'', lo, hi))
+
+    def cut_blobs(self, session, lo, hi):
+        """Where the database can: cut the blobs of objects in ``(lo,
+        hi]`` into chunks of blob-chunk-size (RelStorage 4 keeps some
+        whole, in one row or large object)."""
+
+    def step_oids(self, session):
+        highest = session.scalar('SELECT MAX(zoid) FROM object_state')
+        if highest is not None:
+            for sql, params in self.adapter.oids.raise_to(highest):
+                session.execute(sql, params)
+        self._done(session, 'finish')
+
+    def step_finish(self, session):
+        session.execute('DROP TABLE IF EXISTS upgrade_blob_map')
+        session.execute('DELETE FROM relstorage_meta WHERE name LIKE %s',
+                        ('upgrade%',))
+        self.adapter.schema.mark_complete(session)
+        session.commit()
+
+    # -- what each database does its own way -------------------------------
+
+    def lock_old(self, session):
+        """Make sure no RelStorage 4 process uses the old tables, and keep
+        them from starting until this transaction ends; UpgradeRefused
+        otherwise."""
+
+    def rename_old(self, session):
+        """Move the old tables out of the way of ours (see ``old``)."""
+        raise NotImplementedError
+
+    def drop_old(self):
+        """Remove RelStorage 4's tables for good."""
+        raise NotImplementedError
+
+    # -- reporting ---------------------------------------------------------
+
+    def survey(self):
+        """What the old database holds: ``{what: count}``."""
+        session = self.adapter.connect(for_store=False)
+        try:
+            self.begin(session)
+            step, _ = self.status(session)
+            if step != 'prepare':
+                raise RelStorage4Database(
+                    'the upgrade of %s has begun already (next step: %s); '
+                    'a dry run can only survey one that has not'
+                    % (self.adapter.describe(), step))
+            names = self.original_names()
+            result = {
+                'revisions': session.scalar(
+                    'SELECT COUNT(*) FROM %s' % names['object_state']),
+                'state bytes': int(session.scalar(
+                    'SELECT COALESCE(SUM(state_size), 0) FROM %s'
+                    % names['object_state'])),
+                'blobs': session.scalar(
+                    'SELECT COUNT(*) FROM (SELECT DISTINCT zoid, tid FROM %s) b'
+                    % names['blob_chunk']),
+            }
+            if self.keep_history:
+                result['transactions'] = session.scalar(
+                    'SELECT COUNT(*) FROM %s WHERE tid > 0'
+                    % names['transaction'])
+            return result
+        finally:
+            session.rollback_quietly()
+            session.close()
+
+    def sample(self, objects=5000):
+        """``(seconds, revisions, bytes)`` of copying the revisions of the
+        first *objects* objects, in a transaction then rolled back (the
+        dry run's measure; it refuses as the upgrade would while the old
+        tables are in use)."""
+        session = self.adapter.connect(for_store=True)
+        try:
+            self.begin(session)
+            self.lock_old(session)
+            self.rename_old(session)
+            self.adapter.schema.create(session, complete=False)
+            table = self.old['object_state']
+            hi = session.scalar(
+                'SELECT MAX(zoid) FROM (SELECT zoid FROM %s ORDER BY zoid '
+                'LIMIT %%s) batch' % table, (objects,))
+            if hi is None:
+                return 0.0, 0, 0
+            started = time.time()
+            session.execute(self._copy_states_sql(), (-1, hi))
+            seconds = time.time() - started
+            revisions, size = session.fetchone(
+                'SELECT COUNT(*), COALESCE(SUM(state_size), 0) '
+                'FROM object_state')
+            return seconds, revisions, int(size)
+        finally:
+            session.rollback_quietly()
+            session.close()
+
+    def original_names(self):
+        """The old tables' names before the upgrade renames them."""
+        return {name: name for name in self.old}

@@ -1,0 +1,159 @@
+"""Filling a database with RelStorage 4.3, and describing what a storage
+reads from one.
+
+Run as a script with the Python of a virtualenv holding RelStorage 4.3
+(see rs4.py), it builds a RelStorage 4 database with history, blobs
+kept in the database, metadata, an undo, a pack and a garbage object,
+then writes ``dump(storage)`` as JSON. The tests import ``dump`` to
+describe the same database as this project reads it after the upgrade:
+the two descriptions must be equal.
+
+Usage: python rs4_workload.py KIND KEEP_HISTORY WHERE OUT.json
+(KIND postgresql with WHERE a dsn, or sqlite with WHERE a data-dir).
+"""
+import hashlib
+import json
+import sys
+import tempfile
+import time
+
+#: RelStorage 4's chunk size here (its option blob-chunk-size): small,
+#: so that blobs take several chunks, one of them an exact multiple.
+CHUNK = 4096
+#: Blob sizes written: under a chunk, several chunks, and a multiple.
+BLOB_SIZES = (100, 3 * CHUNK + 17, 2 * CHUNK)
+
+
+def _sha(data):
+    return hashlib.sha256(data).hexdigest() if data is not None else None
+
+
+def dump(storage):
+    """What *storage* holds, as JSON-ready data: every transaction and
+    record the iterator yields (with each blob's digest), and the current
+    state and blob of every object."""
+    from ZODB.blob import is_blob_record
+    from ZODB.POSException import POSKeyError
+
+    def blob_sha(oid, tid):
+        try:
+            with open(storage.loadBlob(oid, tid), 'rb') as f:
+                return _sha(f.read())
+        except POSKeyError:
+            return 'missing'
+
+    transactions = []
+    oids = set()
+    for txn in storage.iterator():
+        records = []
+        for record in txn:
+            oids.add(record.oid)
+            blob = (blob_sha(record.oid, record.tid)
+                    if record.data and is_blob_record(record.data) else None)
+            records.append([record.oid.hex(), _sha(record.data), blob])
+        transactions.append({
+            'tid': txn.tid.hex(), 'status': txn.status,
+            'user': txn.user.hex() if isinstance(txn.user, bytes)
+            else txn.user,
+            'description': txn.description.hex()
+            if isinstance(txn.description, bytes) else txn.description,
+            'extension': sorted((str(k), str(v))
+                                for k, v in txn.extension.items()),
+            'records': sorted(records)})
+    current = {}
+    for oid in sorted(oids):
+        try:
+            data, tid = storage.load(oid)
+        except POSKeyError:
+            current[oid.hex()] = None
+            continue
+        blob = blob_sha(oid, tid) if is_blob_record(data) else None
+        current[oid.hex()] = [tid.hex(), _sha(data), blob]
+    return {'transactions': transactions, 'current': current}
+
+
+def _fill(storage, keep_history):
+    import transaction
+    import ZODB
+    from persistent.mapping import PersistentMapping
+    from ZODB.blob import Blob
+    from ZODB.serialize import referencesf
+
+    db = ZODB.DB(storage)
+    conn = db.open()
+    root = conn.root()
+    for n in range(5):
+        root['m%d' % n] = PersistentMapping(n=n, text='x' * (n * 300))
+    txn = transaction.get()
+    txn.setUser('admin')
+    txn.note('first objects')
+    txn.setExtendedInfo('tool', 'rs4_workload')
+    transaction.commit()
+    for n, size in enumerate(BLOB_SIZES):
+        root['blob%d' % n] = Blob(bytes(range(256)) * (size // 256)
+                                  + b'z' * (size % 256))
+    transaction.get().note('blobs')
+    transaction.commit()
+    for step in range(3):
+        root['m1']['n'] = step
+        root['m2']['text'] = 'y' * step
+        transaction.commit()
+    with root['blob1'].open('w') as f:
+        f.write(b'a second revision of the blob')
+    transaction.commit()
+    root['garbage'] = PersistentMapping(doomed=True)
+    transaction.commit()
+    del root['garbage']
+    transaction.commit()
+    if keep_history:
+        # Undo the creation of an object: it exists no longer, but its
+        # history does.
+        root['undone'] = PersistentMapping(short='lived')
+        transaction.get().note('to be undone')
+        transaction.commit()
+        db.undo(db.undoLog(0, 1)[0]['id'])
+        transaction.commit()
+        # A pack to before the last updates marks older transactions
+        # packed and removes what nothing refers to.
+        conn.close()
+        time.sleep(0.1)
+        pack_time = time.time()
+        time.sleep(0.1)
+        conn = db.open()
+        conn.root()['m3']['n'] = 'after the pack time'
+        transaction.commit()
+        storage.pack(pack_time, referencesf)
+    else:
+        storage.pack(time.time(), referencesf)
+    conn.close()
+    return db
+
+
+def main(kind, keep_history, where, out):
+    import ZODB.config
+    keep_history = keep_history == 'true'
+    if kind == 'postgresql':
+        adapter = '<postgresql>\n dsn %s\n</postgresql>' % where
+    else:
+        adapter = '<sqlite3>\n data-dir %s\n</sqlite3>' % where
+    blob_dir = tempfile.mkdtemp(prefix='rs4-blobs-')
+    config = """
+%%import relstorage
+<relstorage>
+  keep-history %s
+  blob-dir %s
+  shared-blob-dir false
+  blob-chunk-size %d
+  %s
+</relstorage>
+""" % ('true' if keep_history else 'false', blob_dir, CHUNK, adapter)
+    storage = ZODB.config.storageFromString(config)
+    storage.zap_all()
+    db = _fill(storage, keep_history)
+    with open(out, 'w') as f:
+        json.dump(dump(db.storage), f, indent=1, sort_keys=True)
+    db.close()
+
+
+if __name__ == '__main__':
+    main(*sys.argv[1:5])

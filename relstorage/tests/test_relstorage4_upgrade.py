@@ -1,0 +1,285 @@
+"""Upgrading real RelStorage 4 databases in place (``relstorage-upgrade``).
+
+RelStorage 4.3 from PyPI, in a virtualenv of its own (kept between runs
+in ``$TMPDIR/relstorage-rs4``, never in the checkout), builds each
+database with rs4_workload.py and describes what it reads; after the
+upgrade this storage must read exactly the same transactions, records,
+current states and blobs, and go on committing.
+"""
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import textwrap
+import threading
+
+import pytest
+import ZODB
+
+from relstorage.config import storage_from_string
+from relstorage.exceptions import RelStorage4Database
+from relstorage.upgrade import main as upgrade_main
+
+from . import rs4_workload
+from .dbs import DatabaseFactory
+from .dbs import in_ci
+from .dbs import pg_dsn
+from .dbs import require
+
+CACHE = os.path.join(os.environ.get('TMPDIR', '/tmp'), 'relstorage-rs4')
+VENV = os.path.join(CACHE, 'venv')
+RS4 = 'RelStorage[postgresql]==4.3.0'
+_venv_lock = threading.Lock()
+
+
+def rs4_python():
+    """The Python of a virtualenv holding RelStorage 4.3 and nothing of
+    this project."""
+    python = os.path.join(VENV, 'bin', 'python')
+    with _venv_lock:
+        if not os.path.exists(os.path.join(VENV, '.rs4-installed')):
+            shutil.rmtree(VENV, ignore_errors=True)
+            os.makedirs(CACHE, exist_ok=True)
+            base = getattr(sys, '_base_executable', sys.executable)
+            subprocess.run([base, '-m', 'venv', VENV], check=True,
+                           timeout=300)
+            done = subprocess.run(
+                [python, '-m', 'pip', 'install', '-q', RS4],
+                capture_output=True, text=True, timeout=900)
+            if done.returncode != 0:
+                message = 'cannot install %s: %s' % (RS4, done.stderr[-2000:])
+                if in_ci():
+                    pytest.fail(message)
+                pytest.skip(message)
+            open(os.path.join(VENV, '.rs4-installed'), 'w').close()
+    return python
+
+
+def _environment():
+    """A user's environment: nothing pointing at this checkout."""
+    return {k: v for k, v in os.environ.items()
+            if k not in ('PYTHONPATH', 'VIRTUAL_ENV')}
+
+
+def build_rs4(kind, keep_history, where, out):
+    """Fill a RelStorage 4 database at *where*; return what RelStorage 4
+    reads from it."""
+    done = subprocess.run(
+        [rs4_python(), rs4_workload.__file__, kind,
+         'true' if keep_history else 'false', where, out],
+        cwd=tempfile.gettempdir(), env=_environment(), capture_output=True,
+        text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-4000:]
+    with open(out) as f:
+        return json.load(f)
+
+
+def _config(kind, keep_history, where, blob_dir):
+    adapter = ('<postgresql>\n dsn %s\n</postgresql>' % where
+               if kind == 'postgresql'
+               else '<sqlite3>\n data-dir %s\n</sqlite3>' % where)
+    return textwrap.dedent('''\
+        %%import relstorage
+        <relstorage>
+          keep-history %s
+          blob-dir %s
+          blob-chunk-size 1024
+        %s
+        </relstorage>
+        ''') % ('true' if keep_history else 'false', blob_dir, adapter)
+
+
+class Site:
+    """A RelStorage 4 database and the config file that opens it (on
+    PostgreSQL the test server's ``misc`` database, emptied before and
+    after)."""
+
+    def __init__(self, kind, keep_history, tmp_path):
+        self.kind, self.keep_history = kind, keep_history
+        if kind == 'postgresql':
+            require('postgresql')
+            self.factory = DatabaseFactory('postgresql', keep_history)
+            self.where = pg_dsn(keep_history, 'misc')
+            self.empty()
+        else:
+            self.factory = None
+            self.where = str(tmp_path / 'data')
+        self.config = tmp_path / 'site.conf'
+        self.config.write_text(_config(kind, keep_history, self.where,
+                                       tmp_path / 'blobs'))
+        self.tmp_path = tmp_path
+
+    def empty(self):
+        """Drop everything the user owns in the database: both storages'
+        tables, views, sequences, functions and large objects."""
+        adapter = self.factory.adapter('misc')
+        session = adapter.connect(for_store=True)
+        try:
+            session.begin()
+            session.execute(
+                'SELECT lo_unlink(oid) FROM pg_largeobject_metadata '
+                'WHERE lomowner = current_user::regrole')
+            for kind, query in (
+                    ('VIEW', "SELECT viewname FROM pg_views WHERE "
+                             "schemaname = current_schema()"),
+                    ('TABLE', "SELECT tablename FROM pg_tables WHERE "
+                              "schemaname = current_schema()"),
+                    ('SEQUENCE', "SELECT sequencename FROM pg_sequences "
+                                 "WHERE schemaname = current_schema()"),
+                    ('FUNCTION', "SELECT p.oid::regprocedure::text FROM "
+                                 "pg_proc p WHERE p.pronamespace = "
+                                 "current_schema()::regnamespace")):
+                for (name,) in session.fetchall(query):
+                    quoted = name if kind == 'FUNCTION' else '"%s"' % name
+                    session.execute('DROP %s IF EXISTS %s CASCADE'
+                                    % (kind, quoted))
+            session.commit()
+        finally:
+            session.close()
+            adapter.close()
+
+    def build(self):
+        return build_rs4(self.kind, self.keep_history, self.where,
+                         str(self.tmp_path / 'rs4.json'))
+
+    def upgrade(self, *args):
+        return upgrade_main(list(args) + [str(self.config)])
+
+    def storage(self):
+        return storage_from_string(self.config.read_text())
+
+    def read(self):
+        storage = self.storage()
+        try:
+            return json.loads(json.dumps(rs4_workload.dump(storage),
+                                         sort_keys=True))
+        finally:
+            storage.close()
+
+
+@pytest.fixture(params=[('sqlite', True), ('sqlite', False),
+                        ('postgresql', True), ('postgresql', False)],
+                ids=['sqlite-HP', 'sqlite-HF', 'postgresql-HP',
+                     'postgresql-HF'])
+def site(request, tmp_path):
+    kind, keep_history = request.param
+    site = Site(kind, keep_history, tmp_path)
+    yield site
+    if kind == 'postgresql':
+        site.empty()
+
+
+def test_upgrade_reads_what_relstorage4_read(site, capsys):
+    expected = site.build()
+    assert len(expected['transactions']) >= (5 if site.keep_history else 3)
+    # Before: refused, naming the command.
+    with pytest.raises(RelStorage4Database, match='relstorage-upgrade'):
+        site.storage()
+    assert site.upgrade('--dry-run') == 0
+    report = capsys.readouterr().out
+    assert 'nothing was changed' in report and 'revisions' in report
+    with pytest.raises(RelStorage4Database):
+        site.storage()
+    assert site.upgrade() == 0
+    assert 'upgraded from RelStorage 4' in capsys.readouterr().out
+    assert site.read() == expected
+    # Running it again changes nothing.
+    assert site.upgrade() == 0
+    assert 'already upgraded' in capsys.readouterr().out
+    # The upgraded database goes on: a commit, a new oid above the old.
+    storage = site.storage()
+    db = ZODB.DB(storage)
+    with db.transaction() as conn:
+        old_oids = {conn.root()[k]._p_oid for k in conn.root().keys()}
+        conn.root()['after'] = after = ZODB.blob.Blob(b'new blob')
+    with db.transaction() as conn:
+        assert conn.root()['after']._p_oid > max(old_oids)
+        assert after._p_oid == conn.root()['after']._p_oid
+        with conn.root()['after'].open() as f:
+            assert f.read() == b'new blob'
+    db.close()
+    # Dropping the old tables leaves the new ones whole.
+    assert site.upgrade('--drop-old') == 0
+    after_drop = site.read()
+    root = '0' * 16       # changed by the commit above
+    assert {oid: value for oid, value in after_drop['current'].items()
+            if oid in expected['current'] and oid != root} == {
+        oid: value for oid, value in expected['current'].items()
+        if oid != root}
+    if site.keep_history:
+        assert after_drop['transactions'][:len(expected['transactions'])] \
+            == expected['transactions']
+
+
+def test_interrupted_upgrade_resumes(site, capsys, monkeypatch):
+    expected = site.build()
+    from relstorage.adapters import upgrade as upgrade_module
+    original = upgrade_module.Upgrade.step_blobs
+
+    def interrupted(self, session):
+        raise KeyboardInterrupt('the power went out')
+    monkeypatch.setattr(upgrade_module.Upgrade, 'step_blobs', interrupted)
+    monkeypatch.setattr(upgrade_module, 'BATCH_OBJECTS', 2)
+    with pytest.raises(KeyboardInterrupt):
+        site.upgrade()
+    with pytest.raises(RelStorage4Database, match='not finished'):
+        site.storage()
+    monkeypatch.setattr(upgrade_module.Upgrade, 'step_blobs', original)
+    assert site.upgrade() == 0
+    assert site.read() == expected
+
+
+def test_refused_while_relstorage4_holds_the_database(tmp_path, capsys):
+    site = Site('postgresql', True, tmp_path)
+    try:
+        _refused_while_held(site, tmp_path, capsys)
+    finally:
+        site.empty()
+
+
+def _refused_while_held(site, tmp_path, capsys):
+    expected = site.build()
+    # A RelStorage 4 process with a transaction open, as a running site's
+    # connections have between requests.
+    holder = subprocess.Popen(
+        [rs4_python(), '-c', textwrap.dedent('''
+            import sys, ZODB, ZODB.config
+            storage = ZODB.config.storageFromString(sys.argv[1])
+            db = ZODB.DB(storage)
+            conn = db.open()
+            conn.root()['m1']['n']
+            print('holding', flush=True)
+            sys.stdin.readline()
+            db.close()
+        '''), _config('postgresql', True, site.where, tmp_path / 'b4')],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+        cwd=tempfile.gettempdir(), env=_environment())
+    try:
+        assert holder.stdout.readline().strip() == 'holding'
+        assert site.upgrade() == 1
+        err = capsys.readouterr().err
+        assert 'in use' in err and 'pid' in err, err
+    finally:
+        holder.communicate('\n', timeout=60)
+    # Nothing was changed: RelStorage 4's database is as it was.
+    with pytest.raises(RelStorage4Database, match='relstorage-upgrade'):
+        site.storage()
+    assert site.upgrade() == 0
+    assert site.read() == expected
+
+
+def test_upgrade_refuses_the_other_history_mode(tmp_path, capsys):
+    site = Site('sqlite', True, tmp_path)
+    site.build()
+    site.config.write_text(site.config.read_text().replace(
+        'keep-history true', 'keep-history false'))
+    assert site.upgrade() == 1
+    assert 'set keep-history to true' in capsys.readouterr().err
+
+
+def test_nothing_to_upgrade(tmp_path, capsys):
+    site = Site('sqlite', False, tmp_path)
+    assert site.upgrade() == 1
+    assert 'holds no RelStorage 4 database' in capsys.readouterr().err

@@ -1,0 +1,126 @@
+"""``relstorage-upgrade``: convert a RelStorage 4 database in place.
+
+    relstorage-upgrade [--dry-run] [--drop-old] config.conf
+
+The config file is the one the site uses, unchanged: each ``<relstorage>``
+section whose database holds RelStorage 4's tables is converted to this
+storage's schema inside the same database, with set-based SQL. Stop every
+RelStorage 4 process first; the upgrade refuses to start while one holds
+the old tables. An interrupted upgrade resumes where it stopped when run
+again. RelStorage 4's tables are kept (renamed ``rs4_*``; on SQLite its
+``main.sqlite3`` is left as it was) until ``--drop-old`` removes them.
+
+``--dry-run`` reports what the database holds and how long the copy
+should take, from copying the first objects in a transaction it then
+rolls back: it changes nothing.
+"""
+import argparse
+import importlib
+import logging
+import sys
+import ZConfig
+
+from .config import RelStorageFactory
+from .config import options_from_section
+from .helptext import help_text
+from .zodbpack import EXIT_FAILED
+from .zodbpack import EXIT_USAGE
+from .zodbpack import load_storage_configs
+
+log = logging.getLogger(__name__)
+
+#: The upgrade of each adapter that has one.
+UPGRADES = {
+    'PostgreSQLAdapter': 'relstorage.adapters.postgresql.upgrade:'
+                         'PostgreSQLUpgrade',
+    'SQLiteAdapter': 'relstorage.adapters.sqlite.upgrade:SQLiteUpgrade',
+}
+
+
+def upgrade_of(adapter, say):
+    """The Upgrade of *adapter*'s database."""
+    where = UPGRADES.get(type(adapter).__name__)
+    if where is None:
+        from .adapters.upgrade import UpgradeRefused
+        raise UpgradeRefused(
+            'upgrading a RelStorage 4 database in the %s is not supported '
+            'yet (PostgreSQL and SQLite are); copy it with zodbconvert '
+            'from RelStorage 4 instead' % adapter.describe())
+    module, name = where.split(':')
+    return getattr(importlib.import_module(module), name)(adapter, say=say)
+
+
+def dry_run(upgrade, out):
+    survey = upgrade.survey()
+    for what, count in sorted(survey.items()):
+        print('  %-13s %d' % (what, count), file=out)
+    seconds, revisions, size = upgrade.sample()
+    if revisions:
+        # The copy's time grows with the bytes and the rows it moves.
+        share = max(size / max(survey['state bytes'], 1),
+                    revisions / max(survey['revisions'], 1))
+        print('  copying the first %d revisions (%d bytes) took %.2f s, '
+              'so the states should take about %.0f s (blobs and indexes '
+              'aside); nothing was changed'
+              % (revisions, size, seconds, seconds / share), file=out)
+    else:
+        print('  the database holds no objects; nothing was changed',
+              file=out)
+
+
+def upgrade_one(name, section, args, out):
+    if not isinstance(section, RelStorageFactory):
+        print('%s: not a <relstorage> section, left alone' % name, file=out)
+        return 0
+    options = options_from_section(section)
+    adapter = section.adapter_factory().create(options)
+    try:
+        upgrade = upgrade_of(
+            adapter, lambda text: print('%s: %s' % (name, text), file=out))
+        print('%s: %s' % (name, adapter.describe()), file=out)
+        if args.dry_run:
+            dry_run(upgrade, out)
+        elif args.drop_old:
+            upgrade.drop_old()
+            print('%s: RelStorage 4\'s tables dropped' % name, file=out)
+        else:
+            upgrade.run()
+        return 0
+    finally:
+        adapter.close()
+
+
+def main(argv=None, out=None):
+    out = out or sys.stdout
+    parser = argparse.ArgumentParser(
+        prog='relstorage-upgrade', description=help_text(__doc__))
+    parser.add_argument('--dry-run', action='store_true',
+                        help='report what would be done; change nothing')
+    parser.add_argument('--drop-old', action='store_true',
+                        help="remove RelStorage 4's tables after a finished "
+                             'upgrade (no way back to RelStorage 4 then)')
+    parser.add_argument('config', help='the config file the site uses')
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format='%(message)s')
+    if args.dry_run and args.drop_old:
+        parser.error('--dry-run and --drop-old exclude each other')
+    try:
+        sections = load_storage_configs(args.config)
+    except (ZConfig.ConfigurationError, OSError) as e:
+        print('relstorage-upgrade: %s' % e, file=sys.stderr)
+        return EXIT_USAGE
+    status = 0
+    for index, section in enumerate(sections):
+        name = getattr(section, 'name', None) or 'storage %d' % (index + 1)
+        try:
+            status = max(status, upgrade_one(name, section, args, out))
+        except Exception as e:  # noqa: BLE001 -- reported, then exit 1
+            log.debug('failure details', exc_info=True)
+            print('relstorage-upgrade: %s: %s: %s'
+                  % (name, type(e).__name__, e), file=sys.stderr)
+            status = max(status, EXIT_FAILED)
+    return status
+
+
+if __name__ == '__main__':
+    sys.exit(main())
