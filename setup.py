@@ -28,6 +28,8 @@ setup(
     ],
     extras_require={
         'postgresql': ['psycopg2 >= 2.9'],
+        # <postgresql> driver psycopg (psycopg 3); auto prefers psycopg2.
+        'psycopg': ['psycopg[binary] >= 3.1'],
         'mysql': ['mysqlclient >= 2.1'],
         # Pure-Python fallback where mysqlclient cannot be built.
         'pymysql': ['PyMySQL >= 1.0'],
@@ -46,6 +48,7 @@ setup(
             'pytest',
             'pytest-timeout',
             'psycopg2 >= 2.9',
+            'psycopg[binary] >= 3.1',
             'mysqlclient >= 2.1',
             'PyMySQL >= 1.0',
         ],

@@ -91,6 +91,21 @@ class Contender:
                       text, count=1, flags=re.IGNORECASE)
         return self.variant(' no-cache', text)
 
+    def through_psycopg3(self):
+        """The same PostgreSQL contender through psycopg 3 (``driver
+        psycopg``), or None for other contenders, for one that names its
+        driver, or where psycopg 3 is not installed."""
+        if self.kind != 'postgresql' or re.search(
+                r'^[ \t]*driver[ \t]', self.text, flags=re.MULTILINE):
+            return None
+        try:
+            import psycopg  # noqa: F401
+        except ImportError:
+            return None
+        text = re.sub(r'(<postgresql[^>]*>)', r'\1\n      driver psycopg',
+                      self.text, count=1, flags=re.IGNORECASE)
+        return self.variant(' psycopg3', text)
+
     def over_unix_socket(self, pg_socket_dir, mysql_socket):
         """The same server reached over its unix domain socket, or None
         when this contender is not a server reached over TCP."""

@@ -297,7 +297,7 @@ def _run(args, contenders, sizes, levels, runs, transactions, growth_total,
             if socket_variant is None:
                 continue
             group = [c, c.without_cache(), socket_variant,
-                     socket_variant.without_cache()]
+                     socket_variant.without_cache(), c.through_psycopg3()]
             variants.append((c, [v for v in group if v is not None]))
     raw_contenders = [] if args.no_raw else [
         c for c in contenders if c.kind in ('postgresql', 'mysql', 'sqlite')]

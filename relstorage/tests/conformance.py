@@ -23,6 +23,7 @@ from ZODB.tests import Synchronization
 from ZODB.tests import TransactionalUndoStorage
 from ZODB.tests.StorageTestBase import StorageTestBase
 
+from .dbs import DATABASES
 from .dbs import DatabaseFactory
 from .private_servers import private_server
 
@@ -87,6 +88,7 @@ class RelStorageTestBase(StorageTestBase):
     """Opens ``self._storage`` on an emptied database before each test."""
 
     database = None  # set by make_classes
+    driver = None    # the adapter's driver option, when not its default
     keep_history = True
     use_extension_bytes = True
 
@@ -106,7 +108,7 @@ class RelStorageTestBase(StorageTestBase):
                 self.MANY_CLIENTS:
             server = private_server(self.database)
         self.factory = DatabaseFactory(self.database, self.keep_history,
-                                       server=server)
+                                       server=server, driver=self.driver)
         self._storage = self.factory.storage(zap=True)
         self._clients = []
 
@@ -200,17 +202,25 @@ def _apply_skips(cls, skips):
             setattr(cls, name, _skipper(reason))
 
 
-def make_classes(database):
-    """``{class_name: TestCase}`` for *database* in both history modes."""
+#: The (database, driver) pairs the storage suites run on: every database
+#: with its default driver, and PostgreSQL through psycopg 3 too.
+VARIANTS = [(db, None) for db in DATABASES] + [('postgresql', 'psycopg')]
+
+
+def make_classes(database, driver=None):
+    """``{class_name: TestCase}`` for *database* in both history modes
+    (through *driver*, when not the adapter's default)."""
     classes = {}
     title = {'sqlite': 'SQLite', 'postgresql': 'PostgreSQL',
-             'mysql': 'MySQL'}[database]
+             'mysql': 'MySQL'}[database] + (driver or '').title()
+    label = database + ('-' + driver if driver else '')
     for keep_history, mixins, skips in (
             (True, HISTORY_PRESERVING_MIXINS, {}),
             (False, HISTORY_FREE_MIXINS, SKIP_HISTORY_FREE)):
         mode = 'HP' if keep_history else 'HF'
         attrs = {'database': database, 'keep_history': keep_history,
-                 'conformance_key': '%s-%s' % (database, mode)}
+                 'driver': driver,
+                 'conformance_key': '%s-%s' % (label, mode)}
         name = '%s%sConformance' % (title, mode)
         cls = type(name, (RelStorageTestBase,) + mixins, attrs)
         _expose_check_methods(cls)
@@ -220,7 +230,7 @@ def make_classes(database):
         classes[mname] = type(mname, (RelStorageTestBase,
                                       InstancePerThreadMTStorage),
                               dict(attrs, conformance_key='%s-%s-mt-instances'
-                                   % (database, mode)))
+                                   % (label, mode)))
         if keep_history:
             rname = '%s%sRecovery' % (title, mode)
             rcls = type(rname, (RecoveryTestBase,

@@ -139,9 +139,12 @@ _dropped = set()
 class DatabaseFactory:
     """Builds adapters and storages for one database and history mode."""
 
-    def __init__(self, db, keep_history, child=False, server=None):
+    def __init__(self, db, keep_history, child=False, server=None,
+                 driver=None):
         self.db = db
         self.keep_history = keep_history
+        #: The adapter's driver option (None: its default).
+        self.driver = driver
         self._dirs = {}
         # A child process shares the parent's databases as they are.
         self._child = child
@@ -177,7 +180,8 @@ class DatabaseFactory:
                 self.keep_history, which, self.server))
         from relstorage.adapters.postgresql import PostgreSQLAdapter
         return PostgreSQLAdapter(pg_dsn(self.keep_history, which,
-                                        self.server), options=opts)
+                                        self.server),
+                                 driver=self.driver or 'auto', options=opts)
 
     def storage(self, which='main', zap=False, **options):
         from relstorage.storage import RelStorage

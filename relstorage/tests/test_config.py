@@ -450,7 +450,7 @@ def test_open_postgresql(closing):
     assert options == Options(name='main', poll_interval=2.0)
     assert adapter.dsn == dsn
     # driver "auto" picks psycopg2.
-    assert adapter.driver.__name__ == 'psycopg2'
+    assert adapter.driver.name == 'psycopg2'
     assert 'dbname=%s_hp ' % dbs.PG_DB_PREFIX in adapter.describe()
 
 
@@ -461,9 +461,26 @@ def test_open_postgresql_explicit_driver(closing):
         % dbs.pg_dsn(True))
     storage = closing(factory.open())
     assert isinstance(storage._adapter, PostgreSQLAdapter)
-    assert storage._adapter.driver.__name__ == 'psycopg2'
+    assert storage._adapter.driver.name == 'psycopg2'
     # Without a name the storage is named after its database.
     assert storage.getName() == storage._adapter.describe()
+
+
+def test_open_postgresql_through_psycopg3(closing):
+    dbs.require('postgresql')
+    factory = parse_relstorage(
+        '<postgresql>\ndsn %s\ndriver PSYCOPG\n</postgresql>'
+        % dbs.pg_dsn(True))
+    storage = closing(factory.open())
+    assert storage._adapter.driver.name == 'psycopg'
+    import psycopg
+    assert isinstance(storage._adapter.connect(False).conn,
+                      psycopg.Connection)
+    db = ZODB.DB(storage)
+    with db.transaction() as conn:
+        conn.root()['through'] = 'psycopg 3'
+    with db.transaction() as conn:
+        assert conn.root()['through'] == 'psycopg 3'
 
 
 def test_open_postgresql_empty_dsn(monkeypatch):
@@ -479,7 +496,7 @@ def test_open_postgresql_empty_dsn(monkeypatch):
     assert isinstance(adapter, PostgreSQLAdapter)
     assert adapter.dsn == ''
     assert adapter.options is factory.options
-    assert adapter.driver.__name__ == 'psycopg2'
+    assert adapter.driver.name == 'psycopg2'
     assert adapter.describe() == (
         'PostgreSQL database (dbname=site host=<local socket> port=5432 '
         '(dbname, host, port: libpq defaults))')

@@ -7,6 +7,7 @@ import os
 
 from .blob_conformance import count_blob_cases
 from .conformance import count_tests
+from .conformance import VARIANTS
 from .conformance import make_classes
 from .dbs import DATABASES
 
@@ -17,9 +18,10 @@ COUNTS_FILE = os.path.join(os.path.dirname(__file__),
 def current_counts():
     counts = collections.Counter()
     for db in DATABASES:
-        for cls in make_classes(db).values():
-            counts[cls.conformance_key] += count_tests(cls)
         counts.update(count_blob_cases(db))
+    for db, driver in VARIANTS:
+        for cls in make_classes(db, driver).values():
+            counts[cls.conformance_key] += count_tests(cls)
     return dict(counts)
 
 

@@ -1,5 +1,6 @@
 """PostgreSQL specifics: zap_all truncates large tables, but never waits
-for a reader to do so; commits copy rows into place without temp_store."""
+for a reader to do so; commits copy rows into place without temp_store;
+commit announcements. Through psycopg2 and psycopg 3."""
 import time
 
 import pytest
@@ -15,9 +16,12 @@ from .dbs import pg_dsn
 from .test_mysql import _first_revision
 
 
-@pytest.fixture(params=[True, False], ids=['hp', 'hf'])
+@pytest.fixture(params=[(True, 'psycopg2'), (False, 'psycopg2'),
+                        (True, 'psycopg'), (False, 'psycopg')],
+                ids=['hp', 'hf', 'hp-psycopg3', 'hf-psycopg3'])
 def factory(request):
-    f = DatabaseFactory('postgresql', request.param)
+    keep_history, driver = request.param
+    f = DatabaseFactory('postgresql', keep_history, driver=driver)
     yield f
     f.cleanup()
 

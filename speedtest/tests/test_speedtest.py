@@ -76,6 +76,10 @@ def test_variants_for_the_connection_test(tmp_path):
     nocache = socket.without_cache()
     assert 'cache-local-mb 0' in nocache.text
     assert 'cache-local-mb 20' not in nocache.text
+    psycopg3 = pg.through_psycopg3()
+    assert psycopg3.name == pg.name + ' psycopg3'
+    assert '<postgresql>\n      driver psycopg\n' in psycopg3.text
+    assert psycopg3.through_psycopg3() is None     # names its driver
     (my,) = parse('<zodb my>\n  <relstorage>\n    <mysql>\n'
                   '      host 127.0.0.1\n      port 3306\n'
                   '    </mysql>\n  </relstorage>\n</zodb>\n')
@@ -84,6 +88,7 @@ def test_variants_for_the_connection_test(tmp_path):
     variant = my.over_unix_socket('/nonexistent', str(sock))
     assert 'unix_socket %s' % sock in variant.text
     assert 'host' not in variant.text and 'port' not in variant.text
+    assert my.through_psycopg3() is None
 
 
 def test_zeo_server_logs_to_a_file_not_an_unread_pipe():

@@ -1,6 +1,5 @@
-"""What PostgreSQL does differently: psycopg2 connections, advisory locks,
-a sequence for oids, bulk upload with a binary COPY."""
-import io
+"""What PostgreSQL does differently: psycopg2 or psycopg connections,
+advisory locks, a sequence for oids, bulk upload with a binary COPY."""
 import logging
 import re
 import struct
@@ -21,6 +20,7 @@ from ..session import Session
 from ..keepalive import Keepalive
 from .dsn import describe_dsn
 from .dsn import dsn_location
+from .drivers import select_driver
 from .dsn import parse_dsn
 
 log = logging.getLogger(__name__)
@@ -46,28 +46,6 @@ CREATE TEMPORARY TABLE IF NOT EXISTS temp_store (
 """
 
 
-#: PostgreSQL drivers RelStorage's configurations name that this
-#: storage does not run on.
-OTHER_DRIVERS = ('psycopg2cffi', 'pg8000', 'psycopg')
-
-
-def _import_driver(name):
-    if str(name).lower() not in ('auto', 'psycopg2'):
-        raise ConfigurationError(
-            'driver: %s PostgreSQL driver %r (supported: auto, psycopg2)'
-            % ('the unsupported' if str(name).lower() in OTHER_DRIVERS
-               else 'unknown', name))
-    try:
-        import psycopg2
-        import psycopg2.errors  # noqa: F401
-        import psycopg2.extras  # noqa: F401
-    except ImportError as e:  # pragma: no cover -- depends on the install
-        raise ConfigurationError(
-            'driver: psycopg2 is not installed (pip install '
-            'relstorage[postgresql]): %s' % e) from None
-    return psycopg2
-
-
 class PostgreSQLSession(Session):
 
     defers_verbs = True
@@ -75,18 +53,31 @@ class PostgreSQLSession(Session):
     load_prepared = False
 
     def execute_script(self, statements):
-        # psycopg2 interpolates parameters on the client, so a whole script
+        # The driver binds parameters on the client, so a whole script
         # travels to the server in one message.
         with self.lock:
-            mogrify = self.live_cursor().mogrify
-            script = b'; '.join(mogrify(stmt, params)
-                                for stmt, params in statements)
-            self.execute(script.decode('utf-8', 'surrogateescape')
-                         .replace('%', '%%'))
+            cursor = self.live_cursor()
+            mogrify = self.adapter.driver.mogrify
+            script = '; '.join(mogrify(cursor, stmt, params)
+                               for stmt, params in statements)
+            self.execute(script.replace('%', '%%'))
 
     def table_exists(self, name):
         return self.scalar(
             "SELECT to_regclass(%s) IS NOT NULL", (name,))
+
+
+class PsycopgSession(PostgreSQLSession):
+    """psycopg leaves the cursor on the first result of a message of
+    several statements (a deferred BEGIN and the statement after it, a
+    script); the statement that matters is the last."""
+
+    def execute(self, stmt, params=()):
+        with self.lock:
+            cursor = super().execute(stmt, params)
+            while cursor.nextset():
+                pass
+            return cursor
 
 
 class PostgreSQLSchema(Schema):
@@ -199,9 +190,7 @@ def _copy(session, sql, data):
     with session.lock, session.guarded():
         session.flush()
         session.round_trips += 1
-        # 64 KB per message instead of psycopg2's default 8 KB.
-        session.live_cursor().copy_expert(sql, io.BytesIO(data),
-                                          size=1 << 16)
+        session.adapter.driver.copy_in(session.live_cursor(), sql, data)
 
 
 class PostgreSQLMoverMixin:
@@ -306,9 +295,9 @@ class PostgreSQLAdapter(Adapter):
     def __init__(self, dsn='', driver='auto', options=None):
         from ...options import Options
         self.dsn = dsn or ''
-        self.driver = _import_driver(driver)
+        self.driver = select_driver(driver)
         try:
-            self.driver.extensions.parse_dsn(self.dsn)
+            self.driver.parse_dsn(self.dsn)
         except self.driver.ProgrammingError as e:
             # A misspelt keyword, say: named now, not at the first connect.
             raise ConfigurationError('dsn: %s' % str(e).strip()) from None
@@ -329,15 +318,15 @@ class PostgreSQLAdapter(Adapter):
         return ('postgresql',) + dsn_location(self.dsn)
 
     def connect(self, for_store):
-        psycopg2 = self.driver
+        driver = self.driver
         try:
-            conn = psycopg2.connect(self.dsn, **self.bounds)
-        except psycopg2.OperationalError as e:
+            conn = driver.connect(self.dsn, **self.bounds)
+        except driver.OperationalError as e:
             raise DatabaseUnavailable(
                 'cannot connect to the %s: %s'
                 % (self.describe(), str(e).strip())) from None
-        conn.autocommit = True
-        session = PostgreSQLSession(self, conn)
+        session = (PsycopgSession if driver.results_from_first
+                   else PostgreSQLSession)(self, conn)
         timeout_ms = int(self.options.commit_lock_timeout * 1000)
         setup, params = 'SET lock_timeout = %s', (timeout_ms,)
         keepalive = self.keepalive
@@ -373,16 +362,11 @@ class PostgreSQLAdapter(Adapter):
     def commits_announced(self, session):
         if not self.options.poll_interval:
             return None
-        conn = session.conn
         try:
             # Reads what the server sent, without a round trip.
-            conn.poll()
+            return self.driver.notified(session.conn)
         except self.driver.Error:
             return True     # a real poll finds out (and reconnects)
-        if conn.notifies:
-            del conn.notifies[:]
-            return True
-        return False
 
     def prepare_store_session(self, session):
         session.execute(TEMP_STORE_DDL)
@@ -397,7 +381,7 @@ class PostgreSQLAdapter(Adapter):
         # snapshot), in which case DELETE, which does not wait for it.
         big = [name for name, size in session.fetchall(
             'SELECT name, pg_relation_size(name::regclass) '
-            'FROM unnest(%s) AS name',
+            'FROM unnest(%s::text[]) AS name',
             (list(self.schema.tables),)) if size > self.truncate_above_bytes]
         if big:
             session.execute("SET LOCAL lock_timeout = '2s'; "
@@ -415,8 +399,8 @@ class PostgreSQLAdapter(Adapter):
         return getattr(error, 'pgcode', None) == '42501'
 
     def is_disconnect(self, session, error):
-        psycopg2 = self.driver
-        if isinstance(error, psycopg2.InterfaceError):
+        driver = self.driver
+        if isinstance(error, driver.InterfaceError):
             return True
-        return (isinstance(error, psycopg2.OperationalError)
+        return (isinstance(error, driver.OperationalError)
                 and (session.conn is None or bool(session.conn.closed)))

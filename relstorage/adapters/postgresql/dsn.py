@@ -7,8 +7,11 @@ def parse_dsn(dsn):
     """``{keyword: value}`` of a libpq key=value connection string."""
     try:
         from psycopg2.extensions import parse_dsn as libpq_parse
-    except ImportError:  # pragma: no cover
-        libpq_parse = None
+    except ImportError:  # pragma: no cover -- psycopg 3 only
+        try:
+            from psycopg.conninfo import conninfo_to_dict as libpq_parse
+        except ImportError:
+            libpq_parse = None
     if libpq_parse is not None:
         try:
             return libpq_parse(dsn)

@@ -1,0 +1,143 @@
+"""The two PostgreSQL drivers: psycopg2 and psycopg (version 3).
+
+Both bind parameters on the client (psycopg's ClientCursor), so that the
+statements of a script, and a deferred BEGIN with the statement after
+it, travel to the server in one message as with psycopg2. What differs
+(parsing a dsn, COPY, reading notifications, the results of a message of
+several statements) is behind the methods of ``Driver``.
+"""
+import io
+
+from ...exceptions import ConfigurationError
+
+#: RelStorage's spellings of PostgreSQL drivers this storage does not run
+#: on.
+OTHER_DRIVERS = ('psycopg2cffi', 'pg8000')
+
+
+class Driver:
+    name = None
+    module = None
+    #: Whether a message of several statements leaves the cursor on the
+    #: first result (psycopg) rather than the last (psycopg2).
+    results_from_first = False
+
+    def __init__(self):
+        module = self.module
+        self.Error = module.Error
+        self.OperationalError = module.OperationalError
+        self.InterfaceError = module.InterfaceError
+        self.ProgrammingError = module.ProgrammingError
+        self.errors = module.errors
+
+    def connect(self, dsn, **keywords):
+        """A connection in autocommit mode (transactions are explicit)."""
+        conn = self.module.connect(dsn, **keywords)
+        conn.autocommit = True
+        return conn
+
+    def mogrify(self, cursor, stmt, params):
+        """*stmt* with *params* bound, as text."""
+        raise NotImplementedError
+
+    def copy_in(self, cursor, sql, data):
+        """Run ``COPY ... FROM STDIN`` *sql* with the bytes *data*."""
+        raise NotImplementedError
+
+    def notified(self, conn):
+        """Whether notifications arrived on *conn* (read without a round
+        trip), forgetting them."""
+        raise NotImplementedError
+
+
+class Psycopg2Driver(Driver):
+    name = 'psycopg2'
+
+    def __init__(self):
+        import psycopg2
+        import psycopg2.errors
+        import psycopg2.extensions
+        self.module = psycopg2
+        super().__init__()
+
+    def parse_dsn(self, dsn):
+        return self.module.extensions.parse_dsn(dsn)
+
+    def mogrify(self, cursor, stmt, params):
+        return cursor.mogrify(stmt, params).decode('utf-8', 'surrogateescape')
+
+    def copy_in(self, cursor, sql, data):
+        # 64 KB per message instead of psycopg2's default 8 KB.
+        cursor.copy_expert(sql, io.BytesIO(data), size=1 << 16)
+
+    def notified(self, conn):
+        conn.poll()
+        if conn.notifies:
+            del conn.notifies[:]
+            return True
+        return False
+
+
+class PsycopgDriver(Driver):
+    name = 'psycopg'
+    results_from_first = True
+
+    def __init__(self):
+        import psycopg
+        import psycopg.conninfo
+        import psycopg.errors
+        self.module = psycopg
+        super().__init__()
+
+    def parse_dsn(self, dsn):
+        return self.module.conninfo.conninfo_to_dict(dsn)
+
+    def connect(self, dsn, **keywords):
+        return self.module.connect(
+            dsn, autocommit=True, cursor_factory=self.module.ClientCursor,
+            **keywords)
+
+    def mogrify(self, cursor, stmt, params):
+        return cursor.mogrify(stmt, params)
+
+    def copy_in(self, cursor, sql, data):
+        with cursor.copy(sql) as copy:
+            view = memoryview(data)
+            for start in range(0, len(data), 1 << 16):
+                copy.write(view[start:start + (1 << 16)])
+
+    def notified(self, conn):
+        pgconn = conn.pgconn
+        pgconn.consume_input()
+        found = False
+        while pgconn.notifies() is not None:
+            found = True
+        return found
+
+
+DRIVERS = {'psycopg2': Psycopg2Driver, 'psycopg': PsycopgDriver}
+
+
+def select_driver(name):
+    """The driver for the ``driver`` option: auto (psycopg2, else
+    psycopg), psycopg2 or psycopg, in any case."""
+    key = str(name or 'auto').lower()
+    if key == 'auto':
+        candidates = ('psycopg2', 'psycopg')
+    elif key in DRIVERS:
+        candidates = (key,)
+    else:
+        raise ConfigurationError(
+            'driver: %s PostgreSQL driver %r (supported: auto, psycopg2, '
+            'psycopg)' % ('the unsupported' if key in OTHER_DRIVERS
+                          else 'unknown', name))
+    problems = []
+    for candidate in candidates:
+        try:
+            return DRIVERS[candidate]()
+        except ImportError as e:
+            problems.append('%s: %s' % (candidate, e))
+    raise ConfigurationError(
+        'driver: no PostgreSQL driver could be imported (pip install '
+        'relstorage[postgresql], or psycopg[binary] for psycopg 3): %s'
+        % '; '.join(problems))
