@@ -69,7 +69,8 @@ class Contender:
         return self.kind not in ('filestorage', 'other')
 
     def open(self):
-        import io
+        import importlib.util
+import io
 
         import ZODB.config
         from ZConfig import loadConfigFile
@@ -98,9 +99,7 @@ class Contender:
         if self.kind != 'postgresql' or re.search(
                 r'^[ \t]*driver[ \t]', self.text, flags=re.MULTILINE):
             return None
-        try:
-            import psycopg  # noqa: F401
-        except ImportError:
+        if importlib.util.find_spec('psycopg') is None:
             return None
         text = re.sub(r'(<postgresql[^>]*>)', r'\1\n      driver psycopg',
                       self.text, count=1, flags=re.IGNORECASE)
