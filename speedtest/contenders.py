@@ -2,6 +2,7 @@
 zope.conf-style file, kept as text so that every worker process opens its
 own database from it, plus variants of them (unix socket, no local cache)
 and a ZEO server the tool may start itself."""
+import importlib.util
 import os
 import re
 import shutil
@@ -69,8 +70,7 @@ class Contender:
         return self.kind not in ('filestorage', 'other')
 
     def open(self):
-        import importlib.util
-import io
+        import io
 
         import ZODB.config
         from ZConfig import loadConfigFile
