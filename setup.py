@@ -31,7 +31,8 @@ setup(
         'mysql': ['mysqlclient >= 2.1'],
         # Pure-Python fallback where mysqlclient cannot be built.
         'pymysql': ['PyMySQL >= 1.0'],
-        'oracle': ['oracledb'],
+        # python-oracledb, in thin mode: no Oracle client libraries.
+        'oracle': ['oracledb >= 2.0'],
         # zodburi's postgres://, mysql:// and sqlite:// URIs.
         'zodburi': ['zodburi'],
         # The speed test's charts and its ZEO contender.
@@ -48,6 +49,10 @@ setup(
             'psycopg2 >= 2.9',
             'mysqlclient >= 2.1',
             'PyMySQL >= 1.0',
+            # The Oracle adapter's driver layer is tested for real, and
+            # its SQL against Oracle's grammar (sqlglot's dialect).
+            'oracledb >= 2.0',
+            'sqlglot >= 30',
         ],
     },
     entry_points={
