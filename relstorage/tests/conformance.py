@@ -24,6 +24,7 @@ from ZODB.tests import TransactionalUndoStorage
 from ZODB.tests.StorageTestBase import StorageTestBase
 
 from .dbs import DatabaseFactory
+from .dbs import require
 from .private_servers import private_server
 
 NO_HISTORY = 'needs earlier revisions, which a history-free storage drops'
@@ -100,11 +101,14 @@ class RelStorageTestBase(StorageTestBase):
     ])
 
     def setUp(self):
+        private = (self.database in ('postgresql', 'mysql')
+                   and self._testMethodName in self.MANY_CLIENTS)
+        if not private:
+            # Before the base's setUp, which enters a temporary directory
+            # that only its tearDown leaves (not run after a skip here).
+            require(self.database)
         super().setUp()
-        server = None
-        if self.database != 'sqlite' and self._testMethodName in \
-                self.MANY_CLIENTS:
-            server = private_server(self.database)
+        server = private_server(self.database) if private else None
         self.factory = DatabaseFactory(self.database, self.keep_history,
                                        server=server)
         self._storage = self.factory.storage(zap=True)
@@ -204,7 +208,7 @@ def make_classes(database):
     """``{class_name: TestCase}`` for *database* in both history modes."""
     classes = {}
     title = {'sqlite': 'SQLite', 'postgresql': 'PostgreSQL',
-             'mysql': 'MySQL'}[database]
+             'mysql': 'MySQL', 'oracle': 'Oracle'}[database]
     for keep_history, mixins, skips in (
             (True, HISTORY_PRESERVING_MIXINS, {}),
             (False, HISTORY_FREE_MIXINS, SKIP_HISTORY_FREE)):
