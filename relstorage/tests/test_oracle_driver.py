@@ -184,6 +184,18 @@ def test_dsn_forms():
     assert DSN(descriptor).location() == ('db1', '1530', 'svc')
 
 
+def test_tns_alias_is_described_by_where_it_points(tmp_path, monkeypatch):
+    (tmp_path / 'tnsnames.ora').write_text(
+        'PRODDB =\n  (DESCRIPTION = (ADDRESS = (PROTOCOL = TCP)'
+        '(HOST = db7.example.org)(PORT = 1599))\n'
+        '    (CONNECT_DATA = (SERVICE_NAME = prod.example.org)))\n')
+    monkeypatch.setattr(oracledb.defaults, 'config_dir', str(tmp_path))
+    assert DSN('PRODDB').describe() == (
+        'TNS alias PRODDB, host=db7.example.org port=1599 '
+        'service=prod.example.org')
+    assert DSN('OTHERDB').describe() == 'TNS alias OTHERDB'
+
+
 def test_driver_option():
     assert select_driver('auto').name == 'oracledb'
     assert select_driver('OracleDB').name == 'oracledb'

@@ -91,13 +91,36 @@ class DSN:
             self.service = easy.group(3)
         else:
             self.alias = text
+            self._resolve_alias()
+
+    def _resolve_alias(self):
+        """Where the alias points, when python-oracledb finds it in the
+        tnsnames.ora of its configuration directory (TNS_ADMIN)."""
+        try:
+            import oracledb
+            params = oracledb.ConnectParams()
+            params.parse_connect_string(self.alias)
+        except Exception:  # noqa: BLE001 -- not installed, not resolvable
+            return
+        host = params.host
+        if isinstance(host, list):  # several addresses: name the first
+            host = host[0] if host else None
+        port = params.port[0] if isinstance(params.port, list) else params.port
+        service = params.service_name or params.sid
+        if isinstance(service, list):
+            service = service[0] if service else None
+        if host:
+            self.host, self.port, self.service = host, str(port), service
 
     def describe(self):
-        if self.alias is not None:
-            return 'TNS alias %s' % self.alias
-        return 'host=%s port=%s service=%s' % (
+        where = 'host=%s port=%s service=%s' % (
             self.host or '?', self.port or '1521',
             self.service or '<default>')
+        if self.alias is not None:
+            if self.host is None:
+                return 'TNS alias %s' % self.alias
+            return 'TNS alias %s, %s' % (self.alias, where)
+        return where
 
     def location(self):
         if self.alias is not None:
