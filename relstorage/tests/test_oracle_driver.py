@@ -120,6 +120,25 @@ def test_unreachable_server_is_named_within_the_bound(mode):
         assert 'DPY-' in str(exc.value)    # the driver's own words, kept
 
 
+def test_cx_oracle_without_client_libraries_says_so():
+    # cx_Oracle is optional (and needs Oracle's client libraries to
+    # connect at all); where it is installed, its errors are ours too.
+    pytest.importorskip('cx_Oracle', reason='cx_Oracle is not installed')
+    port = closed_port()
+    adapter = OracleAdapter(user='app', password='s3cret-pw',
+                            dsn='127.0.0.1:%d/RSTEST' % port,
+                            driver='cx_Oracle',
+                            options=Options(network_timeout=BOUND))
+    assert adapter.driver.name == 'cx_Oracle'
+    started = time.monotonic()
+    with pytest.raises(DatabaseUnavailable) as exc:
+        adapter.connect(for_store=True)
+    assert time.monotonic() - started < BOUND + 1
+    assert_clear(exc.value, port)
+    if 'DPI-1047' in str(exc.value):
+        assert "cx_Oracle needs Oracle's client libraries" in str(exc.value)
+
+
 def test_zope_conf_oracle_section_opens_through_the_real_driver():
     port = closed_port()
     with pytest.raises(DatabaseUnavailable) as exc:

@@ -48,6 +48,9 @@ CONNECT_HINTS = {
     'DPY-6005': 'the server could not be reached or broke off the '
                 'connection',
     'DPY-4011': 'the server closed the connection',
+    'DPI-1047': "cx_Oracle needs Oracle's client libraries (Instant "
+                'Client), which were not found; python-oracledb (driver '
+                'oracledb) needs none',
 }
 
 _CODE = re.compile(r'\b(ORA|DPY|DPI|TNS|PLS)-(\d{4,5})\b')
