@@ -33,7 +33,7 @@ setup(
         'pymysql': ['PyMySQL >= 1.0'],
         # python-oracledb, in thin mode: no Oracle client libraries.
         'oracle': ['oracledb >= 2.0'],
-        # zodburi's postgres://, mysql:// and sqlite:// URIs.
+        # zodburi's postgres://, mysql://, oracle:// and sqlite:// URIs.
         'zodburi': ['zodburi'],
         # The speed test's charts and its ZEO contender.
         'speedtest': ['matplotlib', 'ZEO'],
@@ -66,6 +66,7 @@ setup(
             'postgres = relstorage.uriresolver:postgresql',
             'postgresql = relstorage.uriresolver:postgresql',
             'mysql = relstorage.uriresolver:mysql',
+            'oracle = relstorage.uriresolver:oracle',
             'sqlite = relstorage.uriresolver:sqlite',
         ],
     },
