@@ -1,7 +1,13 @@
 """The Oracle adapter against a real server: run only where one is
 configured (RELSTORAGE_TEST_ORACLE_*, see dbs.py), skipped with that
 reason otherwise. ZODB's conformance suites for Oracle are in
-test_conformance_oracle.py."""
+test_conformance_oracle.py.
+
+Besides Oracle's own tests, the adapter tests every database runs that
+need nothing but the ``factory`` fixture run here on Oracle: this
+module's ``factory`` and ``hp_factory`` give them Oracle test schemas.
+(Those that inspect a server in its own SQL, kill its sessions or start
+other processes through database-specific helpers are not among them.)"""
 import os
 import threading
 
@@ -19,19 +25,86 @@ from relstorage.exceptions import HistoryModeMismatch
 from relstorage.options import Options
 from relstorage.storage import RelStorage
 
+from . import test_blobs
+from . import test_errors
+from . import test_pack
+from . import test_readahead
+from . import test_records
+from . import test_storage
 from .dbs import DatabaseFactory
 from .dbs import admin_query
 from .dbs import oracle_params
 from .dbs import require
 
 
+def _emptied(keep_history):
+    require('oracle')
+    factory = DatabaseFactory('oracle', keep_history)
+    factory.storage(zap=True).close()
+    return factory
+
+
 @pytest.fixture(params=[True, False], ids=['HP', 'HF'])
 def oracle(request):
-    require('oracle')
-    factory = DatabaseFactory('oracle', request.param)
-    factory.storage(zap=True).close()
+    factory = _emptied(request.param)
     yield factory
     factory.cleanup()
+
+
+@pytest.fixture(params=[True, False], ids=['oracle-HP', 'oracle-HF'])
+def factory(request):
+    """The shared tests' fixture (conftest.py), on Oracle."""
+    factory = _emptied(request.param)
+    yield factory
+    factory.cleanup()
+
+
+@pytest.fixture
+def hp_factory():
+    factory = _emptied(True)
+    yield factory
+    factory.cleanup()
+
+
+#: The shared adapter tests that run here on Oracle.
+SHARED_TESTS = (
+    test_storage.test_cache_is_shared_by_connections_of_one_storage,
+    test_storage.test_tids_strictly_increase,
+    test_storage.test_lock_wait_past_commit_lock_timeout_is_a_clear_transient_error,
+    test_storage.test_failed_poll_makes_the_next_one_invalidate_everything,
+    test_storage.test_tpc_begin_with_bad_tid_does_not_block_later_commits,
+    test_storage.test_own_commits_are_not_reported_back_as_invalidations,
+    test_storage.test_own_commit_after_anothers_is_not_an_invalidation,
+    test_storage.test_row_locks_read_exactly_the_oids_asked_for,
+    test_pack.test_pack_removes_garbage_and_old_revisions,
+    test_pack.test_pack_without_gc_keeps_unreachable_objects,
+    test_pack.test_pack_to_a_time_before_an_earlier_pack_is_refused,
+    test_pack.test_pack_waits_while_the_commit_lock_is_busy,
+    test_pack.test_prepack_only_then_pack_with_its_state,
+    test_pack.test_full_pack_discards_an_earlier_prepack_state,
+    test_blobs.test_blob_cache_shrinks_back_under_its_limit,
+    test_blobs.test_missing_blob_in_database_names_oid_and_tid,
+    test_blobs.test_missing_blob_in_shared_dir_names_oid_tid_and_file,
+    test_blobs.test_shared_blob_dir_holds_the_data_not_the_database,
+    test_blobs.test_blob_dirs_are_private,
+    test_blobs.test_replaced_undone_and_packed_blobs_leave_no_rows,
+    test_blobs.test_aborted_transaction_leaves_no_blob_behind,
+    test_blobs.test_storage_without_blob_dir_is_not_a_blob_storage,
+    test_records.test_record_iternext_walks_current_records_in_oid_order,
+    test_records.test_delete_object,
+    test_records.test_delete_object_with_stale_serial_conflicts,
+    test_records.test_prefetch_fills_the_shared_cache,
+    test_records.test_copy_from_filestorage,
+    test_records.test_restore_with_old_tid_is_refused_and_leaves_nothing_locked,
+    test_readahead.test_walk_reads_ahead_and_lookup_does_not,
+    test_readahead.test_read_ahead_is_never_stale,
+    test_readahead.test_damaged_row_read_ahead_fails_only_its_own_load,
+    test_readahead.test_walk_goes_on_through_btree_buckets,
+    test_errors.test_corrupt_record_names_the_object_and_loses_nothing,
+    test_errors.test_oids_above_the_columns_range,
+)
+# Collected here under their own names, with this module's fixtures.
+globals().update({test.__name__: test for test in SHARED_TESTS})
 
 
 def test_round_trip_of_small_large_and_empty_values(oracle, tmp_path):
