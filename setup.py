@@ -33,8 +33,9 @@ setup(
         'mysql': ['mysqlclient >= 2.1'],
         # Pure-Python fallback where mysqlclient cannot be built.
         'pymysql': ['PyMySQL >= 1.0'],
-        'oracle': ['oracledb'],
-        # zodburi's postgres://, mysql:// and sqlite:// URIs.
+        # python-oracledb, in thin mode: no Oracle client libraries.
+        'oracle': ['oracledb >= 2.0'],
+        # zodburi's postgres://, mysql://, oracle:// and sqlite:// URIs.
         'zodburi': ['zodburi'],
         # The speed test's charts and its ZEO contender.
         'speedtest': ['matplotlib', 'ZEO'],
@@ -51,6 +52,10 @@ setup(
             'psycopg[binary] >= 3.1',
             'mysqlclient >= 2.1',
             'PyMySQL >= 1.0',
+            # The Oracle adapter's driver layer is tested for real, and
+            # its SQL against Oracle's grammar (sqlglot's dialect).
+            'oracledb >= 2.0',
+            'sqlglot >= 30',
         ],
     },
     entry_points={
@@ -65,6 +70,7 @@ setup(
             'postgres = relstorage.uriresolver:postgresql',
             'postgresql = relstorage.uriresolver:postgresql',
             'mysql = relstorage.uriresolver:mysql',
+            'oracle = relstorage.uriresolver:oracle',
             'sqlite = relstorage.uriresolver:sqlite',
         ],
     },

@@ -376,6 +376,11 @@ class OracleAdapterFactory(_AdapterFactory):
     section_name = 'oracle'
     param_names = {'user': 'user', 'password': 'password', 'dsn': 'dsn'}
 
+    def create(self, options):
+        from relstorage.adapters.oracle import OracleAdapter
+        return OracleAdapter(driver=self.driver, options=options,
+                             **self.params())
+
 
 class SQLite3AdapterFactory(_AdapterFactory):
     """``<sqlite3>``, and the embedded default when ``<relstorage>`` has no

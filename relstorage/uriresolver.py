@@ -1,9 +1,10 @@
-"""zodburi resolvers: ``postgres://``, ``postgresql://``, ``mysql://`` and
-``sqlite://`` URIs, as Pyramid applications name their database
-(``zodbconn.uri``), with RelStorage's forms::
+"""zodburi resolvers: ``postgres://``, ``postgresql://``, ``mysql://``,
+``oracle://`` and ``sqlite://`` URIs, as Pyramid applications name their
+database (``zodbconn.uri``), with RelStorage's forms::
 
     postgres://user:password@host:5432/dbname?keep_history=false
     mysql://user:password@host:3306/dbname?cache_local_mb=100
+    oracle://user:password@host:1521/service?driver=oracledb
     sqlite:///var/app/relstorage?blob_dir=/var/app/blobs
     sqlite://?name=site          (the embedded default location)
 
@@ -19,6 +20,7 @@ from urllib.parse import unquote
 from urllib.parse import urlsplit
 
 from .config import MySQLAdapterFactory
+from .config import OracleAdapterFactory
 from .config import PostgreSQLAdapterFactory
 from .config import SQLite3AdapterFactory
 from .config import checked
@@ -47,6 +49,7 @@ ADAPTER_KEYS = {
     'postgresql': ('driver',),
     'mysql': ('driver', 'unix_socket', 'connect_timeout', 'read_timeout',
               'write_timeout', 'compress'),
+    'oracle': ('driver',),
     'sqlite': ('driver',),
 }
 
@@ -103,6 +106,12 @@ def _resolve(kind, uri):
         factory = MySQLAdapterFactory(types.SimpleNamespace(
             host=parts.hostname, port=port, user=user, passwd=password,
             db=path.lstrip('/') or None, **keys))
+    elif kind == 'oracle':
+        # An Easy Connect string: host[:port][/service].
+        dsn = (parts.hostname or '') + (':%d' % port if port else '') + (
+            path if path.strip('/') else '')
+        factory = OracleAdapterFactory(types.SimpleNamespace(
+            user=user, password=password, dsn=dsn or None, **keys))
     else:
         if parts.netloc:
             raise ConfigurationError(
@@ -133,6 +142,11 @@ def postgresql(uri):
 def mysql(uri):
     """The resolver of ``mysql://`` URIs."""
     return _resolve('mysql', uri)
+
+
+def oracle(uri):
+    """The resolver of ``oracle://`` URIs."""
+    return _resolve('oracle', uri)
 
 
 def sqlite(uri):

@@ -53,10 +53,11 @@ class Contender:
 
     @property
     def kind(self):
-        """'postgresql', 'mysql', 'sqlite', 'zeo', 'filestorage' or
-        'other'."""
+        """'postgresql', 'mysql', 'oracle', 'sqlite', 'zeo',
+        'filestorage' or 'other'."""
         text = self.text.lower()
         for tag, kind in (('<postgresql', 'postgresql'), ('<mysql', 'mysql'),
+                          ('<oracle', 'oracle'),
                           ('<sqlite3', 'sqlite'), ('<relstorage', 'sqlite'),
                           ('<zeoclient', 'zeo'),
                           ('<filestorage', 'filestorage')):

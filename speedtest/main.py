@@ -181,13 +181,16 @@ def environment(contenders):
             pass
     env['packages'].setdefault('ZODB', getattr(ZODB, '__version__', '?'))
     for c in contenders:
-        if c.kind not in ('postgresql', 'mysql'):
+        if c.kind not in ('postgresql', 'mysql', 'oracle'):
             continue
         db = c.open()
         try:
             session = db.storage._adapter.connect(for_store=False)
             try:
-                env['servers'][c.name] = session.scalar('SELECT version()')
+                # The driver knows Oracle's version from the handshake.
+                env['servers'][c.name] = (
+                    'Oracle %s' % session.conn.version if c.kind == 'oracle'
+                    else session.scalar('SELECT version()'))
             finally:
                 session.close()
         finally:

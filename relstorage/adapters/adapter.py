@@ -570,6 +570,11 @@ class Adapter:
         """Whether a driver error means the user lacks a privilege."""
         return False
 
+    def is_full_error(self, error):
+        """Whether a driver error means the database has no room left
+        (a tablespace or quota full)."""
+        return False
+
     def note_oid(self, oid):
         if oid > self.max_known_oid:
             self.max_known_oid = oid

@@ -65,7 +65,10 @@ def read_chunk(session, blob_id, num):
     row = session.fetchone(
         'SELECT chunk FROM blob_chunk WHERE blob_id = %s AND chunk_num = %s',
         (blob_id, num))
-    return bytes(row[0]) if row is not None else None
+    if row is None:
+        return None
+    # An empty chunk is NULL where zero bytes are stored as NULL (Oracle).
+    return bytes(row[0]) if row[0] is not None else b''
 
 
 def delete_blobs(session, blob_ids):

@@ -72,7 +72,9 @@ class HistoryPreservingIterator(Iterator):
         if limit is not None:
             sql += ' LIMIT %s'
             params.append(limit)
-        return [(tid, _b(u), _b(d), _b(e) or b'', bool(p))
+        # A database that stores zero bytes as NULL (Oracle) gives None
+        # for an empty user or description.
+        return [(tid, _b(u) or b'', _b(d) or b'', _b(e) or b'', bool(p))
                 for tid, u, d, e, p in session.fetchall(sql, params)]
 
     def records(self, session, tid):
@@ -84,7 +86,7 @@ class HistoryPreservingIterator(Iterator):
     def object_history(self, session, oid, limit):
         """``[(tid, size, user, description, extension)]``, newest first."""
         return self._history(oid, [
-            (tid, size, _b(u), _b(d), _b(e) or b'')
+            (tid, size, _b(u) or b'', _b(d) or b'', _b(e) or b'')
             for tid, size, u, d, e in session.fetchall(
                 'SELECT s.tid, s.state_size, t.username, t.description, '
                 't.extension FROM object_state s '

@@ -20,6 +20,10 @@ class Mover:
     upsert_set = '{col} = excluded.{col}'
     #: Some databases need a WHERE before ON CONFLICT in INSERT ... SELECT.
     insert_select_where = ' WHERE TRUE'
+    #: The byte length of temp_store's state, 0 for NULL.
+    state_length = 'COALESCE(LENGTH(state), 0)'
+    #: Completes a SELECT that reads no table (Oracle's FROM DUAL).
+    no_table = ''
 
     temp_store_ddl = None  # set by the adapter
 
@@ -44,13 +48,22 @@ class Mover:
         no statistics at all (a table never analyzed) a range on both
         sides still leads it to the index, where ``tid > %s`` alone made
         it scan the whole table."""
-        return ('SELECT -1, ({last}) UNION ALL SELECT zoid, tid FROM {table} '
-                'WHERE tid > %s AND tid <= 9223372036854775807').format(
-                    last=self.last_tid_sql, table=self.current_table)
+        return ('SELECT -1, ({last}){no_table} UNION ALL SELECT zoid, tid '
+                'FROM {table} WHERE tid > %s AND tid <= 9223372036854775807'
+                ).format(last=self.last_tid_sql, no_table=self.no_table,
+                         table=self.current_table)
 
     def upsert(self, key, cols):
         sets = ', '.join(self.upsert_set.format(col=c) for c in cols)
         return self.upsert_suffix.format(key=key, sets=sets)
+
+    def upsert_select(self, table, key, cols, select):
+        """A statement writing the rows of *select* (whose columns are
+        named as *cols*) into *table*, replacing the row of an existing
+        *key*."""
+        return ('INSERT INTO %s (%s) %s%s%s' % (
+            table, ', '.join(cols), select, self.insert_select_where,
+            self.upsert(key, [c for c in cols if c != key])))
 
     # Loading
 
@@ -203,11 +216,11 @@ class HistoryPreservingMover(Mover):
         return [
             ('INSERT INTO object_state '
              '(zoid, tid, prev_tid, state_size, state, blob_id) '
-             'SELECT zoid, %s, prev_tid, COALESCE(LENGTH(state), 0), state, '
-             'blob_id FROM temp_store', (tid,)),
-            ('INSERT INTO current_object (zoid, tid) '
-             'SELECT zoid, %s FROM temp_store' + self.insert_select_where
-             + self.upsert('zoid', ('tid',)), (tid,)),
+             'SELECT zoid, %%s, prev_tid, %s, state, blob_id FROM temp_store'
+             % self.state_length, (tid,)),
+            (self.upsert_select('current_object', 'zoid', ('zoid', 'tid'),
+                                'SELECT zoid, %s AS tid FROM temp_store'),
+             (tid,)),
         ]
 
     def _in_place(self, rows, tid):
@@ -271,12 +284,12 @@ class HistoryFreeMover(Mover):
         # polls by other processes see the deletion at its tid and drop
         # their cached state (pack removes tombstones). With *own_tids*
         # (a copy) each row keeps the tid uploaded in its prev_tid column.
+        select = ('SELECT zoid, %s AS tid, %s AS state_size, state, blob_id '
+                  'FROM temp_store' % ('prev_tid' if own_tids else '%s',
+                                       self.state_length))
         return [
-            ('INSERT INTO object_state (zoid, tid, state_size, state, '
-             'blob_id) SELECT zoid, %s, COALESCE(LENGTH(state), 0), state, '
-             'blob_id FROM temp_store' % ('prev_tid' if own_tids else '%s')
-             + self.insert_select_where
-             + self.upsert('zoid', ('tid', 'state_size', 'state', 'blob_id')),
+            (self.upsert_select('object_state', 'zoid', (
+                'zoid', 'tid', 'state_size', 'state', 'blob_id'), select),
              () if own_tids else (tid,)),
         ]
 

@@ -24,3 +24,17 @@ class OIDAllocator:
 
     def reset_after_drop(self):
         """Forget anything kept outside the main tables."""
+
+
+class SequenceOIDAllocator(OIDAllocator):
+    """Oids from a database sequence that steps by OID_BLOCK: each value
+    starts a block, and a sequence hands out values without waiting for
+    any transaction."""
+
+    #: Takes ``%s`` values of the sequence, one ``(value,)`` row each.
+    next_values_sql = None
+
+    def new_blocks(self, session, blocks):
+        from .adapter import OID_BLOCK
+        rows = session.fetchall(self.next_values_sql, (blocks,))
+        return [(first, OID_BLOCK) for (first,) in rows]

@@ -21,6 +21,10 @@ class Types:
     false = 'FALSE'
     # Appended to CREATE TABLE (MySQL uses it for the engine).
     table_suffix = ''
+    #: The constraint on byte columns that are never NULL; empty where the
+    #: database stores zero bytes as NULL (Oracle), so that an empty
+    #: username or an empty blob still fits.
+    bytes_not_null = ' NOT NULL'
 
 
 META_TABLE = """
@@ -37,16 +41,16 @@ BLOB_TABLE = """
 CREATE TABLE blob_chunk (
     blob_id     {bigint} NOT NULL,
     chunk_num   {bigint} NOT NULL,
-    chunk       {blob} NOT NULL,
+    chunk       {blob}{bytes_not_null},
     PRIMARY KEY (blob_id, chunk_num)
 ){table_suffix}
 """
 
 #: The garbage a pre-pack found (``zodbpack --prepack``), for a later
 #: ``--use-prepack-state`` pack; its pack tid and snapshot are kept in
-#: relstorage_meta. Created when first needed.
+#: relstorage_meta. Created when first needed (Schema.ensure_pack_garbage).
 PACK_GARBAGE_TABLE = """
-CREATE TABLE IF NOT EXISTS pack_garbage (
+CREATE TABLE pack_garbage (
     zoid        {bigint} NOT NULL PRIMARY KEY
 ){table_suffix}
 """
@@ -55,10 +59,10 @@ HISTORY_PRESERVING_TABLES = (
     """
     CREATE TABLE transactions (
         tid         {bigint} NOT NULL PRIMARY KEY,
-        packed      {bool} NOT NULL DEFAULT {false},
-        is_empty    {bool} NOT NULL DEFAULT {false},
-        username    {blob} NOT NULL,
-        description {blob} NOT NULL,
+        packed      {bool} DEFAULT {false} NOT NULL,
+        is_empty    {bool} DEFAULT {false} NOT NULL,
+        username    {blob}{bytes_not_null},
+        description {blob}{bytes_not_null},
         extension   {blob}
     ){table_suffix}
     """,
@@ -134,7 +138,8 @@ class Schema:
         self.adapter = adapter
         self.keep_history = adapter.keep_history
         fmt = {k: getattr(types, k) for k in (
-            'bigint', 'blob', 'bool', 'text', 'true', 'false', 'table_suffix')}
+            'bigint', 'blob', 'bool', 'text', 'true', 'false', 'table_suffix',
+            'bytes_not_null')}
         tables = (HISTORY_PRESERVING_TABLES if self.keep_history
                   else HISTORY_FREE_TABLES)
         self.ddl = [META_TABLE.format(**fmt), BLOB_TABLE.format(**fmt)]
@@ -210,9 +215,18 @@ class Schema:
             [('schema_version', str(SCHEMA_VERSION)),
              ('keep_history', 'true' if self.keep_history else 'false')])
 
+    def ensure_pack_garbage(self, session):
+        """Create the pack_garbage table unless it exists (outside any
+        transaction: on some databases DDL commits)."""
+        if not session.table_exists('pack_garbage'):
+            session.execute(self.pack_garbage_ddl)
+
+    def drop_table(self, session, table):
+        session.execute('DROP TABLE IF EXISTS %s' % table)
+
     def drop(self, session):
         """Remove every relstorage table of either mode."""
         for table in ALL_TABLES:
-            session.execute('DROP TABLE IF EXISTS %s' % table)
+            self.drop_table(session, table)
         for stmt in self.drop_extra_ddl:
             session.execute(stmt)

@@ -10,6 +10,7 @@ import logging
 import threading
 
 from ..exceptions import DatabaseDisconnected
+from ..exceptions import DatabaseFull
 from ..exceptions import PermissionDenied
 
 log = logging.getLogger(__name__)
@@ -73,6 +74,11 @@ class Session:
                 'user that may only read needs read-only true)'
                 % (self.adapter.describe(),
                    str(e).strip().splitlines()[0])) from e
+        if self.adapter.is_full_error(e):
+            raise DatabaseFull(
+                'the %s has no room left: %s; nothing of this transaction '
+                'was committed' % (self.adapter.describe(),
+                                   str(e).strip().splitlines()[0])) from e
         if self.adapter.is_disconnect(self, e):
             self.in_transaction = False
             self.pending = ''

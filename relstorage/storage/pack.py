@@ -158,7 +158,7 @@ class Pack:
     def save_prepack(self, writer, checked_tid, garbage):
         """Keep what the pre-pack found for a later pack that skips it."""
         adapter = self.adapter
-        writer.execute(adapter.schema.pack_garbage_ddl)
+        adapter.schema.ensure_pack_garbage(writer)
         writer.begin(adapter.store_begin_sql)
         self.packer.save_prepack(writer, self.pack_tid, checked_tid, garbage)
         writer.commit()

@@ -23,8 +23,9 @@ from ZODB.tests import Synchronization
 from ZODB.tests import TransactionalUndoStorage
 from ZODB.tests.StorageTestBase import StorageTestBase
 
-from .dbs import DATABASES
+from .dbs import ALL_DATABASES
 from .dbs import DatabaseFactory
+from .dbs import require
 from .private_servers import private_server
 
 NO_HISTORY = 'needs earlier revisions, which a history-free storage drops'
@@ -102,11 +103,14 @@ class RelStorageTestBase(StorageTestBase):
     ])
 
     def setUp(self):
+        private = (self.database in ('postgresql', 'mysql')
+                   and self._testMethodName in self.MANY_CLIENTS)
+        if not private:
+            # Before the base's setUp, which enters a temporary directory
+            # that only its tearDown leaves (not run after a skip here).
+            require(self.database)
         super().setUp()
-        server = None
-        if self.database != 'sqlite' and self._testMethodName in \
-                self.MANY_CLIENTS:
-            server = private_server(self.database)
+        server = private_server(self.database) if private else None
         self.factory = DatabaseFactory(self.database, self.keep_history,
                                        server=server, driver=self.driver)
         self._storage = self.factory.storage(zap=True)
@@ -203,8 +207,9 @@ def _apply_skips(cls, skips):
 
 
 #: The (database, driver) pairs the storage suites run on: every database
-#: with its default driver, and PostgreSQL through psycopg 3 too.
-VARIANTS = [(db, None) for db in DATABASES] + [('postgresql', 'psycopg')]
+#: with its default driver (Oracle only where a server is configured),
+#: and PostgreSQL through psycopg 3 too.
+VARIANTS = [(db, None) for db in ALL_DATABASES] + [('postgresql', 'psycopg')]
 
 
 def make_classes(database, driver=None):
@@ -212,7 +217,8 @@ def make_classes(database, driver=None):
     (through *driver*, when not the adapter's default)."""
     classes = {}
     title = {'sqlite': 'SQLite', 'postgresql': 'PostgreSQL',
-             'mysql': 'MySQL'}[database] + (driver or '').title()
+             'mysql': 'MySQL', 'oracle': 'Oracle'}[database] + (
+                 driver or '').title()
     label = database + ('-' + driver if driver else '')
     for keep_history, mixins, skips in (
             (True, HISTORY_PRESERVING_MIXINS, {}),

@@ -5,6 +5,14 @@ PostgreSQL is expected on 127.0.0.1:5432 with the role and databases that
 tests at another server. SQLite databases live in temporary directories.
 When a server cannot be reached the tests that need it are skipped, except
 under CI (``CI=true``), where that is a failure.
+
+Oracle is tested only where a server is configured: RELSTORAGE_TEST_ORACLE_DSN
+(an Easy Connect string), RELSTORAGE_TEST_ORACLE_USER (a prefix: the users
+PREFIX_hp, PREFIX_hf, PREFIX_hp2, PREFIX_hf2 and PREFIX_misc each hold one
+test schema) and RELSTORAGE_TEST_ORACLE_PASSWORD (theirs). Without them the
+Oracle tests are skipped, saying so, in CI too: no Oracle server can be
+installed from the package registries CI reaches. A configured server that
+cannot be reached fails under CI like the others.
 """
 import os
 import shutil
@@ -15,6 +23,10 @@ from relstorage.children import child_env  # noqa: F401 -- for the tests
 from relstorage.options import Options
 
 DATABASES = ('sqlite', 'postgresql', 'mysql')
+#: Databases tested only where a server is configured (see above).
+CONFIGURED_ONLY = ('oracle',)
+#: Every database the conformance suites are built for.
+ALL_DATABASES = DATABASES + CONFIGURED_ONLY
 
 PG_HOST = os.environ.get('RELSTORAGE_TEST_PG_HOST', '127.0.0.1')
 PG_PORT = os.environ.get('RELSTORAGE_TEST_PG_PORT', '5432')
@@ -31,6 +43,17 @@ MYSQL_PASSWORD = os.environ.get('RELSTORAGE_TEST_MYSQL_PASSWORD',
                                 'relstoragetest')
 MYSQL_DB_PREFIX = os.environ.get('RELSTORAGE_TEST_MYSQL_DB_PREFIX',
                                  'relstoragetest')
+
+
+ORACLE_DSN = os.environ.get('RELSTORAGE_TEST_ORACLE_DSN', '')
+ORACLE_USER = os.environ.get('RELSTORAGE_TEST_ORACLE_USER', '')
+ORACLE_PASSWORD = os.environ.get('RELSTORAGE_TEST_ORACLE_PASSWORD', '')
+ORACLE_HOW = ('set RELSTORAGE_TEST_ORACLE_DSN, RELSTORAGE_TEST_ORACLE_USER '
+              'and RELSTORAGE_TEST_ORACLE_PASSWORD to run them')
+#: Why the Oracle tests do not run here ('' when a server is configured).
+ORACLE_NOT_CONFIGURED = '' if (ORACLE_DSN and ORACLE_USER
+                               and ORACLE_PASSWORD) else (
+    'oracle: not run (no server configured): ' + ORACLE_HOW)
 
 
 def in_ci():
@@ -78,6 +101,12 @@ def mysql_params(keep_history, which='main', server=None, **overrides):
     return params
 
 
+def oracle_params(keep_history, which='main'):
+    """``user``, ``password`` and ``dsn`` of an Oracle test schema."""
+    return dict(user=_db_name(ORACLE_USER, keep_history, which),
+                password=ORACLE_PASSWORD, dsn=ORACLE_DSN)
+
+
 def admin_query(db_name, keep_history, sql, params=()):
     """Rows of *sql* run on a connection of its own to a test database
     (as an administrator or a monitoring tool would), then closed."""
@@ -85,6 +114,9 @@ def admin_query(db_name, keep_history, sql, params=()):
         import psycopg2
         conn = psycopg2.connect(pg_dsn(keep_history))
         conn.autocommit = True
+    elif db_name == 'oracle':
+        import oracledb
+        conn = oracledb.connect(**oracle_params(keep_history))
     else:
         import MySQLdb
         conn = MySQLdb.connect(**mysql_params(keep_history))
@@ -103,6 +135,9 @@ def require(db):
     """Skip (or, under CI, fail) when *db*'s server cannot be reached."""
     if db == 'sqlite':
         return
+    if db == 'oracle' and ORACLE_NOT_CONFIGURED:
+        # Said, never silent; not a failure in CI (see above).
+        raise unittest.SkipTest(ORACLE_NOT_CONFIGURED)
     if db not in _unreachable:
         _unreachable[db] = _probe(db)
     problem = _unreachable[db]
@@ -128,6 +163,14 @@ def _probe(db):
             return ('the MySQL/MariaDB test server at %s:%s cannot be '
                     'reached (run scripts/testdb.sh): %s'
                     % (MYSQL_HOST, MYSQL_PORT, e))
+    if db == 'oracle':
+        try:
+            import oracledb
+            oracledb.connect(tcp_connect_timeout=5,
+                             **oracle_params(True)).close()
+        except Exception as e:  # noqa: BLE001 -- reported as the skip reason
+            return ('the Oracle test server at %s cannot be reached as %s: '
+                    '%s' % (ORACLE_DSN, oracle_params(True)['user'], e))
     return None
 
 
@@ -174,6 +217,10 @@ class DatabaseFactory:
         if self.db == 'sqlite':
             from relstorage.adapters.sqlite import SQLiteAdapter
             return SQLiteAdapter(self.data_dir(which), options=opts)
+        if self.db == 'oracle':
+            from relstorage.adapters.oracle import OracleAdapter
+            return OracleAdapter(options=opts,
+                                 **oracle_params(self.keep_history, which))
         if self.db == 'mysql':
             from relstorage.adapters.mysql import MySQLAdapter
             return MySQLAdapter(options=opts, **mysql_params(

@@ -575,10 +575,12 @@ def test_open_refuses_unsupported_options(closing, tmp_path, name):
     assert os.listdir(str(tmp_path)) == []
 
 
-def test_oracle_not_supported_yet():
-    with pytest.raises(NotSupportedYet) as exc:
+def test_oracle_without_dsn_is_refused_by_name():
+    # Refused before any connection is attempted.
+    with pytest.raises(ConfigurationError) as exc:
         parse_relstorage('<oracle>\nuser app\n</oracle>').open()
-    assert exc.value.option == '<oracle>'
+    assert str(exc.value).startswith('dsn: required for <oracle>')
+    assert not isinstance(exc.value, NotSupportedYet)
 
 
 @pytest.mark.parametrize('driver_line, driver_name', [

@@ -9,7 +9,9 @@ from .blob_conformance import count_blob_cases
 from .conformance import count_tests
 from .conformance import VARIANTS
 from .conformance import make_classes
-from .dbs import DATABASES
+from .dbs import ALL_DATABASES
+from .dbs import ORACLE_NOT_CONFIGURED
+from .summary import database_lines
 
 COUNTS_FILE = os.path.join(os.path.dirname(__file__),
                            'conformance_counts.json')
@@ -17,7 +19,7 @@ COUNTS_FILE = os.path.join(os.path.dirname(__file__),
 
 def current_counts():
     counts = collections.Counter()
-    for db in DATABASES:
+    for db in ALL_DATABASES:
         counts.update(count_blob_cases(db))
     for db, driver in VARIANTS:
         for cls in make_classes(db, driver).values():
@@ -39,6 +41,34 @@ def test_every_database_and_mode_is_recorded():
     with open(COUNTS_FILE) as f:
         recorded = json.load(f)
     assert set(current_counts()) == set(recorded)
+
+
+def test_skipped_suites_do_not_count_as_run():
+    collected = {'oracle-HP': 95, 'oracle-HF': 60, 'sqlite-HP': 95}
+    results = {'oracle-HP': {'skipped': 95}, 'oracle-HF': {'skipped': 60},
+               'sqlite-HP': {'passed': 90, 'skipped': 5}}
+    assert database_lines(collected, results, oracle_configured=False) == [
+        'oracle: not run (no server configured)',
+        'sqlite: ran (90 passed, 0 failed, 5 skipped of 95)']
+    # A configured server whose tests were all skipped did not run either.
+    assert database_lines(collected, results, oracle_configured=True)[0] \
+        == 'oracle: not run (155 skipped of 155)'
+    # Not even collected: still said.
+    assert database_lines({}, {}, oracle_configured=False) == [
+        'oracle: not run (no server configured)']
+
+
+def test_oracle_suites_exist_and_say_why_they_do_not_run():
+    # Collected like the others (the guard above counts them), and skipped
+    # with a reason that names the variables, when no server is set up.
+    classes = make_classes('oracle')
+    assert set(c.conformance_key for c in classes.values()) == {
+        'oracle-HP', 'oracle-HF', 'oracle-HP-mt-instances',
+        'oracle-HF-mt-instances'}
+    if ORACLE_NOT_CONFIGURED:
+        assert ORACLE_NOT_CONFIGURED.startswith(
+            'oracle: not run (no server configured)')
+        assert 'RELSTORAGE_TEST_ORACLE_DSN' in ORACLE_NOT_CONFIGURED
 
 
 def test_both_method_prefixes_are_loaded():

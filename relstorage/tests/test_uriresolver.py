@@ -84,3 +84,26 @@ def test_password_with_special_characters_reaches_the_dsn():
     # The adapter section the URI describes, without connecting.
     assert factory.adapter_factory.config.dsn == ("dbname='site' host='db.example.org' port='6432' "
                    "user='app' password='p@ss w\\'rd'")
+
+
+def test_oracle_uri_opens_through_the_real_driver():
+    import socket
+
+    from relstorage.exceptions import DatabaseUnavailable
+    from relstorage.uriresolver import oracle
+    sock = socket.socket()
+    sock.bind(('127.0.0.1', 0))
+    port = sock.getsockname()[1]
+    sock.close()
+    factory, dbkw = oracle(
+        'oracle://app:p%%40ss@127.0.0.1:%d/RSTEST?keep_history=false'
+        '&network_timeout=3&driver=oracledb&database_name=site' % port)
+    config = factory.adapter_factory.config
+    assert (config.user, config.password, config.dsn, config.driver) == (
+        'app', 'p@ss', '127.0.0.1:%d/RSTEST' % port, 'oracledb')
+    assert factory.options.keep_history is False
+    assert dbkw == {'database_name': 'site'}
+    with pytest.raises(DatabaseUnavailable) as exc:
+        factory()
+    assert 'host=127.0.0.1 port=%d service=RSTEST' % port in str(exc.value)
+    assert 'p@ss' not in str(exc.value)

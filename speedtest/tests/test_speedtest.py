@@ -65,6 +65,15 @@ def test_config_file_with_filestorage_and_zeo(tmp_path, capsys):
     assert set(data['write_read']['zeo']['20']) == {'1', '2'}
 
 
+def test_an_oracle_section_is_a_shared_database():
+    (ora,) = parse('<zodb ora>\n  <relstorage>\n    <oracle>\n'
+                   '      user app\n      password pw\n'
+                   '      dsn db.example.org:1521/ORCLPDB1\n'
+                   '    </oracle>\n  </relstorage>\n</zodb>\n')
+    assert ora.kind == 'oracle'
+    assert ora.shared
+
+
 def test_variants_for_the_connection_test(tmp_path):
     (pg,) = parse('%import relstorage\n<zodb pg>\n  <relstorage>\n'
                   '    cache-local-mb 20\n    <postgresql>\n'

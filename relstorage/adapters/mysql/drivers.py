@@ -4,6 +4,7 @@ Each takes the ``<mysql>`` options under the names it expects; an option
 a driver cannot honour is refused by name rather than ignored.
 """
 from ...exceptions import ConfigurationError
+from ..drivers import choose_driver
 
 #: Error codes that mean "the server could not be reached or refused us".
 CONNECT_ERRORS = (1044, 1045, 1049, 2002, 2003, 2005, 2006, 2013)
@@ -85,24 +86,9 @@ DRIVER_NAMES = {'mysqldb': 'MySQLdb', 'mysqlclient': 'MySQLdb',
 def select_driver(name):
     """The driver for the ``driver`` option: auto, MySQLdb (also
     mysqlclient) or PyMySQL, in any case."""
-    key = str(name or 'auto').lower()
-    if key == 'auto':
-        candidates = ('MySQLdb', 'PyMySQL')
-    elif key in DRIVER_NAMES:
-        candidates = (DRIVER_NAMES[key],)
-    else:
-        raise ConfigurationError(
-            'driver: unknown or unsupported MySQL driver %r (supported: '
-            'auto, MySQLdb or mysqlclient, PyMySQL)' % name)
-    problems = []
-    for candidate in candidates:
-        try:
-            return DRIVERS[candidate]()
-        except ImportError as e:
-            problems.append('%s: %s' % (candidate, e))
-    raise ConfigurationError(
-        'driver: no MySQL driver could be imported (pip install '
-        'relstorage[mysql]): %s' % '; '.join(problems))
+    return choose_driver(name, DRIVERS, DRIVER_NAMES, ('MySQLdb', 'PyMySQL'),
+                         'MySQL', 'auto, MySQLdb or mysqlclient, PyMySQL',
+                         'mysql')
 
 
 def error_code(error):

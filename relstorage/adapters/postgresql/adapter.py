@@ -14,7 +14,7 @@ from ..adapter import Adapter
 from ..locker import Locker
 from ..mover import HistoryFreeMover
 from ..mover import HistoryPreservingMover
-from ..oidallocator import OIDAllocator
+from ..oidallocator import SequenceOIDAllocator
 from ..schema import Schema
 from ..session import Session
 from ..keepalive import Keepalive
@@ -261,14 +261,10 @@ class PostgreSQLHFMover(PostgreSQLMoverMixin, HistoryFreeMover):
                 oid=p64(oid) if oid is not None else None) from None
 
 
-class PostgreSQLOIDAllocator(OIDAllocator):
+class PostgreSQLOIDAllocator(SequenceOIDAllocator):
 
-    def new_blocks(self, session, blocks):
-        # The sequence steps by OID_BLOCK: each value starts a block.
-        rows = session.fetchall(
-            "SELECT nextval('zoid_seq') FROM generate_series(1, %s)",
-            (blocks,))
-        return [(first, OID_BLOCK) for (first,) in rows]
+    next_values_sql = (
+        "SELECT nextval('zoid_seq') FROM generate_series(1, %s)")
 
     def raise_to(self, max_oid):
         # Only ever moves the sequence forward.

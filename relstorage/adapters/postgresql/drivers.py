@@ -8,11 +8,7 @@ several statements) is behind the methods of ``Driver``.
 """
 import io
 
-from ...exceptions import ConfigurationError
-
-#: RelStorage's spellings of PostgreSQL drivers this storage does not run
-#: on.
-OTHER_DRIVERS = ('psycopg2cffi', 'pg8000')
+from ..drivers import choose_driver
 
 
 class Driver:
@@ -120,24 +116,9 @@ DRIVERS = {'psycopg2': Psycopg2Driver, 'psycopg': PsycopgDriver}
 
 def select_driver(name):
     """The driver for the ``driver`` option: auto (psycopg2, else
-    psycopg), psycopg2 or psycopg, in any case."""
-    key = str(name or 'auto').lower()
-    if key == 'auto':
-        candidates = ('psycopg2', 'psycopg')
-    elif key in DRIVERS:
-        candidates = (key,)
-    else:
-        raise ConfigurationError(
-            'driver: %s PostgreSQL driver %r (supported: auto, psycopg2, '
-            'psycopg)' % ('the unsupported' if key in OTHER_DRIVERS
-                          else 'unknown', name))
-    problems = []
-    for candidate in candidates:
-        try:
-            return DRIVERS[candidate]()
-        except ImportError as e:
-            problems.append('%s: %s' % (candidate, e))
-    raise ConfigurationError(
-        'driver: no PostgreSQL driver could be imported (pip install '
-        'relstorage[postgresql], or psycopg[binary] for psycopg 3): %s'
-        % '; '.join(problems))
+    psycopg), psycopg2 or psycopg, in any case. RelStorage's
+    psycopg2cffi and pg8000 are refused with that list."""
+    return choose_driver(name, DRIVERS, {key: key for key in DRIVERS},
+                         ('psycopg2', 'psycopg'), 'PostgreSQL',
+                         'auto, psycopg2, psycopg',
+                         'postgresql] or relstorage[psycopg')
