@@ -251,7 +251,6 @@ NOT_YET_SUPPORTED = frozenset({
     'revert_when_stale',
     'cache-local-dir',
     'cache-local-compression',
-    'commit-lock-id',
 })
 
 _unknown = NOT_YET_SUPPORTED - {spec.name for spec in OPTIONS}

@@ -48,7 +48,7 @@ DESIGN_DEFAULTS = {
 
 SUPPORTED_NOW = {
     'name', 'read-only', 'keep-history', 'create-schema',
-    'commit-lock-timeout', 'network-timeout', 'poll-interval', 'pack-gc', 'pack-batch-timeout',
+    'commit-lock-timeout', 'commit-lock-id', 'network-timeout', 'poll-interval', 'pack-gc', 'pack-batch-timeout',
     'pack-commit-busy-delay', 'pack-prepack-only', 'pack-skip-prepack', 'cache-local-mb', 'cache-local-object-max',
     'cache-delta-size-limit', 'blob-dir', 'shared-blob-dir',
     # Accepted from RelStorage configurations: memcache's settings are
@@ -283,7 +283,6 @@ def test_not_yet_supported_set():
         'replica-conf', 'ro-replica-conf',
         'replica-timeout', 'revert_when_stale',
         'cache-local-dir', 'cache-local-compression',
-        'commit-lock-id',
     }
     assert NOT_YET_SUPPORTED <= set(DESIGN_DEFAULTS)
     assert NOT_YET_SUPPORTED | SUPPORTED_NOW == set(DESIGN_DEFAULTS)
@@ -325,11 +324,12 @@ def test_compression_none_is_supported_but_zlib_is_not():
 
 def test_every_unsupported_option_is_named_in_one_error():
     opts = Options(cache_local_dir='/tmp/x', replica_conf='/etc/r.conf',
-                   commit_lock_id=3)
+                   cache_local_compression='zlib')
     with pytest.raises(NotSupportedYet) as exc:
         opts.check_supported()
     message = str(exc.value)
-    for name in ('cache-local-dir', 'replica-conf', 'commit-lock-id'):
+    for name in ('cache-local-dir', 'replica-conf',
+                 'cache-local-compression'):
         assert name in message
     assert "replica-conf='/etc/r.conf'" in message
 
