@@ -249,7 +249,6 @@ NOT_YET_SUPPORTED = frozenset({
     'ro-replica-conf',
     'replica-timeout',
     'revert_when_stale',
-    'cache-local-dir',
     'cache-local-compression',
 })
 

@@ -386,6 +386,40 @@ class StorageCache:
         index.start(cmax)
         self.rebases += 1
 
+    # -- between runs (see persist) -----------------------------------------
+
+    def current_entries(self):
+        """``(tid, [(oid, tid, state)])``: the newest tid the index covers
+        and the entries it proves current there, least recently used
+        first; ``(None, [])`` for a cache that knows no tid."""
+        with self._lock:
+            index = self._index
+            p0, cmax = index.p0, index.cmax
+            if cmax is None:
+                return None, []
+            by_oid = self._by_oid
+            result = []
+            for oid, (state, tid) in self._entries.items():
+                rec = by_oid.get(oid)
+                if tid <= cmax and (tid <= p0 if rec is None
+                                    else is_current(rec, tid, cmax, p0)):
+                    result.append((oid, tid, state))
+            return cmax, result
+
+    def restore(self, view_tid, entries):
+        """Start an unused cache at ``view_tid`` with ``(oid, tid, state)``
+        entries current there (checked by the caller); returns how many
+        were kept (the last ones, when they do not all fit)."""
+        with self._lock:
+            if self._index.p0 is not None or self._entries:
+                return 0
+            self._index.start(view_tid)
+            max_state = self._max_state
+            self._lru.put_many([(oid, (state, tid))
+                                for oid, tid, state in entries
+                                if tid <= view_tid and len(state) <= max_state])
+            return len(self._entries)
+
     # -- introspection -----------------------------------------------------
 
     @property

@@ -15,6 +15,7 @@ from zope.interface import implementer
 
 from ..blobs import make_blobs
 from ..cache import StorageCache
+from ..cache import persist
 from .blobs import BlobMethods
 from .copy import copy_transactions
 from .history import History
@@ -75,6 +76,8 @@ class RelStorage(Loader, TPC, History, Iteration, BlobMethods,
                 object_max_bytes=options.cache_local_object_max,
                 delta_limit=options.cache_delta_size_limit)
             self._blobs = make_blobs(options, adapter.keep_history)
+            if options.cache_local_dir and self._cache.limit_bytes:
+                persist.warm(self._cache, adapter, options)
         else:
             self._cache = _parent._cache
             self._blobs = _parent._blobs
@@ -137,6 +140,8 @@ class RelStorage(Loader, TPC, History, Iteration, BlobMethods,
             # never closed.
             for instance in list(self._instances):
                 instance.release()
+            if self._options.cache_local_dir and self._cache.limit_bytes:
+                persist.keep(self._cache, self._adapter, self._options)
             self._adapter.close()
 
     @property

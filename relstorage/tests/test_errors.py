@@ -143,9 +143,9 @@ def test_unknown_option_names_the_option():
 def test_option_not_supported_yet_says_so(tmp_path):
     with pytest.raises(NotSupportedYet) as exc:
         ZODB.config.databaseFromString(_config(
-            '<relstorage>\n cache-local-dir %s\n <sqlite3>\n data-dir %s\n'
+            '<relstorage>\n replica-conf %s\n <sqlite3>\n data-dir %s\n'
             ' </sqlite3>\n</relstorage>' % (tmp_path / 'b', tmp_path)))
-    assert 'not supported yet: cache-local-dir' in str(exc.value)
+    assert 'not supported yet: replica-conf' in str(exc.value)
 
 
 def test_bad_sqlite_pragma_is_refused(tmp_path):

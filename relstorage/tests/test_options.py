@@ -48,7 +48,8 @@ DESIGN_DEFAULTS = {
 
 SUPPORTED_NOW = {
     'name', 'read-only', 'keep-history', 'create-schema',
-    'commit-lock-timeout', 'commit-lock-id', 'network-timeout', 'poll-interval', 'pack-gc', 'pack-batch-timeout',
+    'commit-lock-timeout', 'commit-lock-id', 'cache-local-dir',
+    'network-timeout', 'poll-interval', 'pack-gc', 'pack-batch-timeout',
     'pack-commit-busy-delay', 'pack-prepack-only', 'pack-skip-prepack', 'cache-local-mb', 'cache-local-object-max',
     'cache-delta-size-limit', 'blob-dir', 'shared-blob-dir',
     # Accepted from RelStorage configurations: memcache's settings are
@@ -282,7 +283,7 @@ def test_not_yet_supported_set():
     assert NOT_YET_SUPPORTED == {
         'replica-conf', 'ro-replica-conf',
         'replica-timeout', 'revert_when_stale',
-        'cache-local-dir', 'cache-local-compression',
+        'cache-local-compression',
     }
     assert NOT_YET_SUPPORTED <= set(DESIGN_DEFAULTS)
     assert NOT_YET_SUPPORTED | SUPPORTED_NOW == set(DESIGN_DEFAULTS)
@@ -323,12 +324,12 @@ def test_compression_none_is_supported_but_zlib_is_not():
 
 
 def test_every_unsupported_option_is_named_in_one_error():
-    opts = Options(cache_local_dir='/tmp/x', replica_conf='/etc/r.conf',
+    opts = Options(replica_timeout=5, replica_conf='/etc/r.conf',
                    cache_local_compression='zlib')
     with pytest.raises(NotSupportedYet) as exc:
         opts.check_supported()
     message = str(exc.value)
-    for name in ('cache-local-dir', 'replica-conf',
+    for name in ('replica-timeout', 'replica-conf',
                  'cache-local-compression'):
         assert name in message
     assert "replica-conf='/etc/r.conf'" in message
@@ -350,4 +351,4 @@ def test_memcache_settings_are_accepted_with_one_warning(caplog):
 
 def test_unsupported_error_is_a_configuration_error():
     with pytest.raises(ConfigurationError):
-        Options(cache_local_dir='/tmp/x').check_supported()
+        Options(replica_conf='/tmp/x').check_supported()
