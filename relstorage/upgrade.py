@@ -18,22 +18,18 @@ import argparse
 import importlib
 import logging
 import sys
-import ZConfig
 
 from .config import RelStorageFactory
 from .config import options_from_section
 from .helptext import help_text
-from .zodbpack import EXIT_FAILED
-from .zodbpack import EXIT_USAGE
-from .zodbpack import load_storage_configs
-
-log = logging.getLogger(__name__)
+from .zodbpack import run_sections
 
 #: The upgrade of each adapter that has one.
 UPGRADES = {
     'PostgreSQLAdapter': 'relstorage.adapters.postgresql.upgrade:'
                          'PostgreSQLUpgrade',
     'SQLiteAdapter': 'relstorage.adapters.sqlite.upgrade:SQLiteUpgrade',
+    'MySQLAdapter': 'relstorage.adapters.mysql.upgrade:MySQLUpgrade',
 }
 
 
@@ -44,8 +40,8 @@ def upgrade_of(adapter, say):
         from .adapters.upgrade import UpgradeRefused
         raise UpgradeRefused(
             'upgrading a RelStorage 4 database in the %s is not supported '
-            'yet (PostgreSQL and SQLite are); copy it with zodbconvert '
-            'from RelStorage 4 instead' % adapter.describe())
+            'yet (PostgreSQL, MySQL/MariaDB and SQLite are)'
+            % adapter.describe())
     module, name = where.split(':')
     return getattr(importlib.import_module(module), name)(adapter, say=say)
 
@@ -104,23 +100,9 @@ def main(argv=None, out=None):
     logging.basicConfig(level=logging.WARNING, format='%(message)s')
     if args.dry_run and args.drop_old:
         parser.error('--dry-run and --drop-old exclude each other')
-    try:
-        sections = load_storage_configs(args.config)
-    except (ZConfig.ConfigurationError, OSError) as e:
-        print('relstorage-upgrade: %s' % e, file=sys.stderr)
-        return EXIT_USAGE
-    status = 0
-    for index, section in enumerate(sections):
-        name = getattr(section, 'name', None) or 'storage %d' % (index + 1)
-        try:
-            status = max(status, upgrade_one(name, section, args, out))
-        except Exception as e:  # noqa: BLE001 -- reported, then exit 1
-            log.debug('failure details', exc_info=True)
-            print('relstorage-upgrade: %s: %s: %s'
-                  % (name, type(e).__name__, e), file=sys.stderr)
-            status = max(status, EXIT_FAILED)
-    return status
-
+    return run_sections('relstorage-upgrade', args.config,
+                        lambda name, section: upgrade_one(name, section,
+                                                          args, out))
 
 if __name__ == '__main__':
     sys.exit(main())

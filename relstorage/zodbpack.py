@@ -183,25 +183,32 @@ def main(argv=None, out=None):
     if args.check_refs_only and (args.prepack or args.use_prepack_state):
         parser.error('--check-refs-only packs nothing: it excludes '
                      '--prepack and --use-prepack-state')
+    return run_sections('zodbpack', args.config, lambda name, section:
+                        pack_one(name, section, args.days,
+                                 args.check_refs_only, out, args.prepack,
+                                 args.use_prepack_state))
+
+
+def run_sections(prog, path, run_one):
+    """``run_one(name, section)`` for each storage section of the config
+    file at *path*, one after the other; a failure is reported by name
+    and the others still run. Returns the exit status (the worst)."""
     try:
-        sections = load_storage_configs(args.config)
+        sections = load_storage_configs(path)
     except (ZConfig.ConfigurationError, OSError) as e:
-        print('zodbpack: %s' % e, file=sys.stderr)
+        print('%s: %s' % (prog, e), file=sys.stderr)
         return EXIT_USAGE
     status = 0
     for index, section in enumerate(sections):
         name = getattr(section, 'name', None) or 'storage %d' % (index + 1)
         try:
-            status = max(status, pack_one(
-                name, section, args.days, args.check_refs_only, out,
-                args.prepack, args.use_prepack_state))
+            status = max(status, run_one(name, section))
         except Exception as e:  # noqa: BLE001 -- reported, then exit 1
             log.debug('failure details', exc_info=True)
-            print('zodbpack: %s: %s: %s' % (name, type(e).__name__, e),
+            print('%s: %s: %s: %s' % (prog, name, type(e).__name__, e),
                   file=sys.stderr)
             status = max(status, EXIT_FAILED)
     return status
-
 
 if __name__ == '__main__':
     sys.exit(main())

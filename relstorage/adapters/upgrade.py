@@ -71,6 +71,10 @@ class Upgrade:
         if meta is not None and 'schema_version' in meta:
             return None, meta
         mode = self.adapter.schema.relstorage4_mode(session)
+        if mode is None and self.renamed(session):
+            # Stopped half-way through a prepare that could not be one
+            # transaction (MySQL's DDL commits at once): run it again.
+            return 'prepare', {}
         if mode is None:
             raise UpgradeRefused(
                 '%s holds no RelStorage 4 database: nothing to upgrade'
@@ -287,8 +291,32 @@ class Upgrade:
         """Move the old tables out of the way of ours (see ``old``)."""
         raise NotImplementedError
 
+    def renamed(self, session):
+        """Whether rename_old has moved the old tables already."""
+        return session.table_exists(self.old['object_state'])
+
     def drop_old(self):
-        """Remove RelStorage 4's tables for good."""
+        """Remove RelStorage 4's tables for good, once the upgrade has
+        finished."""
+        session = self.adapter.connect(for_store=True)
+        try:
+            self.begin(session)
+            self.refuse_unfinished(session)
+            self.drop_old_tables(session)
+            session.commit()
+        finally:
+            session.rollback_quietly()
+            session.close()
+
+    def refuse_unfinished(self, session):
+        step, _ = self.status(session)
+        if step is not None:
+            raise UpgradeRefused(
+                'the upgrade of %s is not finished (next step: %s); finish '
+                'it before dropping the old tables'
+                % (self.adapter.describe(), step))
+
+    def drop_old_tables(self, session):
         raise NotImplementedError
 
     # -- reporting ---------------------------------------------------------
@@ -326,27 +354,26 @@ class Upgrade:
 
     def sample(self, objects=5000):
         """``(seconds, revisions, bytes)`` of copying the revisions of the
-        first *objects* objects, in a transaction then rolled back (the
-        dry run's measure; it refuses as the upgrade would while the old
-        tables are in use)."""
-        session = self.adapter.connect(for_store=True)
+        first *objects* objects into a temporary table (the dry run's
+        measure: it takes no lock and changes nothing)."""
+        table = self.original_names()['object_state']
+        session = self.adapter.connect(for_store=False)
         try:
             self.begin(session)
-            self.lock_old(session)
-            self.rename_old(session)
-            self.adapter.schema.create(session, complete=False)
-            table = self.old['object_state']
             hi = session.scalar(
                 'SELECT MAX(zoid) FROM (SELECT zoid FROM %s ORDER BY zoid '
                 'LIMIT %%s) batch' % table, (objects,))
             if hi is None:
                 return 0.0, 0, 0
             started = time.time()
-            session.execute(self._copy_states_sql(), (-1, hi))
+            session.execute(
+                'CREATE TEMPORARY TABLE upgrade_sample AS SELECT zoid, tid, '
+                'state_size, state FROM %s WHERE zoid <= %%s' % table, (hi,))
             seconds = time.time() - started
             revisions, size = session.fetchone(
                 'SELECT COUNT(*), COALESCE(SUM(state_size), 0) '
-                'FROM object_state')
+                'FROM upgrade_sample')
+            session.execute('DROP TABLE upgrade_sample')
             return seconds, revisions, int(size)
         finally:
             session.rollback_quietly()

@@ -9,7 +9,8 @@ describe the same database as this project reads it after the upgrade:
 the two descriptions must be equal.
 
 Usage: python rs4_workload.py KIND KEEP_HISTORY WHERE OUT.json
-(KIND postgresql with WHERE a dsn, or sqlite with WHERE a data-dir).
+(KIND postgresql with WHERE a dsn, mysql with WHERE
+host:port:user:password:db, or sqlite with WHERE a data-dir).
 """
 import hashlib
 import json
@@ -129,13 +130,48 @@ def _fill(storage, keep_history):
     return db
 
 
+def adjust_for_mariadb():
+    """RelStorage 4.3 cannot create its schema on MariaDB 10.11 as it is:
+    it reads the version as MySQL 8.0.19 or later (and writes MySQL-only
+    upserts), and declares a column-level foreign key that MySQL ignores
+    and MariaDB enforces, and fails. For these tests only, in this
+    throw-away process: MariaDB is taken for MySQL 5.7, and that foreign
+    key is left out."""
+    from relstorage.adapters import schema as base
+    from relstorage.adapters.mysql import schema as mysql_schema
+    detector = mysql_schema.MySQLVersionDetector
+    fetch = detector._fetch_version_from_server
+
+    def as_mysql57(self, cursor):
+        version = fetch(self, cursor)
+        return '5.7.40' if 'mariadb' in version.lower() else version
+    detector._fetch_version_from_server = as_mysql57
+    for cls in (base.AbstractSchemaInstaller,
+                mysql_schema.MySQLSchemaInstaller):
+        if 'CREATE_OBJECT_STATE_TMPLS' in vars(cls):
+            cls.CREATE_OBJECT_STATE_TMPLS = tuple(
+                t.replace('REFERENCES "transaction"', '')
+                for t in cls.CREATE_OBJECT_STATE_TMPLS)
+
+
+def adapter_section(kind, where):
+    """The adapter section of a config reaching *where*: a dsn, a MySQL
+    ``host:port:user:password:db``, or an SQLite data-dir."""
+    if kind == 'postgresql':
+        return '<postgresql>\n dsn %s\n</postgresql>' % where
+    if kind == 'mysql':
+        host, port, user, password, db = where.split(':')
+        return ('<mysql>\n host %s\n port %s\n user %s\n passwd %s\n'
+                ' db %s\n</mysql>' % (host, port, user, password, db))
+    return '<sqlite3>\n data-dir %s\n</sqlite3>' % where
+
+
 def main(kind, keep_history, where, out):
     import ZODB.config
     keep_history = keep_history == 'true'
-    if kind == 'postgresql':
-        adapter = '<postgresql>\n dsn %s\n</postgresql>' % where
-    else:
-        adapter = '<sqlite3>\n data-dir %s\n</sqlite3>' % where
+    if kind == 'mysql':
+        adjust_for_mariadb()
+    adapter = adapter_section(kind, where)
     blob_dir = tempfile.mkdtemp(prefix='rs4-blobs-')
     config = """
 %%import relstorage

@@ -454,33 +454,25 @@ def test_open_postgresql(closing):
     assert 'dbname=%s_hp ' % dbs.PG_DB_PREFIX in adapter.describe()
 
 
-def test_open_postgresql_explicit_driver(closing):
+@pytest.mark.parametrize('spelling, name, module', [
+    ('psycopg2', 'psycopg2', 'psycopg2'), ('PSYCOPG', 'psycopg', 'psycopg')])
+def test_open_postgresql_explicit_driver(closing, spelling, name, module):
     dbs.require('postgresql')
     factory = parse_relstorage(
-        '<postgresql>\ndsn %s\ndriver psycopg2\n</postgresql>'
-        % dbs.pg_dsn(True))
+        '<postgresql>\ndsn %s\ndriver %s\n</postgresql>'
+        % (dbs.pg_dsn(True), spelling))
     storage = closing(factory.open())
-    assert isinstance(storage._adapter, PostgreSQLAdapter)
-    assert storage._adapter.driver.name == 'psycopg2'
+    adapter = storage._adapter
+    assert isinstance(adapter, PostgreSQLAdapter)
+    assert adapter.driver.name == name
+    assert type(adapter.connect(False).conn).__module__.startswith(module)
     # Without a name the storage is named after its database.
-    assert storage.getName() == storage._adapter.describe()
-
-
-def test_open_postgresql_through_psycopg3(closing):
-    dbs.require('postgresql')
-    factory = parse_relstorage(
-        '<postgresql>\ndsn %s\ndriver PSYCOPG\n</postgresql>'
-        % dbs.pg_dsn(True))
-    storage = closing(factory.open())
-    assert storage._adapter.driver.name == 'psycopg'
-    import psycopg
-    assert isinstance(storage._adapter.connect(False).conn,
-                      psycopg.Connection)
+    assert storage.getName() == adapter.describe()
     db = ZODB.DB(storage)
     with db.transaction() as conn:
-        conn.root()['through'] = 'psycopg 3'
+        conn.root()['through'] = name
     with db.transaction() as conn:
-        assert conn.root()['through'] == 'psycopg 3'
+        assert conn.root()['through'] == name
 
 
 def test_open_postgresql_empty_dsn(monkeypatch):

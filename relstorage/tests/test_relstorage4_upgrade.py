@@ -23,14 +23,16 @@ from relstorage.exceptions import RelStorage4Database
 from relstorage.upgrade import main as upgrade_main
 
 from . import rs4_workload
+from .dbs import DATABASES
 from .dbs import DatabaseFactory
 from .dbs import in_ci
+from .dbs import mysql_params
 from .dbs import pg_dsn
 from .dbs import require
 
 CACHE = os.path.join(os.environ.get('TMPDIR', '/tmp'), 'relstorage-rs4')
 VENV = os.path.join(CACHE, 'venv')
-RS4 = 'RelStorage[postgresql]==4.3.0'
+RS4 = 'RelStorage[postgresql,mysql]==4.3.0'
 _venv_lock = threading.Lock()
 
 
@@ -39,7 +41,8 @@ def rs4_python():
     this project."""
     python = os.path.join(VENV, 'bin', 'python')
     with _venv_lock:
-        if not os.path.exists(os.path.join(VENV, '.rs4-installed')):
+        marker = os.path.join(VENV, '.rs4-installed')
+        if not os.path.exists(marker) or open(marker).read() != RS4:
             shutil.rmtree(VENV, ignore_errors=True)
             os.makedirs(CACHE, exist_ok=True)
             base = getattr(sys, '_base_executable', sys.executable)
@@ -53,7 +56,8 @@ def rs4_python():
                 if in_ci():
                     pytest.fail(message)
                 pytest.skip(message)
-            open(os.path.join(VENV, '.rs4-installed'), 'w').close()
+            with open(marker, 'w') as f:
+                f.write(RS4)
     return python
 
 
@@ -77,9 +81,7 @@ def build_rs4(kind, keep_history, where, out):
 
 
 def _config(kind, keep_history, where, blob_dir):
-    adapter = ('<postgresql>\n dsn %s\n</postgresql>' % where
-               if kind == 'postgresql'
-               else '<sqlite3>\n data-dir %s\n</sqlite3>' % where)
+    adapter = rs4_workload.adapter_section(kind, where)
     return textwrap.dedent('''\
         %%import relstorage
         <relstorage>
@@ -91,21 +93,50 @@ def _config(kind, keep_history, where, blob_dir):
         ''') % ('true' if keep_history else 'false', blob_dir, adapter)
 
 
+_PG_EMPTY = (
+    'SELECT lo_unlink(oid) FROM pg_largeobject_metadata '
+    'WHERE lomowner = current_user::regrole',
+    ('VIEW', "SELECT quote_ident(viewname) FROM pg_views "
+             "WHERE schemaname = current_schema()"),
+    ('TABLE', "SELECT quote_ident(tablename) FROM pg_tables "
+              "WHERE schemaname = current_schema()"),
+    ('SEQUENCE', "SELECT quote_ident(sequencename) FROM pg_sequences "
+                 "WHERE schemaname = current_schema()"),
+    ('FUNCTION', "SELECT p.oid::regprocedure::text FROM pg_proc p "
+                 "WHERE p.pronamespace = current_schema()::regnamespace"),
+)
+_MYSQL_EMPTY = (
+    'SET FOREIGN_KEY_CHECKS = 0',
+    ('VIEW', "SELECT TABLE_NAME FROM information_schema.VIEWS "
+             "WHERE TABLE_SCHEMA = DATABASE()"),
+    ('TABLE', "SELECT TABLE_NAME FROM information_schema.TABLES "
+              "WHERE TABLE_SCHEMA = DATABASE() AND TABLE_TYPE = 'BASE TABLE'"),
+    ('PROCEDURE', "SELECT ROUTINE_NAME FROM information_schema.ROUTINES "
+                  "WHERE ROUTINE_SCHEMA = DATABASE()"),
+    'SET FOREIGN_KEY_CHECKS = 1',
+)
+
+
 class Site:
-    """A RelStorage 4 database and the config file that opens it (on
-    PostgreSQL the test server's ``misc`` database, emptied before and
+    """A RelStorage 4 database and the config file that opens it (on a
+    server, the test server's ``misc`` database, emptied before and
     after)."""
 
     def __init__(self, kind, keep_history, tmp_path):
         self.kind, self.keep_history = kind, keep_history
-        if kind == 'postgresql':
-            require('postgresql')
-            self.factory = DatabaseFactory('postgresql', keep_history)
-            self.where = pg_dsn(keep_history, 'misc')
-            self.empty()
-        else:
+        if kind == 'sqlite':
             self.factory = None
             self.where = str(tmp_path / 'data')
+        else:
+            require(kind)
+            self.factory = DatabaseFactory(kind, keep_history)
+            if kind == 'postgresql':
+                self.where = pg_dsn(keep_history, 'misc')
+            else:
+                params = mysql_params(keep_history, 'misc')
+                self.where = ':'.join(str(params[key]) for key in (
+                    'host', 'port', 'user', 'passwd', 'db'))
+            self.empty()
         self.config = tmp_path / 'site.conf'
         self.config.write_text(_config(kind, keep_history, self.where,
                                        tmp_path / 'blobs'))
@@ -113,28 +144,21 @@ class Site:
 
     def empty(self):
         """Drop everything the user owns in the database: both storages'
-        tables, views, sequences, functions and large objects."""
+        tables, views, routines, sequences and large objects."""
         adapter = self.factory.adapter('misc')
         session = adapter.connect(for_store=True)
         try:
             session.begin()
-            session.execute(
-                'SELECT lo_unlink(oid) FROM pg_largeobject_metadata '
-                'WHERE lomowner = current_user::regrole')
-            for kind, query in (
-                    ('VIEW', "SELECT viewname FROM pg_views WHERE "
-                             "schemaname = current_schema()"),
-                    ('TABLE', "SELECT tablename FROM pg_tables WHERE "
-                              "schemaname = current_schema()"),
-                    ('SEQUENCE', "SELECT sequencename FROM pg_sequences "
-                                 "WHERE schemaname = current_schema()"),
-                    ('FUNCTION', "SELECT p.oid::regprocedure::text FROM "
-                                 "pg_proc p WHERE p.pronamespace = "
-                                 "current_schema()::regnamespace")):
+            for statement in (_PG_EMPTY if self.kind == 'postgresql'
+                              else _MYSQL_EMPTY):
+                if isinstance(statement, str):
+                    session.execute(statement)
+                    continue
+                kind, query = statement
                 for (name,) in session.fetchall(query):
-                    quoted = name if kind == 'FUNCTION' else '"%s"' % name
-                    session.execute('DROP %s IF EXISTS %s CASCADE'
-                                    % (kind, quoted))
+                    session.execute('DROP %s IF EXISTS %s CASCADE' % (
+                        kind, name) if self.kind == 'postgresql' else
+                        'DROP %s IF EXISTS `%s`' % (kind, name))
             session.commit()
         finally:
             session.close()
@@ -159,15 +183,14 @@ class Site:
             storage.close()
 
 
-@pytest.fixture(params=[('sqlite', True), ('sqlite', False),
-                        ('postgresql', True), ('postgresql', False)],
-                ids=['sqlite-HP', 'sqlite-HF', 'postgresql-HP',
-                     'postgresql-HF'])
+@pytest.fixture(params=[(db, kh) for db in DATABASES for kh in (True, False)],
+                ids=['%s-%s' % (db, 'HP' if kh else 'HF')
+                     for db in DATABASES for kh in (True, False)])
 def site(request, tmp_path):
     kind, keep_history = request.param
     site = Site(kind, keep_history, tmp_path)
     yield site
-    if kind == 'postgresql':
+    if site.factory is not None:
         site.empty()
 
 
@@ -231,8 +254,10 @@ def test_interrupted_upgrade_resumes(site, capsys, monkeypatch):
     assert site.read() == expected
 
 
-def test_refused_while_relstorage4_holds_the_database(tmp_path, capsys):
-    site = Site('postgresql', True, tmp_path)
+@pytest.mark.parametrize('kind', ['postgresql', 'mysql'])
+def test_refused_while_relstorage4_holds_the_database(tmp_path, capsys,
+                                                      kind):
+    site = Site(kind, True, tmp_path)
     try:
         _refused_while_held(site, tmp_path, capsys)
     finally:
@@ -246,6 +271,9 @@ def _refused_while_held(site, tmp_path, capsys):
     holder = subprocess.Popen(
         [rs4_python(), '-c', textwrap.dedent('''
             import sys, ZODB, ZODB.config
+            sys.path.insert(0, sys.argv[2])
+            import rs4_workload
+            rs4_workload.adjust_for_mariadb()
             storage = ZODB.config.storageFromString(sys.argv[1])
             db = ZODB.DB(storage)
             conn = db.open()
@@ -253,14 +281,15 @@ def _refused_while_held(site, tmp_path, capsys):
             print('holding', flush=True)
             sys.stdin.readline()
             db.close()
-        '''), _config('postgresql', True, site.where, tmp_path / 'b4')],
+        '''), _config(site.kind, True, site.where, tmp_path / 'b4'),
+         os.path.dirname(rs4_workload.__file__)],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
         cwd=tempfile.gettempdir(), env=_environment())
     try:
         assert holder.stdout.readline().strip() == 'holding'
         assert site.upgrade() == 1
         err = capsys.readouterr().err
-        assert 'in use' in err and 'pid' in err, err
+        assert 'in use' in err and 'id ' in err, err
     finally:
         holder.communicate('\n', timeout=60)
     # Nothing was changed: RelStorage 4's database is as it was.

@@ -115,30 +115,17 @@ class PostgreSQLUpgrade(Upgrade):
             'GROUP BY t.blob_id, k.num',
             {'read': INV_READ, 'lo': lo, 'hi': hi, 'size': self.chunk_size})
 
-    def drop_old(self):
-        session = self.adapter.connect(for_store=True)
-        try:
-            session.begin()
-            step, _ = self.status(session)
-            if step is not None:
-                raise UpgradeRefused(
-                    'the upgrade of %s is not finished (next step: %s); '
-                    'finish it before dropping the old tables'
-                    % (self.adapter.describe(), step))
-            if session.table_exists('rs4_blob_chunk'):
-                # Dropping the table leaves its large objects behind.
-                session.execute('SELECT lo_unlink(chunk) FROM rs4_blob_chunk')
-            session.execute('DROP VIEW IF EXISTS current_object_state')
-            for table in tuple(self.old.values()) + OLD_OTHER_TABLES:
-                session.execute('DROP TABLE IF EXISTS "%s" CASCADE' % table)
-            session.execute('DROP SEQUENCE IF EXISTS rs4_zoid_seq')
-            for (signature,) in session.fetchall(
-                    'SELECT p.oid::regprocedure::text FROM pg_proc p '
-                    'WHERE p.pronamespace = current_schema()::regnamespace '
-                    'AND p.proname IN (%s)' % ', '.join(
-                        ["'rs4_%s'" % f for f in OLD_FUNCTIONS])):
-                session.execute('DROP FUNCTION %s CASCADE' % signature)
-            session.commit()
-        finally:
-            session.rollback_quietly()
-            session.close()
+    def drop_old_tables(self, session):
+        if session.table_exists('rs4_blob_chunk'):
+            # Dropping the table leaves its large objects behind.
+            session.execute('SELECT lo_unlink(chunk) FROM rs4_blob_chunk')
+        session.execute('DROP VIEW IF EXISTS current_object_state')
+        for table in tuple(self.old.values()) + OLD_OTHER_TABLES:
+            session.execute('DROP TABLE IF EXISTS "%s" CASCADE' % table)
+        session.execute('DROP SEQUENCE IF EXISTS rs4_zoid_seq')
+        for (signature,) in session.fetchall(
+                'SELECT p.oid::regprocedure::text FROM pg_proc p '
+                'WHERE p.pronamespace = current_schema()::regnamespace '
+                'AND p.proname IN (%s)' % ', '.join(
+                    ["'rs4_%s'" % f for f in OLD_FUNCTIONS])):
+            session.execute('DROP FUNCTION %s CASCADE' % signature)

@@ -82,17 +82,13 @@ class SQLiteUpgrade(Upgrade):
             (lo, hi, self.chunk_size, self.chunk_size, self.chunk_size))
 
     def drop_old(self):
+        # Files, not tables: checked in a session, removed after it.
         session = self.adapter.connect(for_store=True)
         try:
             session.begin()
-            step, _ = self.status(session)
-            session.rollback_quietly()
-            if step is not None:
-                raise UpgradeRefused(
-                    'the upgrade of %s is not finished (next step: %s); '
-                    'finish it before dropping the old tables'
-                    % (self.adapter.describe(), step))
+            self.refuse_unfinished(session)
         finally:
+            session.rollback_quietly()
             session.close()
         for suffix in ('', '-wal', '-shm', '-journal'):
             try:
