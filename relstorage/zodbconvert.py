@@ -37,8 +37,9 @@ from zope.interface import alsoProvides
 from .config import RelStorageFactory
 from .config import options_from_section
 from .exceptions import DatabaseMissing
-from .helptext import help_text
 from .exceptions import NoSchema
+from .exceptions import RelStorage4Database
+from .helptext import help_text
 from .storage import RelStorage
 from .storage.copy import CopyError
 from .storage.copy import copy_transactions
@@ -163,6 +164,19 @@ def open_dry_run_destination(config):
     return DryRunDestination(storage, describe(storage), blobs)
 
 
+def open_relstorage4_source(config):
+    """The RelStorage 4 database of the ``<relstorage>`` section *config*,
+    read-only, as a copy's source."""
+    from .storage.relstorage4 import RelStorage4Source
+    adapter = config.adapter_factory().create(
+        options_from_section(config).copy(read_only=True))
+    try:
+        return RelStorage4Source(adapter)
+    except BaseException:
+        adapter.close()
+        raise
+
+
 def summary(result, dry_run):
     verb = 'would copy' if dry_run else 'copied'
     text = ('%s %d transactions, %d object records, %d blobs, %.1f MB in '
@@ -265,7 +279,14 @@ def _open(config, role, dry_run=False):
     try:
         if dry_run and role == 'destination':
             return open_dry_run_destination(config)
-        return config.open()
+        try:
+            return config.open()
+        except RelStorage4Database:
+            if role != 'source':
+                raise
+            # Read as it is: a site can move to another database (or to
+            # a FileStorage) in one step, without upgrading in place.
+            return open_relstorage4_source(config)
     except Exception as e:
         raise CopyError('cannot open the %s: %s: %s'
                         % (role, type(e).__name__, e)) from e

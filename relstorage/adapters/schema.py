@@ -150,10 +150,21 @@ class Schema:
                        if self.keep_history
                        else ('object_state', 'last_transaction', 'blob_chunk'))
 
+    #: RelStorage 4's transaction table, quoted (a keyword in SQL).
+    rs4_transaction_table = '"transaction"'
+    #: A piece (1-based offset, length) of one of its blob chunks.
+    rs4_piece_sql = ('SELECT SUBSTR(chunk, %s, %s) FROM blob_chunk WHERE '
+                     'zoid = %s AND tid = %s AND chunk_num = %s')
+
     def relstorage4_mode(self, session):
         """The mode of a RelStorage 4 database where this one is, or None
         (see relstorage4_mode)."""
         return relstorage4_mode(session.table_exists)
+
+    def relstorage4_session(self):
+        """A session that reads RelStorage 4's tables (and creates
+        nothing)."""
+        return self.adapter.connect(for_store=False)
 
     def read_meta(self, session):
         """``{name: value}`` from relstorage_meta, or None when the

@@ -236,6 +236,38 @@ def test_upgrade_reads_what_relstorage4_read(site, capsys):
             == expected['transactions']
 
 
+def test_zodbconvert_copies_from_relstorage4(site, tmp_path, capsys):
+    """Read as it is: copied into another database in one step, the
+    RelStorage 4 database left as it was."""
+    from relstorage.zodbconvert import main as zodbconvert
+    expected = site.build()
+    section = site.config.read_text().split('<relstorage>', 1)[1]
+    convert = tmp_path / 'convert.conf'
+    convert.write_text(
+        '%%import relstorage\n<relstorage source>%s\n'
+        '<relstorage destination>\n  keep-history %s\n  blob-dir %s\n'
+        '  <sqlite3>\n    data-dir %s\n  </sqlite3>\n</relstorage>\n'
+        % (section, 'true' if site.keep_history else 'false',
+           tmp_path / 'copy-blobs', tmp_path / 'copy'))
+    assert zodbconvert([str(convert)]) == 0, capsys.readouterr().err
+    assert 'RelStorage 4 (history-' in capsys.readouterr().out
+    copy = storage_from_string(
+        '<relstorage>\n keep-history %s\n blob-dir %s\n <sqlite3>\n'
+        '  data-dir %s\n </sqlite3>\n</relstorage>'
+        % ('true' if site.keep_history else 'false', tmp_path / 'c2',
+           tmp_path / 'copy'))
+    try:
+        assert json.loads(json.dumps(rs4_workload.dump(copy),
+                                     sort_keys=True)) == expected
+    finally:
+        copy.close()
+    # The source is as it was: still RelStorage 4's, and upgradable.
+    with pytest.raises(RelStorage4Database):
+        site.storage()
+    assert site.upgrade() == 0
+    assert site.read() == expected
+
+
 def test_interrupted_upgrade_resumes(site, capsys, monkeypatch):
     expected = site.build()
     from relstorage.adapters import upgrade as upgrade_module

@@ -96,6 +96,7 @@ class MySQLSchema(Schema):
         'PRIMARY KEY) ENGINE = InnoDB',
     )
     drop_extra_ddl = ('DROP TABLE IF EXISTS new_oid',)
+    rs4_transaction_table = '`transaction`'
 
 
 class MySQLLocker(Locker):

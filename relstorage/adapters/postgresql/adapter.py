@@ -85,6 +85,9 @@ class PostgreSQLSchema(Schema):
         'CREATE SEQUENCE zoid_seq INCREMENT BY %d START WITH 1' % OID_BLOCK,
     )
     drop_extra_ddl = ('DROP SEQUENCE IF EXISTS zoid_seq',)
+    # RelStorage 4 keeps each blob chunk in a large object.
+    rs4_piece_sql = ('SELECT lo_get(chunk, %s - 1, %s) FROM blob_chunk '
+                     'WHERE zoid = %s AND tid = %s AND chunk_num = %s')
 
 
 #: Runs of consecutive oids at least this long are locked as a range; at

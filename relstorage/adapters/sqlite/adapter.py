@@ -156,6 +156,12 @@ class SQLiteSchema(Schema):
             conn.close()
         return relstorage4_mode(names.__contains__)
 
+    def relstorage4_session(self):
+        adapter = self.adapter
+        conn = open_read_only(os.path.join(adapter.data_dir, RS4_FILE))
+        conn.isolation_level = None     # transactions are explicit
+        return SQLiteSession(adapter, conn)
+
 
 class SQLiteLocker(Locker):
     # BEGIN IMMEDIATE at vote already made this connection the only writer.
