@@ -21,7 +21,7 @@ class Mover:
     #: Some databases need a WHERE before ON CONFLICT in INSERT ... SELECT.
     insert_select_where = ' WHERE TRUE'
     #: The byte length of temp_store's state, 0 for NULL.
-    state_length = 'COALESCE(LENGTH(state), 0)'
+    state_length_sql = 'COALESCE(LENGTH(state), 0)'
     #: Completes a SELECT that reads no table (Oracle's FROM DUAL).
     no_table = ''
 
@@ -57,13 +57,13 @@ class Mover:
         sets = ', '.join(self.upsert_set.format(col=c) for c in cols)
         return self.upsert_suffix.format(key=key, sets=sets)
 
-    def upsert_select(self, table, key, cols, select):
-        """A statement writing the rows of *select* (whose columns are
-        named as *cols*) into *table*, replacing the row of an existing
-        *key*."""
+    def upsert_select(self, table, key, cols, select_sql):
+        """A statement writing the rows of *select_sql* (whose columns
+        are named as *cols*) into *table*, replacing the row of an
+        existing *key*."""
         return ('INSERT INTO %s (%s) %s%s%s' % (
-            table, ', '.join(cols), select, self.insert_select_where,
-            self.upsert(key, [c for c in cols if c != key])))
+            table, ', '.join(cols), select_sql, self.insert_select_where,
+            self.upsert(key, [col for col in cols if col != key])))
 
     # Loading
 
@@ -217,7 +217,7 @@ class HistoryPreservingMover(Mover):
             ('INSERT INTO object_state '
              '(zoid, tid, prev_tid, state_size, state, blob_id) '
              'SELECT zoid, %%s, prev_tid, %s, state, blob_id FROM temp_store'
-             % self.state_length, (tid,)),
+             % self.state_length_sql, (tid,)),
             (self.upsert_select('current_object', 'zoid', ('zoid', 'tid'),
                                 'SELECT zoid, %s AS tid FROM temp_store'),
              (tid,)),
@@ -284,12 +284,13 @@ class HistoryFreeMover(Mover):
         # polls by other processes see the deletion at its tid and drop
         # their cached state (pack removes tombstones). With *own_tids*
         # (a copy) each row keeps the tid uploaded in its prev_tid column.
-        select = ('SELECT zoid, %s AS tid, %s AS state_size, state, blob_id '
-                  'FROM temp_store' % ('prev_tid' if own_tids else '%s',
-                                       self.state_length))
+        select_sql = ('SELECT zoid, %s AS tid, %s AS state_size, state, '
+                      'blob_id FROM temp_store'
+                      % ('prev_tid' if own_tids else '%s',
+                         self.state_length_sql))
         return [
             (self.upsert_select('object_state', 'zoid', (
-                'zoid', 'tid', 'state_size', 'state', 'blob_id'), select),
+                'zoid', 'tid', 'state_size', 'state', 'blob_id'), select_sql),
              () if own_tids else (tid,)),
         ]
 

@@ -41,7 +41,7 @@ class Upgrade:
     progress."""
 
     #: Where the old tables are read from once the upgrade has begun.
-    old = {'transaction': 'rs4_transaction',
+    old_tables = {'transaction': 'rs4_transaction',
            'object_state': 'rs4_object_state',
            'current_object': 'rs4_current_object',
            'blob_chunk': 'rs4_blob_chunk'}
@@ -160,7 +160,7 @@ class Upgrade:
                 'INSERT INTO transactions (tid, packed, is_empty, username, '
                 'description, extension) SELECT tid, packed, is_empty, '
                 'username, description, extension FROM %s WHERE tid > 0'
-                % self.old['transaction'])
+                % self.old_tables['transaction'])
         self._done(session, 'states')
 
     def _batches(self, session, table, step, progress_name, copy):
@@ -179,19 +179,19 @@ class Upgrade:
             lo = hi
 
     def _copy_states_sql(self):
-        old = self.old['object_state']
+        old_table = self.old_tables['object_state']
         if self.keep_history:
             return ('INSERT INTO object_state (zoid, tid, prev_tid, '
                     'state_size, state) SELECT zoid, tid, prev_tid, '
                     'state_size, state FROM %s '
-                    'WHERE zoid > %%s AND zoid <= %%s' % old)
+                    'WHERE zoid > %%s AND zoid <= %%s' % old_table)
         return ('INSERT INTO object_state (zoid, tid, state_size, state) '
                 'SELECT zoid, tid, state_size, state FROM %s '
-                'WHERE zoid > %%s AND zoid <= %%s' % old)
+                'WHERE zoid > %%s AND zoid <= %%s' % old_table)
 
     def step_states(self, session):
         sql = self._copy_states_sql()
-        self._batches(session, self.old['object_state'], 'states',
+        self._batches(session, self.old_tables['object_state'], 'states',
                       'upgrade_states_zoid',
                       lambda session, lo, hi: session.execute(sql, (lo, hi)))
         self._done(session, 'current')
@@ -200,7 +200,7 @@ class Upgrade:
         if self.keep_history:
             session.execute('INSERT INTO current_object (zoid, tid) '
                             'SELECT zoid, tid FROM %s'
-                            % self.old['current_object'])
+                            % self.old_tables['current_object'])
         else:
             session.execute(
                 'UPDATE last_transaction SET tid = (SELECT COALESCE(MAX(tid), '
@@ -212,17 +212,18 @@ class Upgrade:
         blob_id: a run of numbers from a random start, which later random
         ids (63 bits) are as unlikely to meet as each other."""
         session.execute('DROP TABLE IF EXISTS upgrade_blob_map')
-        bigint = self.adapter.types.bigint
+        bigint_sql = self.adapter.types.bigint
         session.execute(
             'CREATE TABLE upgrade_blob_map (zoid %s NOT NULL, tid %s NOT '
             'NULL, blob_id %s NOT NULL, PRIMARY KEY (zoid, tid))%s'
-            % (bigint, bigint, bigint, self.adapter.types.table_suffix))
+            % (bigint_sql, bigint_sql, bigint_sql,
+               self.adapter.types.table_suffix))
         start = secrets.randbits(61) + (1 << 61)
         session.execute(
             'INSERT INTO upgrade_blob_map (zoid, tid, blob_id) '
             'SELECT zoid, tid, %%s + ROW_NUMBER() OVER (ORDER BY zoid, tid) '
             'FROM (SELECT DISTINCT zoid, tid FROM %s) blobs'
-            % self.old['blob_chunk'], (start,))
+            % self.old_tables['blob_chunk'], (start,))
         session.execute(
             'UPDATE object_state SET blob_id = (SELECT m.blob_id FROM '
             'upgrade_blob_map m WHERE m.zoid = object_state.zoid AND '
@@ -250,7 +251,7 @@ class Upgrade:
             'JOIN upgrade_blob_map m ON m.zoid = c.zoid AND m.tid = c.tid '
             'WHERE c.zoid > %%s AND c.zoid <= %%s AND NOT EXISTS (SELECT 1 '
             'FROM blob_chunk b WHERE b.blob_id = m.blob_id)'
-            % self.old['blob_chunk'], (lo, hi))
+            % self.old_tables['blob_chunk'], (lo, hi))
         session.execute(
             'INSERT INTO blob_chunk (blob_id, chunk_num, chunk) '
             'SELECT l.blob_id, l.chunk_num + 1, %s FROM blob_chunk l '
@@ -293,7 +294,7 @@ class Upgrade:
 
     def renamed(self, session):
         """Whether rename_old has moved the old tables already."""
-        return session.table_exists(self.old['object_state'])
+        return session.table_exists(self.old_tables['object_state'])
 
     def drop_old(self):
         """Remove RelStorage 4's tables for good, once the upgrade has
@@ -332,21 +333,21 @@ class Upgrade:
                     'the upgrade of %s has begun already (next step: %s); '
                     'a dry run can only survey one that has not'
                     % (self.adapter.describe(), step))
-            names = self.original_names()
+            original_tables = self.original_names()
             result = {
                 'revisions': session.scalar(
-                    'SELECT COUNT(*) FROM %s' % names['object_state']),
+                    'SELECT COUNT(*) FROM %s' % original_tables['object_state']),
                 'state bytes': int(session.scalar(
                     'SELECT COALESCE(SUM(state_size), 0) FROM %s'
-                    % names['object_state'])),
+                    % original_tables['object_state'])),
                 'blobs': session.scalar(
                     'SELECT COUNT(*) FROM (SELECT DISTINCT zoid, tid FROM %s) b'
-                    % names['blob_chunk']),
+                    % original_tables['blob_chunk']),
             }
             if self.keep_history:
                 result['transactions'] = session.scalar(
                     'SELECT COUNT(*) FROM %s WHERE tid > 0'
-                    % names['transaction'])
+                    % original_tables['transaction'])
             return result
         finally:
             session.rollback_quietly()
@@ -381,4 +382,4 @@ class Upgrade:
 
     def original_names(self):
         """The old tables' names before the upgrade renames them."""
-        return {name: name for name in self.old}
+        return {name: name for name in self.old_tables}

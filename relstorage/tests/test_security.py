@@ -68,6 +68,13 @@ REVIEWED = {
     ('adapters/sqlite/adapter.py', "'PRAGMA %s = %s' % (name, value)"),
     # an int(), restoring the busy timeout after BEGIN IMMEDIATE's tries.
     ('adapters/sqlite/adapter.py', "'PRAGMA busy_timeout = %d' % ms"),
+    # an int() of commit-lock-timeout (Oracle's FOR UPDATE WAIT n takes no
+    # bind).
+    ('adapters/oracle/adapter.py', "' FOR UPDATE WAIT %d' % self.wait"),
+    # a function's signature as PostgreSQL itself renders it
+    # (oid::regprocedure), of a function of RelStorage 4 being dropped.
+    ('adapters/postgresql/upgrade.py',
+     "'DROP FUNCTION %s CASCADE' % signature"),
 }
 
 

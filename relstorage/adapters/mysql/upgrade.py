@@ -26,7 +26,7 @@ LOCK_WAIT_TIMEOUT = 1205
 
 class MySQLUpgrade(Upgrade):
 
-    old = dict(Upgrade.old, new_oid='rs4_new_oid')
+    old_tables = dict(Upgrade.old_tables, new_oid='rs4_new_oid')
 
     def step_prepare(self, session):
         self.lock_old(session)
@@ -40,9 +40,9 @@ class MySQLUpgrade(Upgrade):
         session.execute('SET SESSION lock_wait_timeout = %s', (LOCK_WAIT,))
 
     def rename_old(self, session):
-        pairs = ['`%s` TO `%s`' % (name, self.old[name])
+        pairs = ['`%s` TO `%s`' % (name, self.old_tables[name])
                  for name in CLASHING if session.table_exists(name)
-                 and not session.table_exists(self.old[name])]
+                 and not session.table_exists(self.old_tables[name])]
         if not pairs:
             return
         try:
@@ -77,5 +77,5 @@ class MySQLUpgrade(Upgrade):
         session.execute('DROP VIEW IF EXISTS current_object_state')
         # The chunks first: their foreign key names the states.
         for table in ('rs4_blob_chunk',) + tuple(
-                self.old[name] for name in CLASHING) + OTHER_TABLES:
+                self.old_tables[name] for name in CLASHING) + OTHER_TABLES:
             session.execute('DROP TABLE IF EXISTS `%s`' % table)

@@ -292,20 +292,20 @@ class OracleLocker(Locker):
 
 
 class OracleMoverMixin:
-    state_length = 'COALESCE(DBMS_LOB.GETLENGTH(state), 0)'
+    state_length_sql = 'COALESCE(DBMS_LOB.GETLENGTH(state), 0)'
     no_table = ' FROM DUAL'
 
-    def upsert_select(self, table, key, cols, select):
-        others = [c for c in cols if c != key]
+    def upsert_select(self, table, key, cols, select_sql):
+        others = [col for col in cols if col != key]
         return (
             'MERGE INTO {table} o USING ({select}) t '
             'ON (o.{key} = t.{key}) '
             'WHEN MATCHED THEN UPDATE SET {sets} '
             'WHEN NOT MATCHED THEN INSERT ({cols}) VALUES ({values})'.format(
-                table=table, select=select, key=key,
-                sets=', '.join('o.%s = t.%s' % (c, c) for c in others),
+                table=table, select=select_sql, key=key,
+                sets=', '.join('o.%s = t.%s' % (col, col) for col in others),
                 cols=', '.join(cols),
-                values=', '.join('t.%s' % c for c in cols)))
+                values=', '.join('t.%s' % col for col in cols)))
 
 
 class OracleHPMover(OracleMoverMixin, HistoryPreservingMover):

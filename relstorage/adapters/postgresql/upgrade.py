@@ -51,9 +51,9 @@ class PostgreSQLUpgrade(Upgrade):
             rows = session.fetchall(
                 'SELECT DISTINCT a.pid, a.usename, a.application_name, '
                 'a.client_addr FROM pg_locks l JOIN pg_stat_activity a '
-                'ON a.pid = l.pid WHERE l.relation IN (%s) '
-                'AND a.pid <> pg_backend_pid()'
-                % ', '.join(["to_regclass('\"%s\"')" % t for t in tables]))
+                'ON a.pid = l.pid WHERE l.relation = ANY(%s::regclass[]) '
+                'AND a.pid <> pg_backend_pid()',
+                (['"%s"' % t for t in tables],))
         finally:
             session.close()
         return '; '.join(
@@ -72,7 +72,7 @@ class PostgreSQLUpgrade(Upgrade):
                 session.execute('ALTER INDEX "%s" RENAME TO "rs4_%s"'
                                 % (index, index))
             session.execute('ALTER TABLE "%s" RENAME TO "%s"'
-                            % (table, self.old[table]))
+                            % (table, self.old_tables[table]))
         session.execute('ALTER SEQUENCE IF EXISTS zoid_seq '
                         'RENAME TO rs4_zoid_seq')
         # Its functions name the tables: a RelStorage 4 client left running
@@ -80,8 +80,7 @@ class PostgreSQLUpgrade(Upgrade):
         for (signature, name) in session.fetchall(
                 'SELECT p.oid::regprocedure::text, p.proname FROM pg_proc p '
                 'WHERE p.pronamespace = current_schema()::regnamespace '
-                'AND p.proname IN (%s)'
-                % ', '.join(["'%s'" % f for f in OLD_FUNCTIONS])):
+                'AND p.proname = ANY(%s::text[])', (list(OLD_FUNCTIONS),)):
             session.execute('ALTER FUNCTION %s RENAME TO "rs4_%s"'
                             % (signature, name))
 
@@ -120,12 +119,12 @@ class PostgreSQLUpgrade(Upgrade):
             # Dropping the table leaves its large objects behind.
             session.execute('SELECT lo_unlink(chunk) FROM rs4_blob_chunk')
         session.execute('DROP VIEW IF EXISTS current_object_state')
-        for table in tuple(self.old.values()) + OLD_OTHER_TABLES:
+        for table in tuple(self.old_tables.values()) + OLD_OTHER_TABLES:
             session.execute('DROP TABLE IF EXISTS "%s" CASCADE' % table)
         session.execute('DROP SEQUENCE IF EXISTS rs4_zoid_seq')
         for (signature,) in session.fetchall(
                 'SELECT p.oid::regprocedure::text FROM pg_proc p '
                 'WHERE p.pronamespace = current_schema()::regnamespace '
-                'AND p.proname IN (%s)' % ', '.join(
-                    ["'rs4_%s'" % f for f in OLD_FUNCTIONS])):
+                'AND p.proname = ANY(%s::text[])',
+                (['rs4_' + name for name in OLD_FUNCTIONS],)):
             session.execute('DROP FUNCTION %s CASCADE' % signature)

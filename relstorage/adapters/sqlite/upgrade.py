@@ -18,7 +18,7 @@ from .adapter import RS4_FILE
 
 class SQLiteUpgrade(Upgrade):
 
-    old = {'transaction': 'rs4."transaction"',
+    old_tables = {'transaction': 'rs4."transaction"',
            'object_state': 'rs4.object_state',
            'current_object': 'rs4.current_object',
            'blob_chunk': 'rs4.blob_chunk'}
@@ -37,7 +37,7 @@ class SQLiteUpgrade(Upgrade):
         super().begin(session)
 
     def original_names(self):
-        return self.old
+        return self.old_tables
 
     def keep_out(self):
         guard = sqlite3.connect(self._path(), timeout=0,
