@@ -291,6 +291,7 @@ class Pack:
             self.result['bytes_removed'] += size
         if not old and not doomed:
             packer.forget_prepack(session)  # whichever pre-pack made it
+            packer.record_pack(session, self.pack_tid)
             removed = packer.finish(session, self.pack_tid)
             if 'transactions_removed' in self.result:
                 self.result['transactions_removed'] += removed
