@@ -15,23 +15,16 @@ progress line is shown; a summary ends each section; ``--json`` prints
 the findings as JSON. The exit status is 0 only when nothing is broken
 (3 when something is; 1 when a check could not run; 2 for bad usage).
 """
-import argparse
-import json
-import logging
 import sys
 import time
 
-import ZConfig
-
-from .helptext import help_text
 from .storage.check import Check
 from .zodbinfo import open_adapter
-from .zodbinfo import relstorage_sections
+from .zodbinfo import each_section
 from .zodbinfo import tid_time
+from .zodbinfo import tool_parser
 from .zodbpack import TerminalProgress
 from .zodbpack import setup_logging
-
-log = logging.getLogger('zodbcheck')
 
 EXIT_FAILED = 1
 EXIT_USAGE = 2
@@ -113,45 +106,27 @@ def render(name, r, out):
 def main(argv=None, out=None, err=None):
     out = out or sys.stdout
     err = err or sys.stderr
-    parser = argparse.ArgumentParser(
-        prog='zodbcheck', description=help_text(__doc__))
+    parser = tool_parser('zodbcheck', __doc__, 'print the findings as JSON')
     parser.add_argument('--unreachable', action='store_true',
                         help='also list the objects nothing reaches from '
                              'the root (garbage a pack would remove)')
-    parser.add_argument('--json', action='store_true',
-                        help='print the findings as JSON')
-    parser.add_argument('config', help='file of <relstorage> sections')
     args = parser.parse_args(argv)
     setup_logging()
-    try:
-        sections = relstorage_sections(args.config)
-    except (ZConfig.ConfigurationError, OSError) as e:
-        print('zodbcheck: %s' % e, file=err)
-        return EXIT_USAGE
-    status = 0
-    results = []
-    for name, section in sections:
+
+    def check_one(section):
         progress = (TerminalProgress(err, time.monotonic())
                     if err.isatty() else None)
-        try:
-            result = check(section, args.unreachable, progress)
-        except Exception as e:  # noqa: BLE001 -- reported, then exit 1
-            log.debug('failure details', exc_info=True)
-            print('zodbcheck: %s: %s: %s' % (name, type(e).__name__, e),
-                  file=err)
-            status = max(status, EXIT_FAILED)
-            continue
-        result['name'] = name
+        result = check(section, args.unreachable, progress)
         result['broken'] = result.broken
-        results.append(result)
-        if result.broken:
-            status = max(status, EXIT_BROKEN)
-        if not args.json:
-            render(name, result, out)
-    if args.json:
-        json.dump({'storages': results}, out, indent=2, sort_keys=True)
-        out.write('\n')
-    return status
+        return result
+
+    results, failed = each_section('zodbcheck', args.config, check_one,
+                                   render, args.json, out, err)
+    if results is None:
+        return EXIT_USAGE
+    if any(result['broken'] for result in results):
+        return EXIT_BROKEN
+    return EXIT_FAILED if failed else 0
 
 
 if __name__ == '__main__':

@@ -24,7 +24,7 @@ import ZConfig
 from ZODB.TimeStamp import TimeStamp
 from ZODB.utils import p64
 
-from .blobs.files import blob_dir_totals
+from .blobs.cachesize import cache_files
 from .config import RelStorageFactory
 from .config import options_from_section
 from .exceptions import HistoryModeMismatch
@@ -69,6 +69,48 @@ def relstorage_sections(path):
     return found
 
 
+def tool_parser(prog, doc, json_help):
+    """The command line both inspection tools start from: the config
+    file and ``--json``."""
+    parser = argparse.ArgumentParser(prog=prog, description=help_text(doc))
+    parser.add_argument('config', help='file of <relstorage> sections')
+    parser.add_argument('--json', action='store_true', help=json_help)
+    return parser
+
+
+def each_section(prog, path, gather_one, render, as_json, out, err):
+    """Report on every ``<relstorage>`` section of the file at *path*:
+    ``gather_one(section)`` makes a report (a dict), printed by
+    ``render(name, report, out)`` or, with *as_json*, all together as
+    JSON. A section that fails is named on *err* and skipped. Returns
+    ``(reports, whether any failed)``; reports is None when the file
+    cannot be read."""
+    try:
+        sections = relstorage_sections(path)
+    except (ZConfig.ConfigurationError, OSError) as e:
+        print('%s: %s' % (prog, e), file=err)
+        return None, True
+    failed = False
+    reports = []
+    for name, section in sections:
+        try:
+            report = gather_one(section)
+        except Exception as e:  # noqa: BLE001 -- reported, then exit 1
+            log.debug('failure details', exc_info=True)
+            print('%s: %s: %s: %s' % (prog, name, type(e).__name__, e),
+                  file=err)
+            failed = True
+            continue
+        report['name'] = name
+        reports.append(report)
+        if not as_json:
+            render(name, report, out)
+    if as_json:
+        json.dump({'storages': reports}, out, indent=2, sort_keys=True)
+        out.write('\n')
+    return reports, failed
+
+
 def tid_time(tid):
     """The UTC time of a tid, as text; None for None."""
     if not tid:
@@ -108,8 +150,9 @@ def gather(section, exact=False, classes=None):
         adapter.close()
     if options.blob_dir and options.shared_blob_dir:
         report['blob_dir'] = options.blob_dir
-        report['blobs'], report['blob_bytes'] = blob_dir_totals(
-            options.blob_dir)
+        files = cache_files(options.blob_dir)
+        report['blobs'] = len(files)
+        report['blob_bytes'] = sum(size for _, size, _ in files)
         if 'blob_bytes' in report['estimated']:
             report['estimated'].remove('blob_bytes')
     report['first_time'] = tid_time(report['first_tid'])
@@ -196,8 +239,7 @@ def render(name, r, out):
 
 def main(argv=None, out=None):
     out = out or sys.stdout
-    parser = argparse.ArgumentParser(
-        prog='zodbinfo', description=help_text(__doc__))
+    parser = tool_parser('zodbinfo', __doc__, 'print the report as JSON')
     parser.add_argument('--exact', action='store_true',
                         help='count rows and bytes instead of using the '
                              'server\'s estimates (reads whole tables)')
@@ -206,39 +248,18 @@ def main(argv=None, out=None):
                              'of every current object')
     parser.add_argument('--top', type=int, default=20, metavar='N',
                         help='with --classes: how many (default 20)')
-    parser.add_argument('--json', action='store_true',
-                        help='print the report as JSON')
-    parser.add_argument('config', help='file of <relstorage> sections')
     args = parser.parse_args(argv)
     setup_logging()
     if args.top < 1:
         parser.error('--top takes a positive number')
-    try:
-        sections = relstorage_sections(args.config)
-    except (ZConfig.ConfigurationError, OSError) as e:
-        print('zodbinfo: %s' % e, file=sys.stderr)
+    reports, failed = each_section(
+        'zodbinfo', args.config,
+        lambda section: gather(section, args.exact,
+                               args.top if args.classes else None),
+        render, args.json, out, sys.stderr)
+    if reports is None:
         return EXIT_USAGE
-    status = 0
-    reports = []
-    for name, section in sections:
-        try:
-            report = gather(section, args.exact,
-                            args.top if args.classes else None)
-        except Exception as e:  # noqa: BLE001 -- reported, then exit 1
-            log.debug('failure details', exc_info=True)
-            print('zodbinfo: %s: %s: %s' % (name, type(e).__name__, e),
-                  file=sys.stderr)
-            status = EXIT_FAILED
-            continue
-        report['name'] = name
-        reports.append(report)
-        if not args.json:
-            render(name, report, out)
-    if args.json:
-        json.dump({'storages': reports}, out, indent=2, sort_keys=True)
-        out.write('\n')
-    return status
-
+    return EXIT_FAILED if failed else 0
 
 if __name__ == '__main__':
     sys.exit(main())

@@ -188,25 +188,6 @@ class BlobFiles:
             self._remove_dir_if_empty(oid)
 
 
-def blob_dir_totals(blob_dir):
-    """``(files, bytes)`` of the committed blob files under *blob_dir*
-    (its temporary directory left out); reads only directory entries."""
-    files = size = 0
-    temp = os.path.join(blob_dir, 'tmp')
-    for path, dirs, names in os.walk(blob_dir):
-        if path == temp:
-            dirs[:] = []
-            continue
-        for name in names:
-            if name.endswith(BLOB_SUFFIX):
-                try:
-                    size += os.stat(os.path.join(path, name)).st_size
-                except FileNotFoundError:  # removed meanwhile (a pack)
-                    continue
-                files += 1
-    return files, size
-
-
 def reading_helper(blob_dir):
     """ZODB's FilesystemHelper of an existing blob directory, its layout
     read from the directory, for tools that only look: creates nothing."""
