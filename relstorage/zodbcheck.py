@@ -1,7 +1,7 @@
 """``zodbcheck``: check a relstorage database for damage before a user
 meets it.
 
-    zodbcheck [--unreachable] [--json] config.conf
+    zodbcheck [--unreachable] [--limit N] [--json] config.conf
 
 For each ``<relstorage>`` section of the file, walks everything reachable
 from the root through one snapshot (read-only: writers go on) and
@@ -12,12 +12,14 @@ blob directory); ``--unreachable`` also lists the objects nothing
 reaches, which a pack with pack-gc would remove. Memory stays bounded
 (about 21 bytes per object plus 8 per reference). On a terminal a
 progress line is shown; a summary ends each section; ``--json`` prints
-the findings as JSON. The exit status is 0 only when nothing is broken
+the findings as JSON; ``--limit`` bounds how many findings of each kind
+are listed (1000; the counts are complete). The exit status is 0 only when nothing is broken
 (3 when something is; 1 when a check could not run; 2 for bad usage).
 """
 import sys
 import time
 
+from .storage.check import LISTED
 from .storage.check import Check
 from .zodbinfo import open_adapter
 from .zodbinfo import each_section
@@ -31,13 +33,13 @@ EXIT_USAGE = 2
 EXIT_BROKEN = 3
 
 
-def check(section, unreachable=False, progress=None):
+def check(section, unreachable=False, progress=None, listed=LISTED):
     """The CheckResult of one ``<relstorage>`` section, with the name of
     its database under ``database``."""
     adapter, options = open_adapter(section)
     try:
         result = Check(adapter, options.blob_dir, options.shared_blob_dir,
-                       unreachable, progress).run()
+                       unreachable, progress, listed).run()
         result['database'] = adapter.describe()
     finally:
         adapter.close()
@@ -89,10 +91,13 @@ def render(name, r, out):
                 for kind, one, many in counts if r[kind + '_count']]
     listed = sum(len(r[kind]) for kind, _, _ in counts)
     if listed < sum(r[kind + '_count'] for kind, _, _ in counts):
-        problems.append('(only the first of each kind are listed)')
+        problems.append('(only the first of each kind are listed: '
+                        '--limit)')
     if 'unreachable' in r:
         line = '  %s unreachable (a pack with pack-gc would remove them)' \
             % _plural(r['unreachable_count'], 'object')
+        if len(r['unreachable']) < r['unreachable_count']:
+            line += ', the first %d listed (--limit)' % len(r['unreachable'])
         if r['damaged_count']:
             line += '; objects only damaged states refer to count as ' \
                     'unreachable'
@@ -110,13 +115,20 @@ def main(argv=None, out=None, err=None):
     parser.add_argument('--unreachable', action='store_true',
                         help='also list the objects nothing reaches from '
                              'the root (garbage a pack would remove)')
+    parser.add_argument('--limit', type=int, default=LISTED, metavar='N',
+                        help='list at most N findings of each kind '
+                             '(default %(default)s; 0: all); the counts '
+                             'are always complete')
     args = parser.parse_args(argv)
+    if args.limit < 0:
+        parser.error('--limit must not be negative')
     setup_logging()
 
     def check_one(section):
         progress = (TerminalProgress(err, time.monotonic())
                     if err.isatty() else None)
-        result = check(section, args.unreachable, progress)
+        result = check(section, args.unreachable, progress,
+                       args.limit or None)
         result['broken'] = result.broken
         return result
 

@@ -25,7 +25,7 @@ from .refgraph import ReferenceGraph
 
 #: Current states read per query.
 PAGE = 1000
-#: Findings listed per kind; the counts are always complete.
+#: Findings listed per kind by default; the counts are always complete.
 LISTED = 1000
 #: The class of ZODB's blobs, whose data lives beside the state.
 BLOB_CLASS = 'ZODB.blob.Blob'
@@ -36,7 +36,7 @@ BROKEN = ('dangling', 'damaged', 'missing_blobs')
 class CheckResult(dict):
     """Counts (``objects``, ``references``, ``reachable``, ``blobs``,
     ``<kind>_count``), the findings of each kind (lists of dicts, at most
-    LISTED each), the snapshot's ``tid`` and ``seconds``."""
+    the check's *listed* each), the snapshot's ``tid`` and ``seconds``."""
 
     @property
     def broken(self):
@@ -49,11 +49,13 @@ class Check:
     *blob_dir*: with *shared_blob_dir*, the directory whose files are the
     only home of the blobs; otherwise blobs are looked for in the
     database. *progress*, if given, is called after each page with
-    ``(objects read, estimated total)``."""
+    ``(objects read, estimated total)``. At most *listed* findings of
+    each kind are kept (None: all)."""
 
     def __init__(self, adapter, blob_dir=None, shared_blob_dir=False,
-                 unreachable=False, progress=None):
+                 unreachable=False, progress=None, listed=LISTED):
         self.adapter = adapter
+        self.listed = listed
         self.inspector = adapter.inspector
         self.files = (reading_helper(blob_dir)
                       if blob_dir and shared_blob_dir else None)
@@ -71,7 +73,7 @@ class Check:
 
     def found(self, kind, **entry):
         self.result[kind + '_count'] += 1
-        if len(self.result[kind]) < LISTED:
+        if self.listed is None or len(self.result[kind]) < self.listed:
             self.result[kind].append(entry)
 
     def class_number(self, name):

@@ -20,6 +20,11 @@ _GLOBAL = b'c'
 PERSISTENT_CLASS = '<persistent class>'
 
 
+#: Class names by the bytes that spell them in a GLOBAL opcode (a
+#: database has few classes and many objects of each).
+_seen = {}
+
+
 def _text(value):
     return value.decode('utf-8') if isinstance(value, bytes) else value
 
@@ -32,11 +37,18 @@ def class_name(record):
         end = record.find(b'\n', 3)
         stop = record.find(b'\n', end + 1) if end > 0 else -1
         if stop > 0:
-            try:
-                return '%s.%s' % (record[3:end].decode('utf-8'),
-                                  record[end + 1:stop].decode('utf-8'))
-            except UnicodeDecodeError as e:
-                raise ValueError('class name is not text: %s' % e) from None
+            key = record[3:stop]
+            name = _seen.get(key)
+            if name is None:
+                try:
+                    name = '%s.%s' % (record[3:end].decode('utf-8'),
+                                      record[end + 1:stop].decode('utf-8'))
+                except UnicodeDecodeError as e:
+                    raise ValueError('class name is not text: %s'
+                                     % e) from None
+                if len(_seen) < 10000:
+                    _seen[key] = name
+            return name
     strings = []
     try:
         for op, arg, _pos in pickletools.genops(record):

@@ -165,6 +165,8 @@ def test_unreachable_lists_exactly_the_garbage(factory, tmp_path):
     status, text = run_main(zodbcheck, '--unreachable', config)
     assert 'unreachable: %s (%s)' % (name(oids['d']), MAPPING) in text
     assert '2 objects unreachable' in text
+    status, r = run_json(zodbcheck, '--unreachable', '--limit', '1', config)
+    assert (r['unreachable_count'], len(r['unreachable'])) == (2, 1)
     # A pack removes exactly those.
     db = ZODB.DB(factory.storage(blob_dir=str(blob_dir)))
     db.pack()
