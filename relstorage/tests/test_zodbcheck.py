@@ -212,3 +212,35 @@ def test_progress_on_a_terminal(tmp_path):
 def test_bad_usage(tmp_path):
     status, out, err = run_tool('zodbcheck', str(tmp_path / 'missing.conf'))
     assert status == 2 and 'No such file' in err
+
+
+def test_writers_commit_while_the_check_reads(factory, tmp_path):
+    """The check's snapshot takes no lock: a commit made while it reads
+    goes through at once (within a commit-lock-timeout of 2 s, or it
+    fails), and the check reports the snapshot it began with."""
+    from persistent.mapping import PersistentMapping
+    from relstorage.storage.check import Check
+    oids, config = prepared(factory, tmp_path)
+    writer = ZODB.DB(factory.storage(blob_dir=str(tmp_path / 'blobs'),
+                                     commit_lock_timeout=2))
+    committed = []
+
+    def commit_meanwhile(done, total):
+        if not committed:
+            with writer.transaction() as conn:
+                conn.root()['new'] = PersistentMapping()
+                del conn.root()['b']
+            committed.append(done)
+
+    adapter = factory.adapter(read_only=True)
+    try:
+        result = Check(adapter, progress=commit_meanwhile).run()
+    finally:
+        adapter.close()
+        writer.close()
+    assert committed
+    assert (result['objects'], result['reachable']) == (6, 6)
+    assert not result.broken
+    status, r = run_json(zodbcheck, '--unreachable', config)
+    assert (r['objects'], r['reachable']) == (7, 6)
+    assert r['unreachable'] == [{'oid': name(oids['b']), 'class': MAPPING}]
