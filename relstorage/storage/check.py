@@ -133,9 +133,9 @@ class Check:
             try:
                 refs = sorted({u64(ref) for ref in referencesf(state)})
             except Exception as e:  # noqa: BLE001 -- what bad bytes raise
+                why = type(e).__name__ + (': %s' % e if str(e) else '')
                 self.found('damaged', oid=oid, tid=tid, class_=name,
-                           error='the state does not unpickle (%s: %s)'
-                           % (type(e).__name__, e))
+                           error='the state does not unpickle (%s)' % why)
         graph.add(oid, refs)
         self.classes.append(self.class_number(name))
         self.result['references'] += len(refs)
