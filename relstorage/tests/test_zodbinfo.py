@@ -199,3 +199,33 @@ def test_class_header_reader():
     for bad in (b'', b'\x80\x03c', b'garbage', b'\x80\x03}.'):
         with pytest.raises(ValueError):
             class_name(bad)
+
+
+def test_blobs_in_a_shared_directory(factory, tmp_path):
+    blob_dir = tmp_path / 'blobs'
+    db = open_db(factory, blob_dir, shared=True)
+    workload(db)
+    db.close()
+    config = write_config(tmp_path, factory, blob_dir, shared=True)
+    status, r = run_json(zodbinfo, '--exact', config)
+    assert status == 0
+    assert (r['blobs'], r['blob_bytes'], r['blob_chunks']) == (
+        1, len(BLOB), 0)
+    assert r['blob_dir'] == str(blob_dir)
+    status, text = run_main(zodbinfo, config)
+    assert '1 files, 2.5 kB in the shared blob-dir %s' % blob_dir in text
+
+
+def test_kept_prepack_is_shown(factory, tmp_path):
+    db = open_db(factory, tmp_path / 'blobs')
+    workload(db)
+    make_garbage(db)
+    time.sleep(0.02)
+    db.storage.pack_with_result(time.time(), referencesf, prepack_only=True)
+    db.close()
+    config = write_config(tmp_path, factory, tmp_path / 'blobs')
+    status, r = run_json(zodbinfo, '--exact', config)
+    assert r['prepack_tid'] is not None and r['last_pack_time'] is None
+    status, text = run_main(zodbinfo, config)
+    assert 'none recorded; a pre-pack to ' in text
+    assert 'awaits --use-prepack-state' in text
