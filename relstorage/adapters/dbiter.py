@@ -20,7 +20,7 @@ class Iterator:
         *start_oid*, in oid order; a damaged state is a CorruptRecord."""
         checked = self.adapter.mover.checked
         return [(oid, tid, checked(oid, state, tid, size)[0])
-                for oid, tid, state, size, _ in session.fetchall(
+                for oid, tid, state, size in session.fetchall(
                     self.current_records_sql, (start_oid, limit))]
 
     def _records(self, session, sql, tid):
@@ -41,11 +41,8 @@ class Iterator:
 
 class HistoryPreservingIterator(Iterator):
 
-    #: Rows ``(oid, tid, state, state_size, blob_id)`` of the current
-    #: (not deleted) objects from oid ``%s`` on, at most ``%s`` of them.
     current_records_sql = (
-        'SELECT c.zoid, c.tid, s.state, s.state_size, s.blob_id '
-        'FROM current_object c '
+        'SELECT c.zoid, c.tid, s.state, s.state_size FROM current_object c '
         'JOIN object_state s ON s.zoid = c.zoid AND s.tid = c.tid '
         'WHERE c.zoid >= %s AND s.state IS NOT NULL '
         'ORDER BY c.zoid LIMIT %s')
@@ -108,7 +105,7 @@ class HistoryFreeIterator(Iterator):
 
     # Rows with a NULL state are tombstones of deleted objects.
     current_records_sql = (
-        'SELECT zoid, tid, state, state_size, blob_id FROM object_state '
+        'SELECT zoid, tid, state, state_size FROM object_state '
         'WHERE zoid >= %s '
         'AND state IS NOT NULL ORDER BY zoid LIMIT %s')
     object_count_sql = ('SELECT COUNT(*) FROM object_state '

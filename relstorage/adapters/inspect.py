@@ -58,9 +58,9 @@ class Figures(dict):
 class Inspector:
     """The figures of ``zodbinfo``; the history mode decides the SQL."""
 
-    #: ``(oid, state_size, first bytes of the state)`` of current objects
-    #: after oid ``%s``, in oid order, at most ``%s`` of them; the header
-    #: length is the first parameter.
+    #: ``(oid, state_size, first bytes of the state)`` of the objects
+    #: after oid ``%s``, in oid order, at most ``%s`` of them (a deleted
+    #: one's state NULL); the header length is the first parameter.
     headers_sql = None
     #: The table with one row per object.
     objects_table = None
@@ -112,19 +112,12 @@ class Inspector:
         return dict(f)
 
     def headers(self, session, after_oid, limit, length):
-        """``[(oid, state_size, header bytes)]`` of current objects after
-        *after_oid*: enough of each state to read its class from."""
-        return [(oid, size, bytes(head)) for oid, size, head in
-                session.fetchall(self.headers_sql, (length, after_oid, limit))]
-
-    def current_rows(self, session, start_oid, limit):
-        """``[(oid, tid, state, state_size, blob_id)]`` of current objects
-        from *start_oid* on, as stored (nothing checked: a checker wants
-        to see damage, not stop at it)."""
-        return [(oid, tid, bytes(state), size, blob_id)
-                for oid, tid, state, size, blob_id in session.fetchall(
-                    self.adapter.iterator.current_records_sql,
-                    (start_oid, limit))]
+        """``[(oid, state_size, header bytes)]`` of the objects after
+        *after_oid*: enough of each state to read its class from (None
+        for a deleted object)."""
+        return [(oid, size, bytes(head) if head is not None else None)
+                for oid, size, head in session.fetchall(
+                    self.headers_sql, (length, after_oid, limit))]
 
     def blob_chunks(self, session, blob_ids):
         """``{blob_id: (chunks, highest chunk_num)}``, see chunk_counts."""
@@ -138,11 +131,14 @@ class HistoryPreservingInspector(Inspector):
     current_bytes_sql = (
         'SELECT SUM(s.state_size) FROM current_object c JOIN object_state s '
         'ON s.zoid = c.zoid AND s.tid = c.tid')
+    # The page is chosen in current_object alone: joined first, with a
+    # bound on both tables, PostgreSQL still hashed everything after the
+    # page's start (0.26 s a page at 1,000,000 objects).
     headers_sql = (
-        'SELECT c.zoid, s.state_size, SUBSTR(s.state, 1, %s) '
-        'FROM current_object c JOIN object_state s '
-        'ON s.zoid = c.zoid AND s.tid = c.tid '
-        'WHERE c.zoid > %s AND s.state IS NOT NULL ORDER BY c.zoid LIMIT %s')
+        'SELECT c.zoid, s.state_size, SUBSTR(s.state, 1, %s) FROM '
+        '(SELECT zoid, tid FROM current_object WHERE zoid > %s '
+        'ORDER BY zoid LIMIT %s) c JOIN object_state s '
+        'ON s.zoid = c.zoid AND s.tid = c.tid ORDER BY c.zoid')
 
     def history_figures(self, session, exact, f):
         f.put('revisions', *self.count(session, exact, 'object_state',
@@ -173,7 +169,7 @@ class HistoryFreeInspector(Inspector):
                 'WHERE state IS NOT NULL')
     headers_sql = (
         'SELECT zoid, state_size, SUBSTR(state, 1, %s) FROM object_state '
-        'WHERE zoid > %s AND state IS NOT NULL ORDER BY zoid LIMIT %s')
+        'WHERE zoid > %s ORDER BY zoid LIMIT %s')
 
     def history_figures(self, session, exact, f):
         on_disk = self.stats.table_bytes(session, 'object_state')

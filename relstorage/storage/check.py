@@ -89,28 +89,33 @@ class Check:
         session = self.adapter.open_load_session()
         try:
             self.result['tid'] = session.restart()
-            self.read(session.session, graph)
+            self.read(session.session, graph, self.result['tid'])
         finally:
             session.close()
         self.walk(graph)
         self.result['seconds'] = time.monotonic() - started
         return self.result
 
-    def read(self, session, graph):
+    def read(self, session, graph, view_tid):
+        """Every state current in the snapshot, read as the pre-pack
+        reads them (deleted objects are left out of the graph, so that
+        references to them are missing)."""
         inspector = self.inspector
         total = inspector.count(session, False, inspector.objects_table,
                                 self.adapter.iterator.object_count_sql)[0]
-        start = 0
+        after = -1
         while True:
-            rows = inspector.current_rows(session, start, PAGE)
+            rows = self.adapter.packer.records_at(session, view_tid, after,
+                                                  PAGE)
             if not rows:
                 break
             with_blobs = []
             for row in rows:
-                self.examine(graph, row, with_blobs)
+                if row[2] is not None:
+                    self.examine(graph, row, with_blobs)
             if with_blobs:
                 self.check_blobs(session, with_blobs)
-            start = rows[-1][0] + 1
+            after = rows[-1][0]
             if self.progress is not None:
                 self.progress(len(graph), max(total, len(graph) + 1))
         self.result['objects'] = len(graph)

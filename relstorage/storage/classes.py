@@ -92,6 +92,8 @@ def class_statistics(adapter, session, load_many):
         if not page:
             return found
         for oid, size, head in page:
+            if head is None:
+                continue  # deleted
             try:
                 name = class_name(head)
             except ValueError:

@@ -244,3 +244,31 @@ def test_writers_commit_while_the_check_reads(factory, tmp_path):
     status, r = run_json(zodbcheck, '--unreachable', config)
     assert (r['objects'], r['reachable']) == (7, 6)
     assert r['unreachable'] == [{'oid': name(oids['b']), 'class': MAPPING}]
+
+
+def test_reference_to_an_object_deleted_through_the_storage(factory,
+                                                            tmp_path):
+    """deleteObject (IExternalGC) leaves a deletion record (history) or a
+    tombstone (no history): the object is gone all the same."""
+    from ZODB.Connection import TransactionMetaData
+    oids, config = prepared(factory, tmp_path)
+    storage = factory.storage(blob_dir=str(tmp_path / 'blobs'),
+                              blob_chunk_size=1000)
+    try:
+        _, serial = storage.load(p64(oids['d']))
+        t = TransactionMetaData()
+        storage.tpc_begin(t)
+        storage.deleteObject(p64(oids['d']), serial, t)
+        storage.tpc_vote(t)
+        storage.tpc_finish(t)
+    finally:
+        storage.close()
+    status, r = run_json(zodbcheck, config)
+    assert status == 3
+    assert r['objects'] == 5
+    assert r['dangling'] == [{'oid': name(oids['c']), 'class': MAPPING,
+                              'missing': name(oids['d'])}]
+    from relstorage import zodbinfo
+    status, info = run_json(zodbinfo, '--exact', '--classes', config)
+    assert info['objects'] == 5
+    assert sum(c['objects'] for c in info['classes']) == 5
