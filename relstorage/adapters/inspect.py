@@ -58,10 +58,10 @@ class Figures(dict):
 class Inspector:
     """The figures of ``zodbinfo``; the history mode decides the SQL."""
 
-    #: ``(oid, state_size, first bytes of the state)`` of the objects
-    #: after oid ``%s``, in oid order, at most ``%s`` of them (a deleted
-    #: one's state NULL); the header length is the first parameter.
-    headers_sql = None
+    #: A page of the current revisions: *columns* of the objects after
+    #: oid ``%s``, in oid order, at most ``%s`` of them (a deleted one's
+    #: state NULL); their table is ``s``.
+    page_sql = None
     #: The table with one row per object.
     objects_table = None
     #: The first and last tid of the transactions there are.
@@ -70,6 +70,11 @@ class Inspector:
     def __init__(self, adapter):
         self.adapter = adapter
         self.stats = adapter.statistics_class(adapter)
+        # The header length is the first parameter.
+        self.headers_sql = self.page_sql.format(
+            columns='s.state_size, SUBSTR(s.state, 1, %s)')
+        self.records_sql = self.page_sql.format(
+            columns='s.tid, s.state, s.state_size, s.blob_id')
 
     def count(self, session, exact, table, count_sql):
         """``(rows, estimated)``: the server's estimate of *table*'s rows
@@ -119,6 +124,15 @@ class Inspector:
                 for oid, size, head in session.fetchall(
                     self.headers_sql, (length, after_oid, limit))]
 
+    def records(self, session, after_oid, limit):
+        """``[(oid, tid, state, state_size, blob_id)]`` of the objects
+        after *after_oid*, as stored (a deleted object's state None):
+        nothing checked, for a checker wants to see damage."""
+        return [(oid, tid, bytes(state) if state is not None else None,
+                 size, blob_id)
+                for oid, tid, state, size, blob_id in session.fetchall(
+                    self.records_sql, (after_oid, limit))]
+
     def blob_chunks(self, session, blob_ids):
         """``{blob_id: (chunks, highest chunk_num)}``, see chunk_counts."""
         return blobs.chunk_counts(session, blob_ids)
@@ -131,11 +145,13 @@ class HistoryPreservingInspector(Inspector):
     current_bytes_sql = (
         'SELECT SUM(s.state_size) FROM current_object c JOIN object_state s '
         'ON s.zoid = c.zoid AND s.tid = c.tid')
-    # The page is chosen in current_object alone: joined first, with a
-    # bound on both tables, PostgreSQL still hashed everything after the
-    # page's start (0.26 s a page at 1,000,000 objects).
-    headers_sql = (
-        'SELECT c.zoid, s.state_size, SUBSTR(s.state, 1, %s) FROM '
+    # The page is chosen in current_object alone, by its primary key,
+    # whatever the statistics say: joined first, PostgreSQL merged or
+    # hashed everything after the page's start (0.2 s a page at 1,000,000
+    # objects), and the pre-pack's aggregate over object_state sorted
+    # the rest of the table on disk when the statistics were stale.
+    page_sql = (
+        'SELECT c.zoid, {columns} FROM '
         '(SELECT zoid, tid FROM current_object WHERE zoid > %s '
         'ORDER BY zoid LIMIT %s) c JOIN object_state s '
         'ON s.zoid = c.zoid AND s.tid = c.tid ORDER BY c.zoid')
@@ -167,9 +183,9 @@ class HistoryFreeInspector(Inspector):
     objects_table = 'object_state'
     span_sql = ('SELECT MIN(tid), MAX(tid) FROM object_state '
                 'WHERE state IS NOT NULL')
-    headers_sql = (
-        'SELECT zoid, state_size, SUBSTR(state, 1, %s) FROM object_state '
-        'WHERE zoid > %s ORDER BY zoid LIMIT %s')
+    page_sql = (
+        'SELECT s.zoid, {columns} FROM object_state s '
+        'WHERE s.zoid > %s ORDER BY s.zoid LIMIT %s')
 
     def history_figures(self, session, exact, f):
         on_disk = self.stats.table_bytes(session, 'object_state')

@@ -35,15 +35,8 @@ class Packer:
 
     def states_at(self, session, pack_tid, after_oid, limit):
         """``[(oid, state)]`` current as of *pack_tid*, oid order, a page."""
-        return [(oid, _b(state)) for oid, _, state, _, _ in session.fetchall(
+        return [(oid, _b(state)) for oid, state in session.fetchall(
             self.states_at_sql, (pack_tid, after_oid, limit))]
-
-    def records_at(self, session, pack_tid, after_oid, limit):
-        """``[(oid, tid, state, state_size, blob_id)]`` current as of
-        *pack_tid*, oid order, a page (deleted objects' states None)."""
-        return [(oid, tid, _b(state), size, blob_id)
-                for oid, tid, state, size, blob_id in session.fetchall(
-                    self.states_at_sql, (pack_tid, after_oid, limit))]
 
     def states_after(self, session, after_tid):
         """``[(oid, state)]`` of every revision committed after
@@ -143,8 +136,7 @@ class HistoryPreservingPacker(Packer):
     # The page is chosen inside the aggregate, so each query reads only its
     # own oids (by the primary key), not the whole table.
     states_at_sql = (
-        'SELECT s.zoid, s.tid, s.state, s.state_size, s.blob_id '
-        'FROM object_state s JOIN '
+        'SELECT s.zoid, s.state FROM object_state s JOIN '
         '(SELECT zoid, MAX(tid) AS tid FROM object_state WHERE tid <= %s '
         'AND zoid > %s GROUP BY zoid ORDER BY zoid LIMIT %s) k '
         'ON s.zoid = k.zoid AND s.tid = k.tid ORDER BY s.zoid')
@@ -216,8 +208,7 @@ class HistoryFreePacker(Packer):
     deleted_sql = ('SELECT zoid FROM object_state WHERE state IS NULL '
                    'AND tid <= %s')
     states_at_sql = (
-        'SELECT zoid, tid, state, state_size, blob_id FROM object_state '
-        'WHERE tid <= %s '
+        'SELECT zoid, state FROM object_state WHERE tid <= %s '
         'AND zoid > %s ORDER BY zoid LIMIT %s')
 
     def last_pack_tid(self, session):

@@ -89,24 +89,23 @@ class Check:
         session = self.adapter.open_load_session()
         try:
             self.result['tid'] = session.restart()
-            self.read(session.session, graph, self.result['tid'])
+            self.read(session.session, graph)
         finally:
             session.close()
         self.walk(graph)
         self.result['seconds'] = time.monotonic() - started
         return self.result
 
-    def read(self, session, graph, view_tid):
-        """Every state current in the snapshot, read as the pre-pack
-        reads them (deleted objects are left out of the graph, so that
-        references to them are missing)."""
+    def read(self, session, graph):
+        """Every state current in the snapshot, a page at a time (deleted
+        objects are left out of the graph, so that references to them are
+        missing)."""
         inspector = self.inspector
         total = inspector.count(session, False, inspector.objects_table,
                                 self.adapter.iterator.object_count_sql)[0]
         after = -1
         while True:
-            rows = self.adapter.packer.records_at(session, view_tid, after,
-                                                  PAGE)
+            rows = inspector.records(session, after, PAGE)
             if not rows:
                 break
             with_blobs = []
