@@ -90,6 +90,10 @@ def each_section(prog, path, gather_one, render, as_json, out, err):
     except (ZConfig.ConfigurationError, OSError) as e:
         print('%s: %s' % (prog, e), file=err)
         return None, True
+    if not sections:
+        print('%s: %s holds no <relstorage> section' % (prog, path),
+              file=err)
+        return None, True
     failed = False
     reports = []
     for name, section in sections:

@@ -14,11 +14,13 @@ def _int(value):
 
 
 class ServerStatistics:
-    """What a database without statistics (SQLite) says about itself:
-    its version and size; row counts are counted (cheap there)."""
+    """What a database says about itself without reading its tables: its
+    version and, where it keeps statistics, row estimates and sizes on
+    disk. None means it cannot say (rows are then counted)."""
 
-    kind = 'SQLite'
-    version_sql = 'SELECT sqlite_version()'
+    #: The server's name, and the statement that gives its version.
+    kind = None
+    version_sql = None
 
     def __init__(self, adapter):
         self.adapter = adapter
@@ -35,10 +37,8 @@ class ServerStatistics:
         return None
 
     def database_bytes(self, session):
-        """Bytes the whole database takes on disk."""
-        pages = session.scalar('PRAGMA page_count')
-        size = session.scalar('PRAGMA page_size')
-        return int(pages) * int(size)
+        """Bytes the whole database takes on disk, or None."""
+        return None
 
 
 class Figures(dict):

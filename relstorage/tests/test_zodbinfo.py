@@ -180,6 +180,13 @@ def test_missing_database_and_bad_usage(tmp_path):
     assert not (tmp_path / 'nothing').exists()  # nothing was created
     status, out, err = run_tool('zodbinfo', str(tmp_path / 'missing.conf'))
     assert status == 2 and 'No such file' in err
+    config.write_text('<filestorage fs>\n path %s\n</filestorage>\n'
+                      % (tmp_path / 'Data.fs'))
+    status, out, err = run_tool('zodbinfo', str(config))
+    assert status == 2
+    assert 'fs is not a <relstorage> section; skipped' in err
+    assert 'holds no <relstorage> section' in err
+    assert not (tmp_path / 'Data.fs').exists()
 
 
 def test_class_header_reader():
