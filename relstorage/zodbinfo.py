@@ -45,15 +45,19 @@ def open_adapter(section):
     section says; and the options it was built with."""
     factory = section.adapter_factory()
     options = options_from_section(section).copy(read_only=True)
-    adapter = factory.create(options)
-    try:
-        adapter.prepare()
-    except HistoryModeMismatch:
-        adapter.close()
-        options = options.copy(keep_history=not options.keep_history)
+    for attempt in range(2):
         adapter = factory.create(options)
-        adapter.prepare()
-    return adapter, options
+        try:
+            adapter.prepare()
+            return adapter, options
+        except HistoryModeMismatch:
+            adapter.close()
+            if attempt:
+                raise
+            options = options.copy(keep_history=not options.keep_history)
+        except BaseException:
+            adapter.close()
+            raise
 
 
 def relstorage_sections(path):
