@@ -62,6 +62,8 @@ setup(
         'console_scripts': [
             'zodbconvert = relstorage.zodbconvert:main',
             'zodbpack = relstorage.zodbpack:main',
+            'zodbinfo = relstorage.zodbinfo:main',
+            'zodbcheck = relstorage.zodbcheck:main',
             'speedtest = speedtest.main:main',
             'relstorage-demo = relstorage.demo:main',
             'relstorage-upgrade = relstorage.upgrade:main',

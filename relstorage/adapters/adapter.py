@@ -20,6 +20,9 @@ from ..exceptions import RelStorageError
 from . import blobs
 from .dbiter import HistoryFreeIterator
 from .dbiter import HistoryPreservingIterator
+from .inspect import HistoryFreeInspector
+from .inspect import HistoryPreservingInspector
+from .inspect import ServerStatistics
 from .interfaces import ILoadSession
 from .interfaces import IRelStorageAdapter
 from .interfaces import IStoreSession
@@ -397,6 +400,8 @@ class Adapter:
     hf_packer_class = HistoryFreePacker
     locker_class = None
     oid_allocator_class = None
+    #: What the server says of itself, for zodbinfo.
+    statistics_class = ServerStatistics
     #: Starts the snapshot transaction of a load session.
     load_begin_sql = 'BEGIN'
     #: Starts the commit transaction of a store session.
@@ -439,6 +444,8 @@ class Adapter:
         self.packer = (self.hp_packer_class if self.keep_history
                        else self.hf_packer_class)(self)
         self.schema = self.schema_class(self, self.types)
+        self.inspector = (HistoryPreservingInspector if self.keep_history
+                          else HistoryFreeInspector)(self)
         self.oids = self.oid_allocator_class(self)
         self._prepared = False
         #: The highest oid this process knows to be allocated or stored;
@@ -531,6 +538,7 @@ class Adapter:
         self.oids.reset(session)
         self.max_known_oid = 0
         self.packer.forget_prepack(session)
+        self.packer.forget_pack(session)
 
     # Sessions
 

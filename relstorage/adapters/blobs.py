@@ -88,3 +88,26 @@ def drop_replaced_blobs(session, oids):
             'SELECT blob_id FROM object_state WHERE zoid IN %s '
             'AND blob_id IS NOT NULL' % in_list(chunk), chunk))
     delete_blobs(session, blob_ids)
+
+
+def blob_totals(session):
+    """``(blobs, bytes)`` kept in the database (every blob has a chunk 0);
+    reads the length of every chunk."""
+    blobs, size = session.fetchone(
+        'SELECT SUM(CASE WHEN chunk_num = 0 THEN 1 ELSE 0 END), '
+        'SUM(LENGTH(chunk)) FROM blob_chunk')
+    return int(blobs or 0), int(size or 0)
+
+
+def chunk_counts(session, blob_ids):
+    """``{blob_id: (chunks, highest chunk_num)}`` for those of *blob_ids*
+    with any chunk; a blob is whole when it has chunks 0 to the highest
+    (a missing last chunk cannot be told from a shorter blob)."""
+    found = {}
+    for chunk in chunks(sorted(set(blob_ids))):
+        for blob_id, count, highest in session.fetchall(
+                'SELECT blob_id, COUNT(*), MAX(chunk_num) FROM blob_chunk '
+                'WHERE blob_id IN %s GROUP BY blob_id' % in_list(chunk),
+                chunk):
+            found[blob_id] = (int(count), int(highest))
+    return found

@@ -3,6 +3,8 @@
 Every method takes the session to run on. The pre-pack reads run on a
 snapshot without any lock; the removals run in short transactions that
 hold the commit lock (see relstorage.storage.pack)."""
+import time
+
 from .blobs import delete_blobs
 from .session import chunks
 from .session import in_list
@@ -10,6 +12,20 @@ from .session import in_list
 
 def _b(value):
     return bytes(value) if value is not None else None
+
+
+def forget_meta(session, names):
+    """Remove the relstorage_meta entries *names*."""
+    session.execute('DELETE FROM relstorage_meta WHERE name IN %s'
+                    % in_list(names), list(names))
+
+
+def set_meta(session, **values):
+    """Set relstorage_meta entries (name = str(value)), replacing any."""
+    forget_meta(session, sorted(values))
+    session.executemany(
+        'INSERT INTO relstorage_meta (name, value) VALUES (%s, %s)',
+        [(name, str(value)) for name, value in sorted(values.items())])
 
 
 class Packer:
@@ -44,10 +60,8 @@ class Packer:
         self.forget_prepack(session)
         session.executemany('INSERT INTO pack_garbage (zoid) VALUES (%s)',
                             [(oid,) for oid in sorted(garbage)])
-        session.executemany(
-            'INSERT INTO relstorage_meta (name, value) VALUES (%s, %s)',
-            [('prepack_tid', str(pack_tid)),
-             ('prepack_checked_tid', str(checked_tid))])
+        set_meta(session, prepack_tid=pack_tid,
+                 prepack_checked_tid=checked_tid)
 
     def load_prepack(self, session):
         """``(pack_tid, checked_tid, garbage)`` of the last pre-pack, or
@@ -63,10 +77,30 @@ class Packer:
                 garbage)
 
     def forget_prepack(self, session):
-        session.execute("DELETE FROM relstorage_meta WHERE name IN "
-                        "('prepack_tid', 'prepack_checked_tid')")
+        forget_meta(session, ('prepack_tid', 'prepack_checked_tid'))
         if session.table_exists('pack_garbage'):
             session.execute('DELETE FROM pack_garbage')
+
+    # The last pack, for zodbinfo
+
+    def record_pack(self, session, pack_tid):
+        """Note, in the transaction of a pack's last batch, that a pack to
+        *pack_tid* ended now (replacing the note of an earlier one)."""
+        set_meta(session, last_pack_tid=pack_tid,
+                 last_pack_time=repr(time.time()))
+
+    def last_pack(self, session):
+        """``(pack_tid, unix time it ended)`` of the last pack that
+        recorded itself, or None."""
+        meta = dict(session.fetchall(
+            "SELECT name, value FROM relstorage_meta "
+            "WHERE name IN ('last_pack_tid', 'last_pack_time')"))
+        if len(meta) != 2:
+            return None
+        return int(meta['last_pack_tid']), float(meta['last_pack_time'])
+
+    def forget_pack(self, session):
+        forget_meta(session, ('last_pack_tid', 'last_pack_time'))
 
     def remove_objects(self, session, oids):
         """Remove every revision of *oids* and their blobs; return

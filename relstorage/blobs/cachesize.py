@@ -29,8 +29,9 @@ LOCK_NAME = '.cache-check.lock'
 
 
 def cache_files(directory):
-    """``[(last use, size, path)]`` of the committed blob files cached in
-    *directory* (not the temporary files of transactions)."""
+    """``[(last use, size, path)]`` of the committed blob files in
+    *directory*, a cache or a shared blob-dir (not the temporary files
+    of transactions)."""
     found = []
     temp = os.path.join(directory, 'tmp')
     for path, dirs, files in os.walk(directory):

@@ -186,3 +186,9 @@ class BlobFiles:
                 if tid != current.get(oid):
                     remove_committed(path)
             self._remove_dir_if_empty(oid)
+
+
+def reading_helper(blob_dir):
+    """ZODB's FilesystemHelper of an existing blob directory, its layout
+    read from the directory, for tools that only look: creates nothing."""
+    return FilesystemHelper(os.path.abspath(os.path.expanduser(blob_dir)))

@@ -15,13 +15,12 @@ pack finishes the job.
 """
 import logging
 import time
-from array import array
-from bisect import bisect_left
 
 from ZODB.POSException import StorageError
 
 from ..exceptions import CommitLockTimeout
 from ..exceptions import CorruptRecord
+from .refgraph import ReferenceGraph
 from ZODB.TimeStamp import TimeStamp
 from ZODB.utils import u64
 
@@ -185,52 +184,22 @@ class Pack:
 
     def find_garbage(self, session):
         """The oids unreachable at the pack time from the root or from
-        any revision committed after it.
-
-        The reference graph is held in flat arrays of 64-bit integers:
-        each object costs 17 bytes plus 8 per reference it holds (about
-        50 MB for 1,000,000 objects of 4 references each); no state is
-        kept once its references are read."""
-        oids = array('q')   # every object current at the pack time, sorted
-        ends = array('q')   # where each object's references end in refs
-        refs = array('q')
+        any revision committed after it (the graph in flat arrays, see
+        ReferenceGraph)."""
+        graph = ReferenceGraph()
         after = -1  # the root is oid 0
         while True:
             page = self.packer.states_at(session, self.pack_tid, after, PAGE)
             if not page:
                 break
             for oid, state in page:
-                oids.append(oid)
-                refs.extend(self.references(oid, state))
-                ends.append(len(refs))
+                graph.add(oid, self.references(oid, state))
             after = page[-1][0]
-        count = len(oids)
-
-        def index(oid):
-            i = bisect_left(oids, oid)
-            return i if i < count and oids[i] == oid else -1
-
         roots = {0}
         for oid, state in self.packer.states_after(session, self.pack_tid):
             roots.add(oid)
             roots.update(self.references(oid, state))
-        reached = bytearray(count)
-        todo = [i for i in map(index, roots) if i >= 0]
-        for i in todo:
-            reached[i] = 1
-        while todo:
-            i = todo.pop()
-            for ref in refs[ends[i - 1] if i else 0:ends[i]]:
-                j = index(ref)
-                if j >= 0 and not reached[j]:
-                    reached[j] = 1
-                    todo.append(j)
-        garbage = set()
-        i = reached.find(0)
-        while i >= 0:
-            garbage.add(oids[i])
-            i = reached.find(0, i + 1)
-        return garbage
+        return set(graph.unreached(graph.reach(roots)))
 
     def rescue(self, session, garbage, since):
         """Take out of *garbage* whatever commits after *since* touched or
@@ -322,6 +291,7 @@ class Pack:
             self.result['bytes_removed'] += size
         if not old and not doomed:
             packer.forget_prepack(session)  # whichever pre-pack made it
+            packer.record_pack(session, self.pack_tid)
             removed = packer.finish(session, self.pack_tid)
             if 'transactions_removed' in self.result:
                 self.result['transactions_removed'] += removed

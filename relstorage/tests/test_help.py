@@ -6,6 +6,7 @@ import re
 import pytest
 
 SCRIPTS = ['relstorage.zodbconvert', 'relstorage.zodbpack',
+           'relstorage.zodbinfo', 'relstorage.zodbcheck',
            'relstorage.demo', 'relstorage.upgrade', 'speedtest.main',
            'speedtest.pack',
            'speedtest.convert']

@@ -16,6 +16,7 @@ from ..oidallocator import OIDAllocator
 from ..packer import HistoryFreePacker
 from ..packer import HistoryPreservingPacker
 from ..schema import Schema
+from .inspect import MySQLStatistics
 from ..schema import Types
 from ..session import Session
 from .drivers import CONNECT_ERRORS
@@ -294,6 +295,7 @@ class MySQLAdapter(Adapter):
     hf_packer_class = MySQLHFPacker
     locker_class = MySQLLocker
     oid_allocator_class = MySQLOIDAllocator
+    statistics_class = MySQLStatistics
     load_begin_sql = 'START TRANSACTION WITH CONSISTENT SNAPSHOT, READ ONLY'
     store_begin_sql = 'START TRANSACTION'
     temp_store_emptied_by_commit = False

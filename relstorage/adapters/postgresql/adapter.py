@@ -16,6 +16,7 @@ from ..mover import HistoryFreeMover
 from ..mover import HistoryPreservingMover
 from ..oidallocator import SequenceOIDAllocator
 from ..schema import Schema
+from .inspect import PostgreSQLStatistics
 from ..session import Session
 from ..keepalive import Keepalive
 from .dsn import describe_dsn
@@ -285,6 +286,7 @@ class PostgreSQLAdapter(Adapter):
     hf_mover_class = PostgreSQLHFMover
     locker_class = PostgreSQLLocker
     oid_allocator_class = PostgreSQLOIDAllocator
+    statistics_class = PostgreSQLStatistics
     announces_commits = True
     load_begin_sql = 'BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY'
     store_begin_sql = 'BEGIN ISOLATION LEVEL READ COMMITTED'

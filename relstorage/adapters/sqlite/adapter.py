@@ -27,6 +27,7 @@ from ..schema import Types
 from ..schema import relstorage4_mode
 from ..session import Session
 from .checkpoint import Checkpointer
+from .inspect import SQLiteStatistics
 from .checkpoint import retry
 
 log = logging.getLogger(__name__)
@@ -287,6 +288,7 @@ class SQLiteAdapter(Adapter):
     hf_mover_class = SQLiteHFMover
     locker_class = SQLiteLocker
     oid_allocator_class = SQLiteOIDAllocator
+    statistics_class = SQLiteStatistics
     load_begin_sql = 'BEGIN DEFERRED'
     store_begin_sql = 'BEGIN IMMEDIATE'
     # A reader cannot become the writer while another process is one

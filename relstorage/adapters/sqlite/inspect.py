@@ -1,0 +1,14 @@
+"""What SQLite says about itself: no statistics to estimate rows from
+(it counts them quickly), the size of the file from its pages."""
+from ..inspect import ServerStatistics
+
+
+class SQLiteStatistics(ServerStatistics):
+
+    kind = 'SQLite'
+    version_sql = 'SELECT sqlite_version()'
+
+    def database_bytes(self, session):
+        pages = session.scalar('PRAGMA page_count')
+        size = session.scalar('PRAGMA page_size')
+        return int(pages) * int(size)
