@@ -75,7 +75,11 @@ class MySQLUpgrade(Upgrade):
 
     def drop_old_tables(self, session):
         session.execute('DROP VIEW IF EXISTS current_object_state')
-        # The chunks first: their foreign key names the states.
-        for table in ('rs4_blob_chunk',) + tuple(
-                self.old_tables[name] for name in CLASHING) + OTHER_TABLES:
-            session.execute('DROP TABLE IF EXISTS `%s`' % table)
+        # Its foreign keys tie its tables together; they all go.
+        session.execute('SET FOREIGN_KEY_CHECKS = 0')
+        try:
+            for table in tuple(self.old_tables[name] for name in CLASHING) \
+                    + OTHER_TABLES:
+                session.execute('DROP TABLE IF EXISTS `%s`' % table)
+        finally:
+            session.execute('SET FOREIGN_KEY_CHECKS = 1')
