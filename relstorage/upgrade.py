@@ -56,8 +56,8 @@ def dry_run(upgrade, out):
         share = max(size / max(survey['state bytes'], 1),
                     revisions / max(survey['revisions'], 1))
         print('  copying the first %d revisions (%d bytes) took %.2f s, '
-              'so the states should take about %.0f s (blobs and indexes '
-              'aside); nothing was changed'
+              'so the states should take about %.0f s (the other steps and '
+              'blobs aside); nothing was changed'
               % (revisions, size, seconds, seconds / share), file=out)
     else:
         print('  the database holds no objects; nothing was changed',

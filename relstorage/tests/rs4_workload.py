@@ -8,7 +8,7 @@ then writes ``dump(storage)`` as JSON. The tests import ``dump`` to
 describe the same database as this project reads it after the upgrade:
 the two descriptions must be equal.
 
-Usage: python rs4_workload.py KIND KEEP_HISTORY WHERE OUT.json
+Usage: python rs4_workload.py KIND KEEP_HISTORY WHERE OUT.json [SHARED]
 (KIND postgresql with WHERE a dsn, mysql with WHERE
 host:port:user:password:db, or sqlite with WHERE a data-dir).
 """
@@ -166,23 +166,27 @@ def adapter_section(kind, where):
     return '<sqlite3>\n data-dir %s\n</sqlite3>' % where
 
 
-def main(kind, keep_history, where, out):
+def main(kind, keep_history, where, out, shared_blob_dir=''):
+    """Build the database; *shared_blob_dir*, when given, is the shared
+    blob directory it keeps its blobs in (else they go into the
+    database)."""
     import ZODB.config
     keep_history = keep_history == 'true'
     if kind == 'mysql':
         adjust_for_mariadb()
     adapter = adapter_section(kind, where)
-    blob_dir = tempfile.mkdtemp(prefix='rs4-blobs-')
+    blob_dir = shared_blob_dir or tempfile.mkdtemp(prefix='rs4-blobs-')
     config = """
 %%import relstorage
 <relstorage>
   keep-history %s
   blob-dir %s
-  shared-blob-dir false
+  shared-blob-dir %s
   blob-chunk-size %d
   %s
 </relstorage>
-""" % ('true' if keep_history else 'false', blob_dir, CHUNK, adapter)
+""" % ('true' if keep_history else 'false', blob_dir,
+       'true' if shared_blob_dir else 'false', CHUNK, adapter)
     storage = ZODB.config.storageFromString(config)
     storage.zap_all()
     db = _fill(storage, keep_history)
@@ -192,4 +196,4 @@ def main(kind, keep_history, where, out):
 
 
 if __name__ == '__main__':
-    main(*sys.argv[1:5])
+    main(*sys.argv[1:6])

@@ -14,15 +14,24 @@ import sys
 import tempfile
 import textwrap
 import threading
+import unittest
 
 import pytest
 import ZODB
+from ZODB.tests import BasicStorage
+from ZODB.tests import HistoryStorage
+from ZODB.tests import IteratorStorage
+from ZODB.tests import PackableStorage
+from ZODB.tests import RevisionStorage
+from ZODB.tests import TransactionalUndoStorage
+from ZODB.tests.StorageTestBase import StorageTestBase
 
 from relstorage.config import storage_from_string
 from relstorage.exceptions import RelStorage4Database
 from relstorage.upgrade import main as upgrade_main
 
 from . import rs4_workload
+from .conformance import make_classes
 from .dbs import DATABASES
 from .dbs import DatabaseFactory
 from .dbs import in_ci
@@ -67,12 +76,13 @@ def _environment():
             if k not in ('PYTHONPATH', 'VIRTUAL_ENV')}
 
 
-def build_rs4(kind, keep_history, where, out):
-    """Fill a RelStorage 4 database at *where*; return what RelStorage 4
-    reads from it."""
+def build_rs4(kind, keep_history, where, out, shared_blob_dir=''):
+    """Fill a RelStorage 4 database at *where* (its blobs in
+    *shared_blob_dir* when given); return what RelStorage 4 reads from
+    it."""
     done = subprocess.run(
         [rs4_python(), rs4_workload.__file__, kind,
-         'true' if keep_history else 'false', where, out],
+         'true' if keep_history else 'false', where, out, shared_blob_dir],
         cwd=tempfile.gettempdir(), env=_environment(), capture_output=True,
         text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-4000:]
@@ -331,6 +341,30 @@ def _refused_while_held(site, tmp_path, capsys):
     assert site.read() == expected
 
 
+@pytest.mark.parametrize('kind', ['sqlite', 'postgresql'])
+def test_a_shared_blob_dir_is_used_as_it_is(tmp_path, kind):
+    """A site with shared-blob-dir true keeps its blob directory: after
+    the upgrade the same files are read, none copied."""
+    site = Site(kind, True, tmp_path)
+    try:
+        blobs = tmp_path / 'shared-blobs'
+        blobs.mkdir()
+        expected = build_rs4(kind, True, site.where,
+                             str(tmp_path / 'rs4.json'), str(blobs))
+        site.config.write_text(site.config.read_text().replace(
+            'blob-dir %s' % (tmp_path / 'blobs'),
+            'blob-dir %s\n  shared-blob-dir true' % blobs))
+        files = sorted(p.relative_to(blobs) for p in blobs.rglob('*.blob'))
+        assert files
+        assert site.upgrade() == 0
+        assert site.read() == expected
+        assert sorted(p.relative_to(blobs)
+                      for p in blobs.rglob('*.blob')) == files
+    finally:
+        if site.factory is not None:
+            site.empty()
+
+
 def test_upgrade_refuses_the_other_history_mode(tmp_path, capsys):
     site = Site('sqlite', True, tmp_path)
     site.build()
@@ -344,3 +378,60 @@ def test_nothing_to_upgrade(tmp_path, capsys):
     site = Site('sqlite', False, tmp_path)
     assert site.upgrade() == 1
     assert 'holds no RelStorage 4 database' in capsys.readouterr().err
+
+
+#: ZODB's suites run on each upgraded database: basic storage, iteration
+#: and packing, and with history revisions, history and undo.
+UPGRADED_SUITES = (BasicStorage.BasicStorage, IteratorStorage.IteratorStorage,
+                   PackableStorage.PackableStorage,
+                   RevisionStorage.RevisionStorage, HistoryStorage.HistoryStorage,
+                   TransactionalUndoStorage.TransactionalUndoStorage)
+
+
+def test_conformance_on_the_upgraded_database(site):
+    """The upgraded database is this storage's own: ZODB's suites pass on
+    it (each test starts by emptying it, which the zap also checks)."""
+    site.build()
+    assert site.upgrade() == 0
+    if site.factory is None:
+        factory, which = DatabaseFactory.in_child(
+            'sqlite', site.keep_history, site.where), 'main'
+    else:
+        factory, which = site.factory, 'misc'
+    mode = 'HP' if site.keep_history else 'HF'
+    base = make_classes(site.kind)[
+        '%s%sConformance' % ({'sqlite': 'SQLite', 'postgresql': 'PostgreSQL',
+                              'mysql': 'MySQL'}[site.kind], mode)]
+
+    class OnUpgraded(base):
+        def setUp(self):
+            StorageTestBase.setUp(self)
+            self.factory = factory
+            self._storage = factory.storage(which, zap=True)
+            self._clients = []
+
+        def tearDown(self):
+            for client in self._clients:
+                client.close()
+            StorageTestBase.tearDown(self)
+
+        def open(self, **kwargs):
+            if self._storage is not None:
+                self._storage.close()
+            self._storage = factory.storage(which, **kwargs)
+
+        def _new_storage_client(self):
+            client = factory.storage(which)
+            self._clients.append(client)
+            return client
+
+    names = sorted({name for suite in UPGRADED_SUITES for name in vars(suite)
+                    if name.startswith('test') and callable(
+                        getattr(OnUpgraded, name, None))})
+    tests = unittest.TestSuite(OnUpgraded(name) for name in names)
+    result = unittest.TestResult()
+    tests.run(result)
+    assert not result.failures and not result.errors, (
+        result.failures + result.errors)[:3]
+    assert result.testsRun - len(result.skipped) >= (
+        55 if site.keep_history else 20), (result.testsRun, result.skipped)
