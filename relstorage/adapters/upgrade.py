@@ -46,11 +46,11 @@ class Upgrade:
            'current_object': 'rs4_current_object',
            'blob_chunk': 'rs4_blob_chunk'}
 
-    def __init__(self, adapter, say=print, batch=BATCH_OBJECTS):
+    def __init__(self, adapter, say=print, batch=None):
         self.adapter = adapter
         self.keep_history = adapter.keep_history
         self.say = say
-        self.batch = batch
+        self.batch = batch or BATCH_OBJECTS
         self.chunk_size = adapter.options.blob_chunk_size
 
     # -- where the database stands ---------------------------------------

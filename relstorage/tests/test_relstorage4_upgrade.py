@@ -278,21 +278,35 @@ def test_zodbconvert_copies_from_relstorage4(site, tmp_path, capsys):
     assert site.read() == expected
 
 
-def test_interrupted_upgrade_resumes(site, capsys, monkeypatch):
+@pytest.mark.parametrize('stop_in', ['states', 'blobs'])
+def test_interrupted_upgrade_resumes(site, capsys, monkeypatch, stop_in):
+    """Stopped in the middle of a step's batches, the upgrade resumes
+    from the last batch it committed."""
     expected = site.build()
     from relstorage.adapters import upgrade as upgrade_module
-    original = upgrade_module.Upgrade.step_blobs
-
-    def interrupted(self, session):
-        raise KeyboardInterrupt('the power went out')
-    monkeypatch.setattr(upgrade_module.Upgrade, 'step_blobs', interrupted)
     monkeypatch.setattr(upgrade_module, 'BATCH_OBJECTS', 2)
+    original = upgrade_module.Upgrade._done
+    batches = []
+
+    def done_then_fail(self, session, step, **progress):
+        original(self, session, step, **progress)
+        if step == stop_in and progress:
+            batches.append(progress)
+            if len(batches) == 2:
+                raise KeyboardInterrupt('the power went out')
+    monkeypatch.setattr(upgrade_module.Upgrade, '_done', done_then_fail)
     with pytest.raises(KeyboardInterrupt):
         site.upgrade()
     with pytest.raises(RelStorage4Database, match='not finished'):
         site.storage()
-    monkeypatch.setattr(upgrade_module.Upgrade, 'step_blobs', original)
+    monkeypatch.setattr(upgrade_module.Upgrade, '_done', original)
+    capsys.readouterr()
     assert site.upgrade() == 0
+    out = capsys.readouterr().out
+    # It went on from the batch after the last one committed.
+    assert 'step 1 of' not in out
+    assert 'objects up to 0x%x' % (batches[-1]['upgrade_%s_zoid'
+                                               % stop_in]) not in out
     assert site.read() == expected
 
 
