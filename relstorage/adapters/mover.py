@@ -21,7 +21,7 @@ class Mover:
     #: Some databases need a WHERE before ON CONFLICT in INSERT ... SELECT.
     insert_select_where = ' WHERE TRUE'
     #: The byte length of temp_store's state, 0 for NULL.
-    state_length_sql = 'COALESCE(LENGTH(state), 0)'
+    state_length_clause = 'COALESCE(LENGTH(state), 0)'
     #: Completes a SELECT that reads no table (Oracle's FROM DUAL).
     no_table = ''
 
@@ -217,7 +217,7 @@ class HistoryPreservingMover(Mover):
             ('INSERT INTO object_state '
              '(zoid, tid, prev_tid, state_size, state, blob_id) '
              'SELECT zoid, %%s, prev_tid, %s, state, blob_id FROM temp_store'
-             % self.state_length_sql, (tid,)),
+             % self.state_length_clause, (tid,)),
             (self.upsert_select('current_object', 'zoid', ('zoid', 'tid'),
                                 'SELECT zoid, %s AS tid FROM temp_store'),
              (tid,)),
@@ -287,7 +287,7 @@ class HistoryFreeMover(Mover):
         select_sql = ('SELECT zoid, %s AS tid, %s AS state_size, state, '
                       'blob_id FROM temp_store'
                       % ('prev_tid' if own_tids else '%s',
-                         self.state_length_sql))
+                         self.state_length_clause))
         return [
             (self.upsert_select('object_state', 'zoid', (
                 'zoid', 'tid', 'state_size', 'state', 'blob_id'), select_sql),

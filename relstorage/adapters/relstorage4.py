@@ -30,7 +30,7 @@ class RelStorage4Reader:
                                  % adapter.describe())
         self.keep_history = self.mode == 'history-preserving'
         self.transaction_table = schema.rs4_transaction_table
-        self.piece_sql = schema.rs4_piece_sql
+        self.piece_query = schema.rs4_piece_query
 
     def last_tid(self):
         table = (self.transaction_table if self.keep_history
@@ -75,7 +75,7 @@ class RelStorage4Reader:
         """The bytes of chunk *num* of that blob, piece by piece."""
         offset = 1
         while True:
-            piece = self.session.scalar(self.piece_sql,
+            piece = self.session.scalar(self.piece_query,
                                         (offset, PIECE, oid, tid, num))
             piece = bytes(piece) if piece is not None else b''
             if piece:

@@ -153,7 +153,7 @@ class Schema:
     #: RelStorage 4's transaction table, quoted (a keyword in SQL).
     rs4_transaction_table = '"transaction"'
     #: A piece (1-based offset, length) of one of its blob chunks.
-    rs4_piece_sql = ('SELECT SUBSTR(chunk, %s, %s) FROM blob_chunk WHERE '
+    rs4_piece_query = ('SELECT SUBSTR(chunk, %s, %s) FROM blob_chunk WHERE '
                      'zoid = %s AND tid = %s AND chunk_num = %s')
 
     def relstorage4_mode(self, session):

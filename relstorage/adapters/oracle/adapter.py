@@ -292,7 +292,7 @@ class OracleLocker(Locker):
 
 
 class OracleMoverMixin:
-    state_length_sql = 'COALESCE(DBMS_LOB.GETLENGTH(state), 0)'
+    state_length_clause = 'COALESCE(DBMS_LOB.GETLENGTH(state), 0)'
     no_table = ' FROM DUAL'
 
     def upsert_select(self, table, key, cols, select_sql):

@@ -87,7 +87,7 @@ class PostgreSQLSchema(Schema):
     )
     drop_extra_ddl = ('DROP SEQUENCE IF EXISTS zoid_seq',)
     # RelStorage 4 keeps each blob chunk in a large object.
-    rs4_piece_sql = ('SELECT lo_get(chunk, %s - 1, %s) FROM blob_chunk '
+    rs4_piece_query = ('SELECT lo_get(chunk, %s - 1, %s) FROM blob_chunk '
                      'WHERE zoid = %s AND tid = %s AND chunk_num = %s')
 
 
