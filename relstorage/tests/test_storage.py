@@ -910,12 +910,14 @@ def test_sqlite_writers_wait_at_the_gate_of_a_restarting_checkpoint(
 
 def test_sqlite_writer_waits_by_trying_again_not_in_the_busy_handler(
         tmp_path):
-    """A store session's BEGIN IMMEDIATE behind another writer tries
-    again itself, with short pauses (SQLite's busy handler sleeps up to
-    25 ms and more between tries): it begins once the other commits, sees
-    that commit, and leaves the connection's busy timeout as it was. A
-    session that must not wait (the pack's) fails at its first try, with
-    no transaction begun."""
+    """A store session's BEGIN IMMEDIATE behind another process's writer
+    tries again itself, with short pauses (SQLite's busy handler sleeps up
+    to 25 ms and more between tries): it begins once the other commits,
+    sees that commit, and leaves the connection's busy timeout as it was.
+    A session that must not wait (the pack's) fails at its first try,
+    with no transaction begun. (Another adapter on the same file stands
+    for the other process: within one, writers queue; see
+    test_sqlite_writers.)"""
     import threading
     import time
 
@@ -924,7 +926,9 @@ def test_sqlite_writer_waits_by_trying_again_not_in_the_busy_handler(
     from relstorage.options import Options
     adapter = SQLiteAdapter(str(tmp_path / 'db'),
                             options=Options(commit_lock_timeout=30))
-    holder = adapter.connect(True)
+    other_process = SQLiteAdapter(str(tmp_path / 'db'),
+                                  options=Options(commit_lock_timeout=30))
+    holder = other_process.connect(True)
     waiter = adapter.connect(True)
     impatient = adapter.connect(True)
     adapter.prepare_pack_session(impatient)  # no wait at all
@@ -970,6 +974,7 @@ def test_sqlite_writer_waits_by_trying_again_not_in_the_busy_handler(
         for session in (holder, waiter, impatient):
             session.close()
         adapter.close()
+        other_process.close()
 
 
 def test_sqlite_rows_are_written_in_oid_order_so_pages_fill(tmp_path):

@@ -2,6 +2,7 @@
 directory, WAL so readers never block the writer, the single writer as the
 lock taken at vote, and a separate small file for handing out oids so that
 allocating an oid never waits for a committing transaction."""
+import collections
 import fcntl
 import logging
 import os
@@ -68,6 +69,39 @@ class SQLiteTypes(Types):
     false = '0'
 
 
+class WriterQueue:
+    """First come, first served: the threads of one process become
+    SQLite's writer in the order they asked. A thread that finishes hands
+    the turn straight to the longest waiting one."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._waiting = collections.deque()
+        self._taken = False
+
+    def acquire(self, timeout):
+        with self._lock:
+            if not self._taken and not self._waiting:
+                self._taken = True
+                return True
+            turn = threading.Event()
+            self._waiting.append(turn)
+        if turn.wait(timeout):
+            return True
+        with self._lock:
+            if turn.is_set():   # handed over as the wait ended
+                return True
+            self._waiting.remove(turn)
+            return False
+
+    def release(self):
+        with self._lock:
+            if self._waiting:
+                self._waiting.popleft().set()
+            else:
+                self._taken = False
+
+
 class SQLiteSession(Session):
 
     _cache = {}
@@ -86,23 +120,67 @@ class SQLiteSession(Session):
         average several milliseconds after the lock came free."""
         if sql != 'BEGIN IMMEDIATE' or self.writer_wait <= 0:
             return super().begin(sql)
-        checkpointer = self.adapter.checkpointer
-        if checkpointer is not None:
-            checkpointer.wait_for_restart()
-        with self.lock:
-            self.conn.execute('PRAGMA busy_timeout = 0')
-            try:
-                self._begin_writer(sql)
-            finally:
-                ms = int(self.writer_wait * 1000)
-                self.conn.execute('PRAGMA busy_timeout = %d' % ms)
+        # The threads of this process take their turns in order; only
+        # other processes are met by trying again (under load, a thread
+        # trying again could lose to the others for the whole timeout).
+        started = time.monotonic()
+        if not self.adapter.writers.acquire(self.writer_wait):
+            raise self.adapter.writer_timeout()
+        self._writer_turn = True
+        try:
+            checkpointer = self.adapter.checkpointer
+            if checkpointer is not None:
+                checkpointer.wait_for_restart()
+            with self.lock:
+                self.conn.execute('PRAGMA busy_timeout = 0')
+                try:
+                    self._begin_writer(sql, max(
+                        0.0, self.writer_wait - (time.monotonic() - started)))
+                finally:
+                    ms = int(self.writer_wait * 1000)
+                    self.conn.execute('PRAGMA busy_timeout = %d' % ms)
+        except BaseException:
+            self._end_turn()
+            raise
         self.in_transaction = True
 
-    def _begin_writer(self, sql):
+    _writer_turn = False
+
+    def _end_turn(self):
+        if self._writer_turn:
+            self._writer_turn = False
+            self.adapter.writers.release()
+
+    def commit(self):
+        try:
+            super().commit()
+        finally:
+            self._end_turn()
+
+    def execute_script(self, statements):
+        super().execute_script(statements)
+        # A store session's commit ends its script (on failure the caller
+        # rolls back, which ends the turn).
+        if any(stmt == 'COMMIT' for stmt, _ in statements):
+            self._end_turn()
+
+    def rollback(self):
+        try:
+            super().rollback()
+        finally:
+            self._end_turn()
+
+    def close(self):
+        try:
+            super().close()
+        finally:
+            self._end_turn()
+
+    def _begin_writer(self, sql, wait):
         # CommitLockTimeout: another writer holds the lock (execute's
         # translation of SQLite's "locked").
         retry(lambda: self.execute(sql), CommitLockTimeout,
-              self.writer_wait, self.first_pause, self.max_pause)
+              wait, self.first_pause, self.max_pause)
 
     def translate(self, stmt):
         try:
@@ -121,11 +199,7 @@ class SQLiteSession(Session):
             return super().execute(stmt, params)
         except sqlite3.OperationalError as e:
             if 'locked' in str(e) or 'busy' in str(e):
-                raise CommitLockTimeout(
-                    'the SQLite database %s stayed locked by another writer '
-                    'longer than commit-lock-timeout (%ss)'
-                    % (self.adapter.describe(),
-                       self.adapter.options.commit_lock_timeout)) from None
+                raise self.adapter.writer_timeout() from None
             if 'full' in str(e):
                 raise DatabaseFull(
                     'the %s is full (no space left on its disk, or its '
@@ -328,6 +402,8 @@ class SQLiteAdapter(Adapter):
                     'pragmas: invalid SQLite pragma %s = %r' % (name, value))
             self.pragmas[name] = value
         self.oid_lock = threading.Lock()
+        #: The order in which this process's store sessions write.
+        self.writers = WriterQueue()
         super().__init__(options if options is not None else Options())
         #: Without an automatic checkpoint chosen by the user, commits
         #: leave checkpoints to a thread (see Checkpointer).
@@ -339,6 +415,12 @@ class SQLiteAdapter(Adapter):
 
     def describe(self):
         return 'SQLite database in %s' % self.data_dir
+
+    def writer_timeout(self):
+        return CommitLockTimeout(
+            'the %s stayed locked by another writer longer than '
+            'commit-lock-timeout (%ss)'
+            % (self.describe(), self.options.commit_lock_timeout))
 
     def location(self):
         return ('sqlite', os.path.realpath(self.data_dir))
