@@ -157,14 +157,21 @@ OPTIONS = (
     OptionSpec('blob-chunk-size', 1048576, 'bytes', minimum=1,
                doc='Bytes per database chunk of a blob.'),
     OptionSpec('replica-conf', None, 'str', nullable=True,
-               doc='File listing replica databases to fail over to.'),
+               doc='File listing the read-write servers to fail over '
+                   'between, in order.'),
     OptionSpec('ro-replica-conf', None, 'str', nullable=True,
                doc='File listing read-only replicas used for loads.'),
     OptionSpec('replica-timeout', 600.0, 'float', minimum=0,
-               doc='Seconds before going back to the first replica.'),
+               doc='Seconds on a later server before going back to the '
+                   'first; 0: never.'),
+    OptionSpec('replica-max-lag', 2.0, 'float', minimum=0,
+               doc='Seconds to wait for a replica to replay what this '
+                   'process has seen before loading from the read-write '
+                   'server.'),
     OptionSpec('revert_when_stale', False, 'bool',
-               doc='On a stale replica, revert to the older view instead '
-                   'of raising.'),
+               doc='On a read-write server older than what was seen, go '
+                   'back to its view instead of raising '
+                   'ReadConflictError.'),
     OptionSpec('poll-interval', 0.0, 'float', minimum=0,
                doc='Seconds a connection may skip polling for changes.'),
     OptionSpec('pack-gc', True, 'bool',
@@ -245,10 +252,6 @@ IGNORED_SQLITE_KEYS = {
 # the storage, instead of silently ignoring the setting. Remove a name here
 # when its feature lands.
 NOT_YET_SUPPORTED = frozenset({
-    'replica-conf',
-    'ro-replica-conf',
-    'replica-timeout',
-    'revert_when_stale',
     'cache-local-compression',
 })
 

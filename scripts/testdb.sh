@@ -3,6 +3,14 @@
 # test suite.  Safe to run any number of times.
 #
 # Usage: scripts/testdb.sh [--postgresql] [--mysql]
+#        scripts/testdb.sh --replicas
+#
+# --replicas starts, for trying replica-conf and ro-replica-conf by hand,
+# a private PostgreSQL primary with a streaming hot standby and a private
+# MariaDB primary with a GTID replica (temporary directories, free ports;
+# the machine's servers are not touched), prints the server files and a
+# <relstorage> section to use, and removes them all on ^C. It needs the
+# venv scripts/test.sh makes.
 #
 # With no flag both databases are prepared.  For each one the script makes
 # sure a server answers, then creates (when missing) the test account
@@ -496,6 +504,12 @@ want_pg=0
 want_my=0
 for arg in "$@"; do
     case "$arg" in
+        --replicas)
+            root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd -P)
+            [ -x "$root/.venv/bin/python" ] ||
+                { err "no venv: run scripts/test.sh once first"; exit 1; }
+            cd "$root"
+            exec "$root/.venv/bin/python" -m relstorage.tests.replica_pairs ;;
         --postgresql|--postgres|--pg) want_pg=1 ;;
         --mysql|--mariadb) want_my=1 ;;
         -h|--help) usage; exit 0 ;;

@@ -5,31 +5,25 @@ store sessions (vote and commit) out of the shared mover, locker and
 schema, with the pieces a database overrides.
 """
 import logging
-import time
 
-from ZODB.TimeStamp import TimeStamp
-from ZODB.utils import p64
-from ZODB.utils import u64
 from zope.interface import implementer
 
-from ..exceptions import CommitOutcomeUnknown
-from ..exceptions import DatabaseDisconnected
 from ..exceptions import NoSchema
 from ..exceptions import ReadOnlyError
-from ..exceptions import RelStorageError
-from . import blobs
 from .dbiter import HistoryFreeIterator
 from .dbiter import HistoryPreservingIterator
 from .inspect import HistoryFreeInspector
 from .inspect import HistoryPreservingInspector
 from .inspect import ServerStatistics
-from .interfaces import ILoadSession
 from .interfaces import IRelStorageAdapter
-from .interfaces import IStoreSession
+from .loadstore import LoadSession  # noqa: F401 -- also imported from here
+from .loadstore import StoreSession  # noqa: F401
+from .loadstore import tid_for_now  # noqa: F401
 from .mover import HistoryFreeMover
 from .mover import HistoryPreservingMover
 from .packer import HistoryFreePacker
 from .packer import HistoryPreservingPacker
+from . import replicas
 from .schema import Schema
 from .schema import Types
 
@@ -37,355 +31,6 @@ log = logging.getLogger(__name__)
 
 #: Oids handed out per trip to the database.
 OID_BLOCK = 16
-
-
-def tid_for_now(last_tid):
-    """A tid for the current time that is greater than *last_tid*."""
-    now = time.time()
-    ts = TimeStamp(*time.gmtime(now)[:5] + (now % 60,))
-    if last_tid:
-        ts = ts.laterThan(TimeStamp(p64(last_tid)))
-    return u64(ts.raw())
-
-
-class _SessionWrapper:
-    """What load and store sessions share: the connection, reconnecting at
-    transaction boundaries, and the history, iteration and undo-log queries
-    of the iterator module, run on this session (a snapshot for loads; the
-    latest, locked view while an undo is prepared)."""
-
-    for_store = False
-
-    def __init__(self, adapter):
-        self.adapter = adapter
-        self.mover = adapter.mover
-        self._open()
-
-    def _open(self):
-        self.session = self.adapter.connect(for_store=self.for_store)
-        #: Whether temp_store may hold rows of an earlier transaction (a
-        #: new connection's temp table is new).
-        self.temp_rows = False
-        if self.for_store:
-            self.adapter.prepare_store_session(self.session)
-
-    def at_boundary(self, func, *args):
-        """Run *func* at a point where no transaction of ours is pending
-        on the connection; if the connection turns out to be lost (server
-        restarted, connection killed), reconnect once and run it again."""
-        try:
-            return func(*args)
-        except DatabaseDisconnected as e:
-            log.info('%s; reconnecting', e)
-            self.session.close()
-            self._open()
-            return func(*args)
-
-    def _read(self, func, *args):
-        """Run a reading *func(session, *args)*; load sessions begin
-        their snapshot here, with the first read that needs one."""
-        return func(self.session, *args)
-
-    def load_current(self, oid):
-        return self._read(self.mover.load_current, oid)
-
-    def load_revision(self, oid, tid):
-        return self._read(self.mover.load_revision, oid, tid)
-
-    def load_before(self, oid, tid):
-        return self._read(self.mover.load_before, oid, tid)
-
-    def current_tids(self, oids):
-        return self._read(self.mover.current_tids, oids)
-
-    def blob_id(self, oid, tid):
-        return self._read(blobs.blob_id_of, oid, tid)
-
-    def blob_chunk_span(self, blob_id):
-        return self._read(blobs.chunk_span, blob_id)
-
-    def blob_chunk(self, blob_id, num):
-        return self._read(blobs.read_chunk, blob_id, num)
-
-    def __getattr__(self, name):
-        method = getattr(self.adapter.iterator, name)
-
-        def call(*args, **kw):
-            return self._read(lambda session: method(session, *args, **kw))
-        return call
-
-    def close(self):
-        self.session.close()
-
-
-@implementer(ILoadSession)
-class LoadSession(_SessionWrapper):
-    """Reads. Between transactions it holds no snapshot (an idle
-    application must not keep the database from cleaning up, nor an SQLite
-    WAL from being checkpointed): :meth:`poll` reads the newest tid outside
-    any transaction, the first read after it begins a snapshot (which may
-    be newer than the poll), and :meth:`end_snapshot` ends it."""
-
-    def restart(self):
-        """Begin a snapshot now; return the newest tid in it."""
-        return self.at_boundary(self._restart)
-
-    def _restart(self):
-        session = self.session
-        session.restart(self.adapter.load_begin_sql)
-        return session.scalar(self.mover.last_tid_sql) or 0
-
-    def poll(self):
-        """End the snapshot, if any; return the newest committed tid."""
-        return self.at_boundary(self._poll)
-
-    def _poll(self):
-        session = self.session
-        session.end_read(now=False)
-        return session.scalar(self.mover.last_tid_sql) or 0
-
-    def snapshot_tid(self):
-        """The newest tid the current snapshot sees (beginning one)."""
-        return self._read(
-            lambda session: session.scalar(self.mover.last_tid_sql) or 0)
-
-    def poll_changes(self, after_tid):
-        """``(newest tid, [(oid, tid)])``: the objects changed after
-        *after_tid*, read with the newest tid in one statement."""
-        newest, changes = 0, []
-        for oid, tid in self.session.fetchall(self.mover.poll_sql,
-                                              (after_tid,)):
-            if oid == -1:
-                newest = tid or 0
-            else:
-                changes.append((oid, tid))
-        return newest, changes
-
-    def end_snapshot(self):
-        self.session.end_read()
-
-    def commits_announced(self):
-        """Whether the database announced a commit since the last call:
-        True or False where it announces them (without a round trip),
-        None where it cannot tell."""
-        return self.adapter.commits_announced(self.session)
-
-    def _read(self, func, *args):
-        if self.session.in_transaction:
-            return func(self.session, *args)
-
-        def begin_and_read():
-            # Nothing of ours is open on the connection: if it turns out
-            # to be lost, reopening it loses nothing.
-            self.session.begin(self.adapter.load_begin_sql)
-            return func(self.session, *args)
-        return self.at_boundary(begin_and_read)
-
-    def changes(self, after_tid, upto_tid):
-        """(oid, tid) of changes in (after_tid, upto_tid]: bounded, so
-        correct outside a snapshot too."""
-        return self.session.fetchall(self.mover.changes_sql,
-                                     (after_tid, upto_tid))
-
-    def load_many(self, oids):
-        return self._read(self.mover.load_many, oids)
-
-
-@implementer(IStoreSession)
-class StoreSession(_SessionWrapper):
-
-    for_store = True
-
-    def __init__(self, adapter):
-        super().__init__(adapter)
-        self.locker = adapter.locker
-        #: The newest tid before the last commit (set by commit()).
-        self.previous_tid = None
-        #: The tid chosen at upload, when the rows were written in place.
-        self.chosen_tid = None
-        #: The rows of the last upload, until its commit.
-        self.uploaded = ()
-        #: Rows that commit() copies into place (mover.split_direct);
-        #: the other uploaded rows went through temp_store.
-        self.direct_rows = ()
-
-    def _outside_commit(self, func, *args):
-        """Like at_boundary, but reconnect only when no commit transaction
-        of ours is open (then a lost connection means a lost commit)."""
-        if self.session.in_transaction:
-            return func(*args)
-        return self.at_boundary(func, *args)
-
-    def _read(self, func, *args):
-        # Between commits (a read past an instance's snapshot), a lost
-        # connection is reopened as for any read.
-        return self._outside_commit(lambda: func(self.session, *args))
-
-    def lock_and_read_current(self, store_oids, read_oids):
-        return self._outside_commit(self._lock, store_oids, read_oids)
-
-    def _lock(self, store_oids, read_oids):
-        if not self.session.in_transaction:
-            self.session.begin(self.adapter.store_begin_sql)
-        return self.locker.lock_rows(self.session, store_oids, read_oids)
-
-    def new_oid_blocks(self, blocks):
-        return self._outside_commit(
-            lambda: self.adapter.oids.new_blocks(self.session, blocks))
-
-    def upload_blob(self, path, chunk_size):
-        return blobs.upload_blob(self.session, path, chunk_size)
-
-    def drop_replaced_blobs(self, oids):
-        blobs.drop_replaced_blobs(self.session, oids)
-
-    def upload(self, rows, tid_free=False):
-        """*tid_free*: the commit's tid is not imposed (no restore), so a
-        database whose commit transaction is already the only writer
-        (SQLite) chooses it now and writes the rows in place, sparing
-        their copy through temp_store."""
-        self.chosen_tid = None
-        self.uploaded = rows
-        self.direct_rows = ()
-        if tid_free and rows and self.adapter.only_writer_from_vote:
-            # Nobody can commit before this transaction does now.
-            self.previous_tid, self.chosen_tid = self._choose_tid()
-            self.mover.write_in_place(self.session, rows, self.chosen_tid)
-            return
-        if tid_free:
-            self.direct_rows, rows = self.mover.split_direct(rows)
-        if self.temp_rows:
-            self.mover.clear_temp(self.session)
-        if rows:
-            self.mover.upload(self.session, rows)
-            self.temp_rows = not self.adapter.temp_store_emptied_by_commit
-
-    def _empty_temp(self):
-        """Empty temp_store once its transaction has ended, where the
-        database does that better outside a transaction (an InnoDB
-        temporary table keeps deleted rows as garbage that every later
-        DELETE and INSERT ... SELECT scans again, so DELETE grows slower
-        with each commit of a long-lived connection; TRUNCATE, which
-        would end a transaction, drops them). Otherwise the next upload
-        deletes them."""
-        sql = self.adapter.empty_temp_store_sql
-        if not self.temp_rows or sql is None:
-            return
-        try:
-            self.session.execute(sql)
-        except Exception:  # noqa: BLE001 -- the next upload deletes them
-            log.debug('could not empty temp_store on %s',
-                      self.adapter.describe(), exc_info=True)
-            return
-        self.temp_rows = False
-
-    def _choose_tid(self, restore_tid=None, first_row_tid=None):
-        """Take the commit lock; ``(the newest tid, the commit's tid)``."""
-        last = self.locker.hold_commit_lock(self.session,
-                                            self.mover.last_tid_sql) or 0
-        if restore_tid is None:
-            return last, tid_for_now(last)
-        first = min(restore_tid, first_row_tid or restore_tid)
-        if first <= last:
-            raise RelStorageError(
-                'cannot restore transaction %016x: the database already '
-                'holds transaction %016x, and transaction ids must '
-                'increase' % (first, last))
-        return last, restore_tid
-
-    def commit(self, meta, restore_tid=None, packed=False, empty=False,
-               max_oid=None, before_commit=None, first_row_tid=None,
-               probe_oid=None):
-        """Make the uploaded rows current; return the tid. With
-        *first_row_tid* (history-free copies only) each row keeps the tid
-        uploaded in its prev_tid column, the oldest being *first_row_tid*,
-        and *restore_tid* becomes the last transaction. *probe_oid*: an
-        object the commit writes as its tid, to ask the database whether
-        it committed if the connection is lost while committing."""
-        session = self.session
-        tid = self.chosen_tid
-        self.chosen_tid = None
-        if tid is not None:
-            # Chosen, and the rows written, at upload.
-            script = self.mover.add_transaction(tid, meta, packed, empty)
-        else:
-            if not session.in_transaction:
-                session.begin(self.adapter.store_begin_sql)
-            self.previous_tid, tid = self._choose_tid(restore_tid,
-                                                      first_row_tid)
-            script = self.mover.add_transaction(tid, meta, packed, empty)
-            direct = self.direct_rows
-            if not direct or len(direct) < len(self.uploaded):
-                script += self.mover.move_into_place(
-                    tid, own_tids=first_row_tid is not None)
-            if direct:
-                script += self.mover.after_copy(tid)
-        if max_oid is not None:
-            script += self.adapter.oids.raise_to(max_oid)
-        script += self.adapter.announce_commit()
-        script.append(('COMMIT', ()))
-        script += self.locker.release_commit_lock()
-        try:
-            if before_commit is not None:
-                # With the tid chosen and the commit lock held; whatever
-                # it does is undone by the caller if the commit fails.
-                before_commit(tid)
-            if self.direct_rows:
-                self.mover.copy_into_place(session, self.direct_rows, tid)
-            session.execute_script(script)
-        except DatabaseDisconnected as lost:
-            # The COMMIT may have reached the server before the connection
-            # went: ask, on a new connection. Only a commit known not to
-            # have happened may be retried.
-            committed = self._committed(
-                tid, None if first_row_tid is not None else probe_oid)
-            if committed is None:
-                raise CommitOutcomeUnknown(
-                    '%s; could not find out whether transaction %016x '
-                    'committed: check the database before retrying it'
-                    % (lost, tid)) from lost
-            if not committed:
-                raise
-            log.warning('%s while committing transaction %016x, which '
-                        'committed all the same', lost, tid)
-            return tid
-        except Exception:
-            # Nothing of it became visible; leave the connection usable.
-            self.rollback()
-            raise
-        session.in_transaction = False
-        session.holds_commit_lock = False
-        self._empty_temp()
-        self.adapter.committed(self.uploaded)
-        self.uploaded = self.direct_rows = ()
-        return tid
-
-    def _committed(self, tid, probe_oid):
-        """Whether *tid* committed, asked on a new connection; None when
-        that cannot be known."""
-        probe = self.mover.committed_probe(tid, probe_oid)
-        try:
-            self.session.close()
-            self._open()
-            if probe is None:
-                return None
-            return bool(self.session.scalar(*probe))
-        except Exception:  # noqa: BLE001 -- the server is still away
-            log.debug('could not ask whether %016x committed', tid,
-                      exc_info=True)
-            return None
-
-    def rollback(self):
-        self.chosen_tid = None
-        self.uploaded = self.direct_rows = ()
-        ok = True
-        if self.session.in_transaction:
-            ok = self.session.rollback_quietly()
-        self.locker.after_rollback(self.session)
-        if ok:
-            self._empty_temp()
-        return ok
-
 
 
 @implementer(IRelStorageAdapter)
@@ -448,17 +93,63 @@ class Adapter:
                           else HistoryFreeInspector)(self)
         self.oids = self.oid_allocator_class(self)
         self._prepared = False
+        if self.replicas is None:
+            self.replicas = replicas.Replicas.configure(self, options)
         #: The highest oid this process knows to be allocated or stored;
         #: storing above it means raising the allocator first.
         self.max_known_oid = 0
 
-    # Connections: the database module supplies connect() and describe().
+    # Connections: the database module supplies open_connection() and
+    # describe(); with replicas, server_params() and is_read_only_server().
+
+    #: Whether replica-conf and ro-replica-conf apply (see replicas).
+    supports_replicas = False
+    #: The Replicas of replica-conf / ro-replica-conf, or None.
+    replicas = None
 
     def connect(self, for_store):
+        """A session on the database (the read-write server)."""
+        if self.replicas is None:
+            return self.open_connection(for_store)
+        return self.replicas.connect(for_store)
+
+    def open_connection(self, for_store, server=None):
+        """A new session on *server* (a replicas.Server), or on the
+        server the adapter's own parameters name."""
         raise NotImplementedError
 
-    def describe(self):
+    def describe(self, server=None):
+        """The database, for messages: on *server*, or on the read-write
+        server in use."""
         raise NotImplementedError
+
+    def current_server(self):
+        return None if self.replicas is None else self.replicas.current()
+
+    def server_params(self, line):
+        """The connection parameters of one line of a server file."""
+        raise NotImplementedError
+
+    def is_read_only_server(self, session):
+        """Whether the server of *session* refuses writes (a standby)."""
+        return False
+
+    def write_position(self, session):
+        """Where the read-write server of *session* has written up to
+        (a WAL position, a GTID set), for replayed()."""
+        raise NotImplementedError
+
+    def replayed(self, session, position):
+        """Whether the replica of *session* has replayed up to
+        *position*."""
+        raise NotImplementedError
+
+    def wrote_outside_commits(self, session):
+        """Called on the read-write *session* after it changed the
+        database without a new tid (a pack, emptying it): replicas are
+        read from only once they have replayed that too."""
+        if self.replicas is not None:
+            self.replicas.mark_position(session)
 
     def location(self):
         """A hashable key naming the database this adapter opens: two
@@ -503,6 +194,8 @@ class Adapter:
             else:
                 self.schema.verify(meta)
             session.commit()
+            if meta is None:
+                self.wrote_outside_commits(session)
         finally:
             session.rollback_quietly()
             session.close()
@@ -516,15 +209,20 @@ class Adapter:
             session.begin()
             func(session)
             session.commit()
+            self.wrote_outside_commits(session)
         finally:
             session.rollback_quietly()
             session.close()
 
     def zap_all(self):
+        if self.replicas is not None:
+            self.replicas.forget()
         self._in_transaction(self.empty_tables)
 
     def drop_all(self):
         """Remove the relstorage schema entirely (both modes' tables)."""
+        if self.replicas is not None:
+            self.replicas.forget()
         self._in_transaction(self.schema.drop)
         self._prepared = False
         self.oids.reset_after_drop()
@@ -542,12 +240,18 @@ class Adapter:
 
     # Sessions
 
-    def open_load_session(self):
+    def open_load_session(self, primary=False):
+        """A load session; with *primary* (a pack's reads), never on a
+        read-only replica."""
+        if self.replicas is not None and not primary:
+            return replicas.ReplicaLoadSession(self)
         return LoadSession(self)
 
     def open_store_session(self):
         if self.options.read_only:
             raise ReadOnlyError()
+        if self.replicas is not None:
+            return replicas.ReplicaStoreSession(self)
         return StoreSession(self)
 
     def new_oid_blocks(self, store_session, blocks=1):
@@ -560,9 +264,11 @@ class Adapter:
         """Whether a driver error means the connection is gone."""
         return False
 
-    def committed(self, rows):
+    def committed(self, rows, tid):
         """Called after each commit of a store session, with the
-        ``(oid, prev_tid, state, blob_id)`` rows it wrote."""
+        ``(oid, prev_tid, state, blob_id)`` rows it wrote and its tid."""
+        if self.replicas is not None:
+            self.replicas.saw(tid)
 
     def announce_commit(self):
         """Statements, run with each commit, that tell listening load

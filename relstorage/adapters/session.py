@@ -29,6 +29,13 @@ class Session:
     #: sent together with the next statement instead of on their own,
     #: saving a round trip each.
     defers_verbs = False
+    #: The replica-conf or ro-replica-conf server it is connected to
+    #: (None: the one the adapter's own parameters name), the server
+    #: list's generation when it connected, and the newest tid a load
+    #: session saw on it (see replicas).
+    server = None
+    generation = 0
+    verified = 0
 
     def __init__(self, adapter, conn):
         self.adapter = adapter
@@ -47,6 +54,9 @@ class Session:
         self.holds_commit_lock = False
         #: Callables run when the session closes (releasing file locks).
         self.on_close = []
+
+    def describe(self):
+        return self.adapter.describe(self.server)
 
     # Statement execution
 
@@ -72,19 +82,19 @@ class Session:
             raise PermissionDenied(
                 'the database user may not do this in the %s: %s (a '
                 'user that may only read needs read-only true)'
-                % (self.adapter.describe(),
+                % (self.describe(),
                    str(e).strip().splitlines()[0])) from e
         if self.adapter.is_full_error(e):
             raise DatabaseFull(
                 'the %s has no room left: %s; nothing of this transaction '
-                'was committed' % (self.adapter.describe(),
+                'was committed' % (self.describe(),
                                    str(e).strip().splitlines()[0])) from e
         if self.adapter.is_disconnect(self, e):
             self.in_transaction = False
             self.pending = ''
             raise DatabaseDisconnected(
                 'lost the connection to the %s: %s'
-                % (self.adapter.describe(),
+                % (self.describe(),
                    str(e).strip().splitlines()[0] if str(e).strip()
                    else type(e).__name__)) from e
 
@@ -123,7 +133,7 @@ class Session:
         self.pending = ''
         raise DatabaseDisconnected(
             'the connection to the %s was lost and is not open'
-            % self.adapter.describe())
+            % self.describe())
 
     def flush(self):
         """Send deferred transaction verbs now."""
@@ -228,7 +238,7 @@ class Session:
         try:
             self.rollback()
         except Exception:  # noqa: BLE001 -- an abort path must not raise
-            log.debug('rollback failed on %s', self.adapter.describe(),
+            log.debug('rollback failed on %s', self.describe(),
                       exc_info=True)
             return False
         return True

@@ -88,6 +88,7 @@ class Pack:
                     'second one' % adapter.describe())
             adapter.before_pack(writer)
             self.prepack_and_remove(writer)
+            adapter.wrote_outside_commits(writer)
         finally:
             if writer.in_transaction:  # a batch failed
                 writer.rollback_quietly()
@@ -103,7 +104,7 @@ class Pack:
 
     def prepack_and_remove(self, writer):
         packer = self.packer
-        session = self.adapter.open_load_session()
+        session = self.adapter.open_load_session(primary=True)
         try:
             view = session.restart()
             if not view:
@@ -132,7 +133,7 @@ class Pack:
         if blobs is not None and not self.adapter.keep_history:
             # Replaced blobs of history-free objects have no revision of
             # their own for the batches to find; look at the files.
-            session = self.adapter.open_load_session()
+            session = self.adapter.open_load_session(primary=True)
             try:
                 session.restart()
                 blobs.prune_history_free(session.current_tids, self.pack_tid)

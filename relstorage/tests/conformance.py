@@ -26,6 +26,7 @@ from ZODB.tests.StorageTestBase import StorageTestBase
 from .dbs import ALL_DATABASES
 from .dbs import DatabaseFactory
 from .dbs import require
+from .dbs import require_pair
 from .private_servers import private_server
 
 NO_HISTORY = 'needs earlier revisions, which a history-free storage drops'
@@ -90,6 +91,9 @@ class RelStorageTestBase(StorageTestBase):
 
     database = None  # set by make_classes
     driver = None    # the adapter's driver option, when not its default
+    #: Whether every load goes to a streaming replica (ro-replica-conf)
+    #: of a private primary (replica_pairs).
+    replicas = False
     keep_history = True
     use_extension_bytes = True
 
@@ -105,14 +109,21 @@ class RelStorageTestBase(StorageTestBase):
     def setUp(self):
         private = (self.database in ('postgresql', 'mysql')
                    and self._testMethodName in self.MANY_CLIENTS)
-        if not private:
+        options = {}
+        if self.replicas:
+            pair = require_pair(self.database)
+            server = pair.primary
+            options['ro_replica_conf'] = pair.server_file(pair.replica)
+        elif not private:
             # Before the base's setUp, which enters a temporary directory
             # that only its tearDown leaves (not run after a skip here).
             require(self.database)
         super().setUp()
-        server = private_server(self.database) if private else None
+        if not self.replicas:
+            server = private_server(self.database) if private else None
         self.factory = DatabaseFactory(self.database, self.keep_history,
-                                       server=server, driver=self.driver)
+                                       server=server, driver=self.driver,
+                                       options=options)
         self._storage = self.factory.storage(zap=True)
         self._clients = []
 
@@ -210,22 +221,26 @@ def _apply_skips(cls, skips):
 #: with its default driver (Oracle only where a server is configured),
 #: and PostgreSQL through psycopg 3 too.
 VARIANTS = [(db, None) for db in ALL_DATABASES] + [('postgresql', 'psycopg')]
+#: The databases the suites also run on with every load from a replica.
+REPLICA_DATABASES = ('postgresql', 'mysql')
 
 
-def make_classes(database, driver=None):
+def make_classes(database, driver=None, replicas=False):
     """``{class_name: TestCase}`` for *database* in both history modes
-    (through *driver*, when not the adapter's default)."""
+    (through *driver*, when not the adapter's default; with *replicas*,
+    loading from a replica of the primary it writes to)."""
     classes = {}
     title = {'sqlite': 'SQLite', 'postgresql': 'PostgreSQL',
              'mysql': 'MySQL', 'oracle': 'Oracle'}[database] + (
-                 driver or '').title()
-    label = database + ('-' + driver if driver else '')
+                 driver or '').title() + ('RoReplica' if replicas else '')
+    label = (database + ('-' + driver if driver else '')
+             + ('-ro-replica' if replicas else ''))
     for keep_history, mixins, skips in (
             (True, HISTORY_PRESERVING_MIXINS, {}),
             (False, HISTORY_FREE_MIXINS, SKIP_HISTORY_FREE)):
         mode = 'HP' if keep_history else 'HF'
         attrs = {'database': database, 'keep_history': keep_history,
-                 'driver': driver,
+                 'driver': driver, 'replicas': replicas,
                  'conformance_key': '%s-%s' % (label, mode)}
         name = '%s%sConformance' % (title, mode)
         cls = type(name, (RelStorageTestBase,) + mixins, attrs)

@@ -147,6 +147,21 @@ def require(db):
         raise unittest.SkipTest(problem)
 
 
+def require_pair(db):
+    """The shared replicated pair of private *db* servers
+    (replica_pairs); skip when their programs are missing, or under CI
+    fail (as when they will not start)."""
+    from .replica_pairs import NotInstalled
+    from .replica_pairs import replica_pair
+    try:
+        return replica_pair(db)
+    except NotInstalled as e:
+        if in_ci():
+            raise AssertionError('CI=true and no %s replica pair: %s'
+                                 % (db, e))
+        raise unittest.SkipTest('no %s replica pair: %s' % (db, e))
+
+
 def _probe(db):
     if db == 'postgresql':
         try:
@@ -183,8 +198,10 @@ class DatabaseFactory:
     """Builds adapters and storages for one database and history mode."""
 
     def __init__(self, db, keep_history, child=False, server=None,
-                 driver=None):
+                 driver=None, options=None):
         self.db = db
+        #: Options every adapter it builds gets (ro_replica_conf, say).
+        self.options = dict(options or {})
         self.keep_history = keep_history
         #: The adapter's driver option (None: its default).
         self.driver = driver
@@ -211,7 +228,7 @@ class DatabaseFactory:
             self._build(which, Options(keep_history=self.keep_history)
                         ).drop_all()
         return self._build(which, Options(keep_history=self.keep_history,
-                                          **options))
+                                          **dict(self.options, **options)))
 
     def _build(self, which, opts):
         if self.db == 'sqlite':

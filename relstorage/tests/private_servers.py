@@ -481,6 +481,8 @@ class PostgreSQLServer(PrivateServer):
     #: The cluster's superuser (initdb -U), used to create the rest.
     admin_user = 'postgres'
     _programs = ('initdb', 'pg_ctl', 'postgres')
+    #: postgresql.conf settings of a subclass (replication, say).
+    extra_settings = {}
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -528,6 +530,7 @@ class PostgreSQLServer(PrivateServer):
             'synchronous_commit': 'off',
             'full_page_writes': 'off',
         }
+        settings.update(self.extra_settings)
         with open(os.path.join(self.data_dir, 'postgresql.conf'), 'a') as f:
             f.write('\n# relstorage private test server\n')
             for name, value in settings.items():
@@ -644,6 +647,8 @@ class MySQLServer(PrivateServer):
     admin_user = 'root'
     _daemons = ('/usr/sbin/mariadbd', '/usr/sbin/mysqld')
     _installers = ('/usr/bin/mariadb-install-db', '/usr/bin/mysql_install_db')
+    #: mariadbd options of a subclass (replication, say).
+    extra_args = ()
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -705,14 +710,15 @@ class MySQLServer(PrivateServer):
                 '--pid-file=%s' % os.path.join(self.dir, 'mysqld.pid'),
                 '--log-error=%s' % self.log_path,
                 '--max-connections=%d' % self.max_connections,
-                '--skip-log-bin',
                 '--skip-name-resolve',
                 '--character-set-server=utf8mb4',
                 '--collation-server=utf8mb4_general_ci',
                 '--innodb-buffer-pool-size=64M',
                 '--innodb-log-file-size=48M',
                 '--innodb-flush-log-at-trx-commit=2',
-                ] + self._user_option()
+                ] + self._user_option() + list(self.extra_args)
+        if not any(arg.startswith('--log-bin') for arg in args):
+            args.append('--skip-log-bin')
         # Its own session: a ^C meant for the test run reaches us, and we
         # shut the server down in order.
         with open(os.path.join(self.dir, 'stdout.log'), 'ab') as out:

@@ -47,6 +47,7 @@ KEY_SAMPLES = {
     'replica-conf': ('/etc/replicas.conf', '/etc/replicas.conf'),
     'ro-replica-conf': ('/etc/ro.conf', '/etc/ro.conf'),
     'replica-timeout': ('120', 120.0),
+    'replica-max-lag': ('0.25', 0.25),
     'revert_when_stale': ('true', True),
     'poll-interval': ('2.5', 2.5),
     'pack-gc': ('false', False),

@@ -7,6 +7,7 @@ import os
 
 from .blob_conformance import count_blob_cases
 from .conformance import count_tests
+from .conformance import REPLICA_DATABASES
 from .conformance import VARIANTS
 from .conformance import make_classes
 from .dbs import ALL_DATABASES
@@ -23,6 +24,9 @@ def current_counts():
         counts.update(count_blob_cases(db))
     for db, driver in VARIANTS:
         for cls in make_classes(db, driver).values():
+            counts[cls.conformance_key] += count_tests(cls)
+    for db in REPLICA_DATABASES:
+        for cls in make_classes(db, replicas=True).values():
             counts[cls.conformance_key] += count_tests(cls)
     return dict(counts)
 

@@ -143,9 +143,20 @@ def test_unknown_option_names_the_option():
 def test_option_not_supported_yet_says_so(tmp_path):
     with pytest.raises(NotSupportedYet) as exc:
         ZODB.config.databaseFromString(_config(
+            '<relstorage>\n cache-local-compression zlib\n <sqlite3>\n'
+            ' data-dir %s\n </sqlite3>\n</relstorage>' % tmp_path))
+    assert 'not supported yet: cache-local-compression' in str(exc.value)
+
+
+def test_replicas_on_sqlite_are_refused_by_name(tmp_path):
+    servers = tmp_path / 'servers.conf'
+    servers.write_text('db1\n')
+    with pytest.raises(ConfigurationError) as exc:
+        ZODB.config.databaseFromString(_config(
             '<relstorage>\n replica-conf %s\n <sqlite3>\n data-dir %s\n'
-            ' </sqlite3>\n</relstorage>' % (tmp_path / 'b', tmp_path)))
-    assert 'not supported yet: replica-conf' in str(exc.value)
+            ' </sqlite3>\n</relstorage>' % (servers, tmp_path)))
+    assert 'replica-conf' in str(exc.value)
+    assert 'SQLite' in str(exc.value)
 
 
 def test_bad_sqlite_pragma_is_refused(tmp_path):

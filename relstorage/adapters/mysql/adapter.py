@@ -8,6 +8,7 @@ import re
 from ...exceptions import DatabaseUnavailable
 from ..adapter import OID_BLOCK
 from ..adapter import Adapter
+from .. import replicas
 from ..keepalive import Keepalive
 from ..locker import Locker
 from ..mover import HistoryFreeMover
@@ -311,8 +312,9 @@ class MySQLAdapter(Adapter):
         options = options if options is not None else Options()
         self.options = options
         # The server's flavour decides some SQL; learn it before building
-        # the shared pieces.
-        probe = self._connect_raw()
+        # the shared pieces (from the first server that answers).
+        self.replicas = replicas.Replicas.configure(self, options)
+        probe = self._probe()
         try:
             cursor = probe.cursor()
             cursor.execute('SELECT VERSION()')
@@ -321,8 +323,44 @@ class MySQLAdapter(Adapter):
             probe.close()
         super().__init__(options)
 
-    def describe(self):
-        p = self.params
+    supports_replicas = True
+
+    def _probe(self):
+        servers = [None]
+        if self.replicas is not None and self.replicas.rw is not None:
+            servers = self.replicas.rw.servers
+        for server in servers[:-1]:
+            try:
+                return self._connect_raw(server)
+            except DatabaseUnavailable:
+                continue
+        return self._connect_raw(servers[-1])
+
+    def server_params(self, line):
+        """A replica file's line is ``host`` or ``host:port``; the other
+        parameters are the section's."""
+        host, port = replicas.split_host_port(line)
+        params = {key: value for key, value in self.params.items()
+                  if key not in ('unix_socket', 'port', 'named_pipe')}
+        params['host'] = host
+        if port is not None:
+            params['port'] = port
+        return params
+
+    def is_read_only_server(self, session):
+        return bool(int(session.scalar('SELECT @@read_only')))
+
+    def write_position(self, session):
+        return session.scalar('SELECT @@gtid_binlog_pos')
+
+    def replayed(self, session, position):
+        # 0 at once where the replica has applied the GTIDs, else -1.
+        return session.scalar('SELECT MASTER_GTID_WAIT(%s, 0)',
+                              (position,)) == 0
+
+    def describe(self, server=None):
+        server = server or self.current_server()
+        p = self.params if server is None else server.params
         where = ('socket=%s' % p['unix_socket'] if p.get('unix_socket')
                  else 'host=%s port=%s' % (p.get('host', 'localhost'),
                                            p.get('port', 3306)))
@@ -336,10 +374,10 @@ class MySQLAdapter(Adapter):
                                          str(p.get('port', 3306)))
         return ('mysql', where, p.get('db'))
 
-    def _connect_raw(self):
+    def _connect_raw(self, server=None):
         driver = self.driver
         keepalive = Keepalive.for_options(self.options)
-        params = self.params
+        params = self.params if server is None else server.params
         if keepalive is not None and 'connect_timeout' not in params:
             params = dict(params, connect_timeout=keepalive.connect_timeout)
         try:
@@ -348,17 +386,18 @@ class MySQLAdapter(Adapter):
             if error_code(e) in CONNECT_ERRORS or isinstance(
                     e, driver.module.OperationalError):
                 raise DatabaseUnavailable(
-                    'cannot connect to the %s: %s' % (self.describe(), e)
+                    'cannot connect to the %s: %s' % (self.describe(server), e)
                 ) from None
             raise
         if keepalive is not None:
             keepalive.apply(driver.fileno(conn))
         return conn
 
-    def connect(self, for_store):
-        conn = self._connect_raw()
+    def open_connection(self, for_store, server=None):
+        conn = self._connect_raw(server)
         conn.autocommit(True)
         session = MySQLSession(self, conn)
+        session.server = server
         session.execute('SET SESSION TRANSACTION ISOLATION LEVEL %s'
                         % ('READ COMMITTED' if for_store
                            else 'REPEATABLE READ'))

@@ -379,7 +379,7 @@ class OracleAdapter(Adapter):
         super().__init__(options if options is not None else Options())
         self.keepalive = Keepalive.for_options(self.options)
 
-    def describe(self):
+    def describe(self, server=None):
         return 'Oracle database (%s user=%s)' % (self.dsn.describe(),
                                                  self.user or '<none>')
 
@@ -388,7 +388,7 @@ class OracleAdapter(Adapter):
         return ('oracle',) + self.dsn.location() + (
             (self.user or '').upper(),)
 
-    def connect(self, for_store):
+    def open_connection(self, for_store, server=None):
         driver = self.driver
         keepalive = self.keepalive
         seconds = keepalive.timeout if keepalive is not None else None

@@ -20,6 +20,8 @@ from .inspect import PostgreSQLStatistics
 from ..session import Session
 from ..keepalive import Keepalive
 from .dsn import describe_dsn
+from .dsn import make_dsn
+from ..replicas import split_host_port
 from .dsn import dsn_location
 from .drivers import select_driver
 from .dsn import parse_dsn
@@ -305,29 +307,73 @@ class PostgreSQLAdapter(Adapter):
         super().__init__(options if options is not None else Options())
         self.keepalive = Keepalive.for_options(self.options)
         #: libpq keywords the dsn leaves to network-timeout.
-        self.bounds = {}
-        if self.keepalive is not None:
-            given = parse_dsn(self.dsn)
-            self.bounds = {key: value for key, value
-                           in self.keepalive.libpq_keywords().items()
-                           if key not in given}
+        given = parse_dsn(self.dsn)
+        self.bounds = {key: value for key, value in self.keepalive_keywords()
+                       if key not in given}
 
-    def describe(self):
-        return 'PostgreSQL database (%s)' % describe_dsn(self.dsn)
+    def keepalive_keywords(self):
+        if self.keepalive is None:
+            return ()
+        return self.keepalive.libpq_keywords().items()
+
+    supports_replicas = True
+
+    def describe(self, server=None):
+        server = server or self.current_server()
+        return 'PostgreSQL database (%s)' % describe_dsn(
+            self.dsn if server is None else server.params)
+
+    def server_params(self, line):
+        """A replica file's line is ``host``, ``host:port`` or a libpq
+        connection string; what it leaves out comes from the dsn."""
+        params = parse_dsn(self.dsn)
+        if '=' in line:
+            try:
+                self.driver.parse_dsn(line)
+            except self.driver.ProgrammingError as e:
+                raise ConfigurationError(str(e).strip()) from None
+            params.update(parse_dsn(line))
+        else:
+            host, port = split_host_port(line)
+            params.pop('hostaddr', None)
+            params['host'] = host
+            if port is not None:
+                params['port'] = str(port)
+            else:
+                params.pop('port', None)
+        return make_dsn(params)
+
+    def is_read_only_server(self, session):
+        return bool(session.scalar('SELECT pg_is_in_recovery()'))
+
+    def write_position(self, session):
+        return session.scalar('SELECT pg_current_wal_lsn()::text')
+
+    def replayed(self, session, position):
+        return session.scalar(
+            'SELECT coalesce(pg_last_wal_replay_lsn() >= %s::pg_lsn, true)',
+            (position,))
 
     def location(self):
         return ('postgresql',) + dsn_location(self.dsn)
 
-    def connect(self, for_store):
+    def open_connection(self, for_store, server=None):
         driver = self.driver
+        dsn, bounds = self.dsn, self.bounds
+        if server is not None:
+            dsn = server.params
+            given = parse_dsn(dsn)
+            bounds = {key: value for key, value in self.keepalive_keywords()
+                      if key not in given}
         try:
-            conn = driver.connect(self.dsn, **self.bounds)
+            conn = driver.connect(dsn, **bounds)
         except driver.OperationalError as e:
             raise DatabaseUnavailable(
                 'cannot connect to the %s: %s'
-                % (self.describe(), str(e).strip())) from None
+                % (self.describe(server), str(e).strip())) from None
         session = (PsycopgSession if driver.results_from_first
                    else PostgreSQLSession)(self, conn)
+        session.server = server
         timeout_ms = int(self.options.commit_lock_timeout * 1000)
         setup, params = 'SET lock_timeout = %s', (timeout_ms,)
         keepalive = self.keepalive
@@ -347,7 +393,8 @@ class PostgreSQLAdapter(Adapter):
             # starting workers for it, is never worth it, even when stale
             # statistics make it look so.
             setup = 'SET jit = off; SET max_parallel_workers_per_gather = 0'
-            if self.options.poll_interval:
+            if self.options.poll_interval and not (
+                    server is not None and server.read_only):
                 # Told of every commit, an instance within its interval
                 # polls only when there is something to see. (Not without
                 # an interval: nothing would read the notifications, which
@@ -361,7 +408,9 @@ class PostgreSQLAdapter(Adapter):
         return [('NOTIFY ' + COMMIT_CHANNEL, ())]
 
     def commits_announced(self, session):
-        if not self.options.poll_interval:
+        if not self.options.poll_interval or (
+                session.server is not None and session.server.read_only):
+            # (A standby takes no LISTEN.)
             return None
         try:
             # Reads what the server sent, without a round trip.

@@ -56,3 +56,12 @@ def dsn_location(dsn):
                                                '<local socket>')
     return (host, str(get('port', 'PGPORT', '5432')),
             get('dbname', 'PGDATABASE', user))
+
+
+def make_dsn(params):
+    """A libpq connection string of ``{keyword: value}``, each value
+    quoted."""
+    def quote(value):
+        return "'%s'" % str(value).replace('\\', '\\\\').replace("'", "\\'")
+    return ' '.join('%s=%s' % (key, quote(value))
+                    for key, value in params.items())

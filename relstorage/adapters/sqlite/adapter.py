@@ -413,7 +413,7 @@ class SQLiteAdapter(Adapter):
                 os.path.join(self.data_dir, MAIN_FILE),
                 self.options.commit_lock_timeout)
 
-    def describe(self):
+    def describe(self, server=None):
         return 'SQLite database in %s' % self.data_dir
 
     def writer_timeout(self):
@@ -425,7 +425,7 @@ class SQLiteAdapter(Adapter):
     def location(self):
         return ('sqlite', os.path.realpath(self.data_dir))
 
-    def connect(self, for_store):
+    def open_connection(self, for_store, server=None):
         path = os.path.join(self.data_dir, MAIN_FILE)
         try:
             if self.options.read_only:
@@ -489,7 +489,7 @@ class SQLiteAdapter(Adapter):
         session.data_version = version
         return changed
 
-    def committed(self, rows):
+    def committed(self, rows, tid):
         if self.checkpointer is not None:
             self.checkpointer.committed(
                 sum(len(row[2]) for row in rows if row[2] is not None)

@@ -1,0 +1,326 @@
+"""replica-conf and ro-replica-conf on real replicated pairs.
+
+Every pair is private to the test run (replica_pairs): a PostgreSQL
+primary with a streaming hot standby, a MariaDB primary with a GTID
+replica. Replay on the replica is held back on purpose where a test needs
+a replica that lags.
+"""
+import logging
+import time
+
+import pytest
+import transaction
+import ZODB
+import ZODB.config
+from persistent.mapping import PersistentMapping
+from ZODB.POSException import ReadConflictError
+
+from relstorage.exceptions import ConfigurationError
+from relstorage.options import Options
+
+from .dbs import DatabaseFactory
+from .dbs import require_pair
+from .replica_pairs import Pair
+
+KINDS = ['postgresql', 'mysql']
+
+#: Replay on the replica is held back this long in the lagging tests.
+DELAY = 2.0
+
+
+@pytest.fixture(params=KINDS)
+def pair(request):
+    pair = require_pair(request.param)
+    yield pair
+    pair.delay(0)
+    pair.caught_up()
+
+
+def _factory(pair, keep_history=True, **options):
+    return DatabaseFactory(pair.kind, keep_history, server=pair.primary,
+                           options=options)
+
+
+def _served_by(storage):
+    """The server file line of the session the storage's loads use now."""
+    server = storage._load_session().session.server
+    return server.line if server is not None else None
+
+
+# Configuration
+
+
+def _pg_section(pair):
+    return ('<postgresql>\n dsn host=%s port=%d dbname=relstoragetest_misc '
+            'user=relstoragetest\n</postgresql>'
+            % (pair.primary.host, pair.primary.port))
+
+
+def _open_config(text):
+    return ZODB.config.storageFromString(
+        '%import relstorage\n<relstorage>\n' + text + '\n</relstorage>')
+
+
+@pytest.mark.parametrize('option', ['replica-conf', 'ro-replica-conf'])
+def test_a_missing_server_file_is_named(tmp_path, option):
+    missing = tmp_path / 'nowhere.conf'
+    with pytest.raises(ConfigurationError) as exc:
+        _open_config(' %s %s\n <postgresql>\n dsn host=127.0.0.1\n'
+                     ' </postgresql>' % (option, missing))
+    assert option in str(exc.value)
+    assert str(missing) in str(exc.value)
+
+
+def test_an_empty_server_file_is_named(tmp_path):
+    empty = tmp_path / 'empty.conf'
+    empty.write_text('# nothing yet\n\n   \n')
+    with pytest.raises(ConfigurationError) as exc:
+        _open_config(' replica-conf %s\n <mysql>\n host 127.0.0.1\n'
+                     ' </mysql>' % empty)
+    assert 'replica-conf' in str(exc.value)
+    assert str(empty) in str(exc.value)
+    assert 'lists no server' in str(exc.value)
+
+
+def test_a_bad_port_is_named(tmp_path):
+    bad = tmp_path / 'bad.conf'
+    bad.write_text('db1:fivefourthreetwo\n')
+    with pytest.raises(ConfigurationError) as exc:
+        _open_config(' replica-conf %s\n <postgresql>\n dsn host=x\n'
+                     ' </postgresql>' % bad)
+    assert 'fivefourthreetwo' in str(exc.value)
+
+
+def test_every_option_from_zope_conf(tmp_path):
+    pair = require_pair('postgresql')
+    rw = pair.server_file(pair.primary, pair.replica)
+    ro = pair.server_file(pair.replica)
+    storage = _open_config(
+        ' replica-conf %s\n ro-replica-conf %s\n replica-timeout 30\n'
+        ' replica-max-lag 0.5\n revert-when-stale true\n%s'
+        % (rw, ro, _pg_section(pair)))
+    try:
+        options = storage._options
+        assert (options.replica_conf, options.ro_replica_conf) == (rw, ro)
+        assert options.replica_timeout == 30.0
+        assert options.replica_max_lag == 0.5
+        assert options.revert_when_stale is True
+        storage.lastTransaction()
+        assert _served_by(storage) == pair.line(pair.replica)
+        assert storage._adapter.current_server().line \
+            == pair.line(pair.primary)
+    finally:
+        storage.close()
+
+
+# Loads from a replica, writes to the primary
+
+
+def _commit_value(db, key, value):
+    conn = db.open()
+    try:
+        conn.root()[key] = PersistentMapping(value=value)
+        transaction.commit()
+    finally:
+        conn.close()
+
+
+def _read_value(db, key):
+    conn = db.open()
+    try:
+        transaction.begin()
+        return conn.root()[key]['value']
+    finally:
+        transaction.abort()
+        conn.close()
+
+
+@pytest.mark.parametrize('max_lag', [0.3, 3 * DELAY])
+def test_read_your_writes_from_a_lagging_replica(pair, max_lag, caplog):
+    """Replay on the replica is DELAY s behind. Each value written is
+    read back at once through a new connection: the newest value, never
+    the old one, never a POSKeyError. With a max lag shorter than the
+    delay the read-write server answers (one warning per episode); with
+    a longer one the replica is waited for."""
+    factory = _factory(pair, replica_max_lag=max_lag)
+    factory.storage(zap=True).close()
+    pair.caught_up()
+    pair.delay(DELAY)
+    storage = factory.storage(ro_replica_conf=pair.server_file(pair.replica))
+    db = ZODB.DB(storage)
+    try:
+        with caplog.at_level(logging.WARNING,
+                             logger='relstorage.adapters.replicas'):
+            for i in range(3):
+                _commit_value(db, 'new%d' % i, i)
+                assert _read_value(db, 'new%d' % i) == i
+                _commit_value(db, 'new%d' % i, i + 100)
+                assert _read_value(db, 'new%d' % i) == i + 100
+        behind = [r for r in caplog.records if 'is behind' in r.getMessage()]
+        if max_lag < DELAY:
+            assert len(behind) == 1, [r.getMessage() for r in caplog.records]
+            assert pair.line(pair.replica).split(':')[1] \
+                in behind[0].getMessage()
+        else:
+            assert behind == []
+            assert _served_by(storage) == pair.line(pair.replica)
+    finally:
+        db.close()
+        factory.cleanup()
+
+
+def _set(db, key, value):
+    conn = db.open()
+    try:
+        conn.root()[key]['value'] = value
+        transaction.commit()
+    finally:
+        conn.close()
+
+
+def test_polls_of_another_process_never_go_back(pair):
+    """A second storage (as another process would have) whose loads come
+    from the lagging replica: its view never moves backwards, though it
+    commits itself (its view then needs the primary) and polls at once."""
+    factory = _factory(pair, replica_max_lag=0)
+    setup = ZODB.DB(factory.storage(zap=True))
+    _commit_value(setup, 'w', 0)
+    _commit_value(setup, 'r', 0)
+    setup.close()
+    pair.caught_up()
+    pair.delay(DELAY)
+    ro = pair.server_file(pair.replica)
+    writer = ZODB.DB(factory.storage())
+    reader_storage = factory.storage(ro_replica_conf=ro)
+    reader = ZODB.DB(reader_storage)
+    views = []
+    try:
+        for i in range(1, 5):
+            _set(writer, 'w', i)
+            _set(reader, 'r', i)
+            for _ in range(3):
+                conn = reader.open()
+                transaction.begin()
+                assert conn.root()['r']['value'] == i
+                views.append(conn._storage._view_tid)
+                transaction.abort()
+                conn.close()
+        assert views == sorted(views)
+        assert len(set(views)) > 1
+    finally:
+        writer.close()
+        reader.close()
+        factory.cleanup()
+
+
+def test_an_unreachable_replica_sends_loads_to_the_primary(pair, caplog):
+    factory = _factory(pair)
+    nowhere = pair.server_file(pair.replica)
+    with open(nowhere, 'w') as f:
+        f.write('127.0.0.1:1\n')
+    with caplog.at_level(logging.WARNING,
+                         logger='relstorage.adapters.replicas'):
+        storage = factory.storage(zap=True, ro_replica_conf=nowhere)
+    db = ZODB.DB(storage)
+    try:
+        _commit_value(db, 'x', 1)
+        assert _read_value(db, 'x') == 1
+        assert _served_by(storage) == pair.line(pair.primary) or \
+            _served_by(storage) is None
+        assert any('127.0.0.1:1' in r.getMessage() for r in caplog.records)
+    finally:
+        db.close()
+        factory.cleanup()
+
+
+# Failover between read-write servers
+
+
+@pytest.fixture(params=KINDS)
+def own_pair(request):
+    """A synchronous pair of the test's own, to promote and stop."""
+    require_pair(request.param)
+    pair = Pair(request.param, synchronous=True).start()
+    yield pair
+    pair.remove()
+
+
+def test_failover_and_return_after_replica_timeout(own_pair, caplog):
+    pair = own_pair
+    rw = pair.server_file(pair.primary, pair.replica)
+    factory = _factory(pair, replica_conf=rw, replica_timeout=1.0)
+    storage = factory.storage(zap=True)
+    db = ZODB.DB(storage)
+    try:
+        _commit_value(db, 'a', 1)
+        assert storage._adapter.current_server().line \
+            == pair.line(pair.primary)
+        pair.primary.stop()
+        pair.promote()
+        # The next transaction fails over; nothing committed is lost.
+        for attempt in range(3):
+            try:
+                _commit_value(db, 'b', 2)
+                break
+            except Exception:  # noqa: BLE001 -- the first may see the loss
+                transaction.abort()
+        assert storage._adapter.current_server().line \
+            == pair.line(pair.replica)
+        assert _read_value(db, 'a') == 1
+        assert _read_value(db, 'b') == 2
+        # The first server comes back (as it was, without 'b'): after the
+        # timeout the storage tries it again, finds it stale, and says so.
+        pair.primary.start()
+        time.sleep(1.2)
+        instance = storage.new_instance()
+        try:
+            with pytest.raises(ReadConflictError) as exc:
+                instance.poll_invalidations()
+            # Until it catches up.
+            with pytest.raises(ReadConflictError):
+                instance.poll_invalidations()
+        finally:
+            instance.release()
+        assert 'stale' in str(exc.value)
+        assert pair.line(pair.primary).split(':')[1] in str(exc.value)
+        assert storage._adapter.current_server().line \
+            == pair.line(pair.primary)
+    finally:
+        db.close()
+        factory.cleanup()
+
+
+def test_revert_when_stale_goes_back_and_drops_the_cache(own_pair):
+    pair = own_pair
+    rw = pair.server_file(pair.primary, pair.replica)
+    factory = _factory(pair, replica_conf=rw, replica_timeout=1.0,
+                       revert_when_stale=True)
+    storage = factory.storage(zap=True)
+    db = ZODB.DB(storage)
+    try:
+        _commit_value(db, 'a', 1)
+        pair.primary.stop()
+        pair.promote()
+        for attempt in range(3):
+            try:
+                _commit_value(db, 'a', 2)
+                break
+            except Exception:  # noqa: BLE001 -- the first may see the loss
+                transaction.abort()
+        assert _read_value(db, 'a') == 2
+        pair.primary.start()
+        time.sleep(1.2)
+        # Back on the first server, which never had the second value.
+        assert _read_value(db, 'a') == 1
+        assert storage._adapter.current_server().line \
+            == pair.line(pair.primary)
+    finally:
+        db.close()
+        factory.cleanup()
+
+
+def test_options_object_accepts_the_names():
+    options = Options(replica_conf='/a', ro_replica_conf='/b',
+                      replica_timeout=0, replica_max_lag=0,
+                      revert_when_stale=True)
+    options.check_supported()
