@@ -77,6 +77,7 @@ class _SessionWrapper:
             return func(*args)
         except DatabaseDisconnected as e:
             log.info('%s; reconnecting', e)
+            self.adapter.reconnects += 1  # read by relstorage.metrics
             self.session.close()
             self._open()
             return func(*args)
@@ -387,7 +388,6 @@ class StoreSession(_SessionWrapper):
         return ok
 
 
-
 @implementer(IRelStorageAdapter)
 class Adapter:
     """Base of every database adapter."""
@@ -432,6 +432,7 @@ class Adapter:
     #: again, so that committers already waiting for it get it first.
     #: Servers queue lock waiters, so no pause is needed there.
     pack_pause_between_batches = 0.0
+    reconnects = 0  # lost connections reopened (at_boundary)
 
     def __init__(self, options):
         self.options = options

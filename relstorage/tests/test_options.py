@@ -44,6 +44,8 @@ DESIGN_DEFAULTS = {
     'cache-local-dir': None,
     # Not given in DESIGN.md; RelStorage's documented default.
     'cache-delta-size-limit': 100000,
+    # DESIGN.md section 3 (Seeing inside): this project's own option.
+    'metrics': False,
 }
 
 SUPPORTED_NOW = {
@@ -57,6 +59,7 @@ SUPPORTED_NOW = {
     'cache-servers', 'cache-module-name', 'cache-prefix',
     'blob-cache-size', 'blob-cache-size-check',
     'blob-cache-size-check-external', 'blob-chunk-size',
+    'metrics',
 }
 
 # A valid, non-default value for every option.
@@ -92,6 +95,7 @@ NON_DEFAULT = {
     'cache-local-compression': 'zlib',
     'cache-local-dir': '/var/cache/app',
     'cache-delta-size-limit': 5000,
+    'metrics': True,
 }
 
 
