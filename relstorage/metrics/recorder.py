@@ -246,9 +246,11 @@ class _Flusher:
                 for (metric, label), value in counts.items():
                     key = (name, metric, label)
                     increase = value - self.copied.get(key, 0)
+                    labels = (name,) if label is None else (name, label)
+                    # The series exists from the start, at 0.
+                    child = self.counters[metric].labels(*labels)
                     if increase > 0:
-                        labels = (name,) if label is None else (name, label)
-                        self.counters[metric].labels(*labels).inc(increase)
+                        child.inc(increase)
                         self.copied[key] = value
                 for metric in LEVELS:
                     self.gauges[metric].labels(name).set(
