@@ -39,6 +39,8 @@ setup(
         'zodburi': ['zodburi'],
         # The speed test's charts and its ZEO contender.
         'speedtest': ['matplotlib', 'ZEO'],
+        # <relstorage> metrics true, and relstorage-metrics.
+        'metrics': ['prometheus_client >= 0.17'],
         'test': [
             'matplotlib',
             'ZEO',
@@ -56,6 +58,7 @@ setup(
             # its SQL against Oracle's grammar (sqlglot's dialect).
             'oracledb >= 2.0',
             'sqlglot >= 30',
+            'prometheus_client >= 0.17',
         ],
     },
     entry_points={
@@ -67,6 +70,7 @@ setup(
             'speedtest = speedtest.main:main',
             'relstorage-demo = relstorage.demo:main',
             'relstorage-upgrade = relstorage.upgrade:main',
+            'relstorage-metrics = relstorage.metrics.server:main',
         ],
         'zodburi.resolvers': [
             'postgres = relstorage.uriresolver:postgresql',

@@ -203,6 +203,11 @@ OPTIONS = (
                doc='Directory where the local cache is saved between runs.'),
     OptionSpec('cache-delta-size-limit', 100000, 'int', minimum=0,
                doc='Objects tracked by the cache between full polls.'),
+    # Not a RelStorage option: see relstorage.metrics.
+    OptionSpec('metrics', False, 'bool',
+               doc='Record Prometheus metrics (commits, conflicts, loads, '
+                   'polls, caches, packs) in prometheus_client\'s default '
+                   'registry; needs the metrics extra.'),
 )
 
 _BY_ATTR = {spec.attr: spec for spec in OPTIONS}

@@ -93,6 +93,17 @@ class Contender:
                       text, count=1, flags=re.IGNORECASE)
         return self.variant(' no-cache', text)
 
+    def with_metrics(self):
+        """The same with ``metrics true`` (RelStorage only), to measure
+        what recording the metrics costs."""
+        if '<relstorage' not in self.text.lower():
+            return None
+        text = re.sub(r'^[ \t]*metrics[ \t]+\S+[ \t]*\n', '', self.text,
+                      flags=re.MULTILINE | re.IGNORECASE)
+        text = re.sub(r'(<relstorage[^>]*>)', r'\1\n    metrics true', text,
+                      count=1, flags=re.IGNORECASE)
+        return self.variant(' metrics', text)
+
     def through_psycopg3(self):
         """The same PostgreSQL contender through psycopg 3 (``driver
         psycopg``), or None for other contenders, for one that names its

@@ -141,27 +141,37 @@ def write_read_test(runner, contender, objects, concurrency, runs,
     """Best of *runs* of the mean ms per transaction (each worker's mean,
     averaged over the workers), for writes and for reads; and the raw
     samples."""
-    best = {'write': None, 'read': None}
-    raw = []
+    return write_read_turns(runner, [contender], objects, concurrency, runs,
+                            transactions)[contender.name]
+
+
+def write_read_turns(runner, group, objects, concurrency, runs,
+                     transactions):
+    """write_read_test of each contender of *group*, taking turns run
+    after run (so that a change in the machine's load falls on each
+    alike); ``{name: figure}``."""
+    best = {c.name: {'write': None, 'read': None} for c in group}
+    raw = {c.name: [] for c in group}
     for run in range(runs):
-        runner.step('%s: write/read %d objects, %d process%s, run %d/%d'
-                    % (contender.name, objects, concurrency,
-                       '' if concurrency == 1 else 'es', run + 1, runs),
-                    cost(objects, transactions, concurrency))
-        tags = ['n%d-c%d-r%d-w%d-%s' % (objects, concurrency, run, w,
-                                        time.time_ns())
-                for w in range(concurrency)]
-        results = runner.parallel(
-            workloads.write_read,
-            [(contender, tag, objects, transactions) for tag in tags],
-            barrier=concurrency > 1)
-        raw.append(results)
-        for kind in best:
-            value = statistics.mean(_mean_ms(r[kind]) for r in results)
-            if best[kind] is None or value < best[kind]:
-                best[kind] = value
-    return {'write_ms': best['write'], 'read_ms': best['read'],
-            'samples': raw}
+        for contender in group:
+            runner.step('%s: write/read %d objects, %d process%s, run %d/%d'
+                        % (contender.name, objects, concurrency,
+                           '' if concurrency == 1 else 'es', run + 1, runs),
+                        cost(objects, transactions, concurrency))
+            tags = ['n%d-c%d-r%d-w%d-%s' % (objects, concurrency, run, w,
+                                            time.time_ns())
+                    for w in range(concurrency)]
+            results = runner.parallel(
+                workloads.write_read,
+                [(contender, tag, objects, transactions) for tag in tags],
+                barrier=concurrency > 1)
+            raw[contender.name].append(results)
+            for kind, kept in best[contender.name].items():
+                value = statistics.mean(_mean_ms(r[kind]) for r in results)
+                if kept is None or value < kept:
+                    best[contender.name][kind] = value
+    return {name: {'write_ms': b['write'], 'read_ms': b['read'],
+                   'samples': raw[name]} for name, b in best.items()}
 
 
 def environment(contenders):
@@ -228,6 +238,10 @@ def main(argv=None):
     parser.add_argument('--zeo', action='store_true',
                         help='also start a ZEO server over a FileStorage '
                         'on 127.0.0.1 and measure it')
+    parser.add_argument('--metrics', action='store_true',
+                        help='also measure each RelStorage section with '
+                             'metrics true, taking turns with it run after '
+                             'run, and print what recording costs')
     parser.add_argument('--only', default=None,
                         help='measure only these sections (comma separated)')
     parser.add_argument('--pg-socket-dir', default='/var/run/postgresql',
@@ -302,10 +316,14 @@ def _run(args, contenders, sizes, levels, runs, transactions, growth_total,
             group = [c, c.without_cache(), socket_variant,
                      socket_variant.without_cache(), c.through_psycopg3()]
             variants.append((c, [v for v in group if v is not None]))
+    # Each contender with the variants measured in turn with it.
+    groups = [[c] + ([c.with_metrics()] if args.metrics and c.with_metrics()
+                     else []) for c in contenders]
+    measured = [c for group in groups for c in group]
     raw_contenders = [] if args.no_raw else [
         c for c in contenders if c.kind in ('postgresql', 'mysql', 'sqlite')]
 
-    plan = [cost(n, transactions, level) for c in contenders for n in sizes
+    plan = [cost(n, transactions, level) for c in measured for n in sizes
             for level in levels if c.shared or level == 1
             for _ in range(runs)]
     plan += [cost(100, transactions)] * sum(
@@ -323,7 +341,7 @@ def _run(args, contenders, sizes, levels, runs, transactions, growth_total,
                             'growth': growth_total,
                             'growth_step': growth_step,
                             'payload_bytes': workloads.PAYLOAD},
-               'contenders': {c.name: c.text for c in contenders},
+               'contenders': {c.name: c.text for c in measured},
                'write_read': {}, 'connections': {}, 'raw_limit': {},
                'growth': {}}
     try:
@@ -333,14 +351,18 @@ def _run(args, contenders, sizes, levels, runs, transactions, growth_total,
         # Write/read: for each size and level, every contender in turn.
         for n in sizes:
             for level in levels:
-                for c in contenders:
-                    if level > 1 and not c.shared:
+                for group in groups:
+                    if level > 1 and not group[0].shared:
                         continue
-                    figure = write_read_test(runner, c, n, level, runs,
-                                             transactions)
-                    results['write_read'].setdefault(c.name, {}).setdefault(
-                        str(n), {})[str(level)] = figure
-                report.print_write_read(results, n, levels, contenders)
+                    figures = write_read_turns(runner, group, n, level, runs,
+                                               transactions)
+                    for name, figure in figures.items():
+                        results['write_read'].setdefault(
+                            name, {}).setdefault(str(n), {})[
+                                str(level)] = figure
+                report.print_write_read(results, n, levels, measured)
+                if args.metrics:
+                    report.print_metrics_cost(results, n, levels, groups)
 
         # Connection: TCP against unix socket, local cache on and off.
         for base, group in variants:

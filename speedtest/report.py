@@ -30,6 +30,27 @@ def print_write_read(results, objects, levels, contenders):
     print(flush=True)
 
 
+def print_metrics_cost(results, objects, levels, groups):
+    """How much slower each contender is with metrics true, in percent
+    of its time per transaction (negative: faster, i.e. noise)."""
+    table = results['write_read']
+    print('metrics true against false, %d objects per transaction: extra '
+          'time per transaction, %%' % objects)
+    for group in groups:
+        if len(group) < 2:
+            continue
+        off = table.get(group[0].name, {}).get(str(objects), {})
+        on = table.get(group[1].name, {}).get(str(objects), {})
+        cells = []
+        for key in ('write_ms', 'read_ms'):
+            for level in levels:
+                a, b = off.get(str(level)), on.get(str(level))
+                cells.append('%12s' % '-' if not (a and b) else
+                             '%+11.1f%%' % ((b[key] / a[key] - 1) * 100))
+        print('%-24s' % group[0].name[:24] + ''.join(cells))
+    print(flush=True)
+
+
 def print_connections(results):
     print('Connection (100 objects per transaction, one process): '
           'ms per transaction')

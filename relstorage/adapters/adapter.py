@@ -77,6 +77,7 @@ class Adapter:
     #: again, so that committers already waiting for it get it first.
     #: Servers queue lock waiters, so no pause is needed there.
     pack_pause_between_batches = 0.0
+    reconnects = 0  # lost connections reopened (at_boundary)
 
     def __init__(self, options):
         self.options = options

@@ -60,6 +60,7 @@ class _SessionWrapper:
             return func(*args)
         except DatabaseDisconnected as e:
             log.info('%s; reconnecting', e)
+            self.adapter.reconnects += 1  # read by relstorage.metrics
             self.session.close()
             self._open()
             return func(*args)

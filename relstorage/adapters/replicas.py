@@ -403,6 +403,7 @@ class ReplicaLoadSession(LoadSession):
             return func(*args)
         except DatabaseDisconnected as e:
             log.info('%s; reconnecting', e)
+            self.adapter.reconnects += 1  # read by relstorage.metrics
             self._drop(self.session)
             self._open()
             return func(*args)

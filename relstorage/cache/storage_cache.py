@@ -145,6 +145,21 @@ class StorageCache:
         finally:
             self._release()
 
+    def serves(self, oid, view_tid):
+        """Whether :meth:`get` would return an entry, without counting a
+        hit or a miss (``hits`` and ``misses`` count loads: the metrics
+        report them as such) and without touching the LRU order."""
+        with self._lock:
+            entry = self._entries.get(oid)
+            index = self._index
+            p0 = index.p0
+            if (entry is None or view_tid is None or p0 is None
+                    or not p0 <= view_tid <= index.cmax):
+                return False
+            rec = self._by_oid.get(oid)
+            return (entry[1] <= p0 if rec is None
+                    else is_current(rec, entry[1], view_tid, p0))
+
     def store(self, oid, tid, state, view_tid):
         """Offer ``(state, tid)``, loaded from the database at ``view_tid``.
 

@@ -16,6 +16,7 @@ from zope.interface import implementer
 from ..blobs import make_blobs
 from ..cache import StorageCache
 from ..cache import persist
+from ..metrics import recorder_for
 from .blobs import BlobMethods
 from .copy import copy_transactions
 from .history import History
@@ -78,9 +79,11 @@ class RelStorage(Loader, TPC, History, Iteration, BlobMethods,
             self._blobs = make_blobs(options, adapter.keep_history)
             if options.cache_local_dir and self._cache.limit_bytes:
                 persist.warm(self._cache, adapter, options)
+            self._metrics = recorder_for(self)
         else:
             self._cache = _parent._cache
             self._blobs = _parent._blobs
+            self._metrics = _parent._metrics
         self._load_lock = threading.RLock()
         self._tpc_lock = threading.Lock()
         self._oid_lock = threading.Lock()
@@ -142,6 +145,7 @@ class RelStorage(Loader, TPC, History, Iteration, BlobMethods,
                 instance.release()
             if self._options.cache_local_dir and self._cache.limit_bytes:
                 persist.keep(self._cache, self._adapter, self._options)
+            self._metrics.close()
             self._adapter.close()
 
     @property

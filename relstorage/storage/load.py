@@ -84,6 +84,7 @@ class Loader:
         Nothing changes until the poll has succeeded: if it fails (a lost
         connection, say), the next poll cannot know what changed in
         between and returns None, so ZODB invalidates everything."""
+        started = self._metrics.clock()
         session = self._load_session()
         old = self._poll_base or self._view_tid
         unknown = self._poll_failed
@@ -143,6 +144,7 @@ class Loader:
             else:
                 for oid in oids:
                     seen.pop(oid, None)
+        self._metrics.polled(started, oids)
         return oids
 
     def _fetch_changes(self, after_tid, upto_tid):
@@ -226,12 +228,14 @@ class Loader:
         if self._adapter.keep_history:
             found = session.load_before(ioid, view + 1)
         if found is None:
-            raise ReadConflictError(
+            error = ReadConflictError(
                 'object 0x%x changed (transaction %016x) after this '
                 'connection\'s view (%016x), and its state then is gone'
                 % (ioid, tid, view),
                 oid=p64(ioid),
                 serials=(p64(tid), p64(view)))
+            self._metrics.read_conflict(error)
+            raise error
         return found[0], found[1]
 
     def _gone_since_view(self, session, ioid, view):
@@ -244,10 +248,12 @@ class Loader:
         the snapshot is the view's."""
         newest = session.snapshot_tid()
         if newest > view:
-            raise ReadConflictError(
+            error = ReadConflictError(
                 'object 0x%x is gone from the database since this '
                 'connection\'s view (%016x; a pack since?)' % (ioid, view),
                 oid=p64(ioid))
+            self._metrics.read_conflict(error)
+            raise error
 
     # Current state
 
@@ -326,7 +332,7 @@ class Loader:
             cache = self._cache
             wanted = [u64(oid) for oid in oids]
             wanted = [oid for oid in wanted
-                      if oid <= MAX_ID and cache.get(oid, view) is None]
+                      if oid <= MAX_ID and not cache.serves(oid, view)]
             if not wanted:
                 return
             session = self._load_session()
@@ -383,10 +389,13 @@ class Loader:
             raise POSKeyError(oid, serial)
         seen = self._seen.get(ioid) if self._seen is not None else None
         if seen is not None and seen[0] == itid:
+            self._metrics.loaded('instance')
             return seen[1]
         hit = self._cache.peek(ioid, itid)
         if hit is not None:
+            self._metrics.loaded('shared_cache')
             return hit
+        self._metrics.loaded('database')
         with self._load_lock:
             if self._tpc is not None:
                 # Conflict resolution (at vote, or in undo) needs the newest
@@ -406,6 +415,7 @@ class Loader:
             # Before a tid past the largest a column holds: the newest
             # revision (no revision is ever committed as MAX_ID itself).
             before = min(u64(tid), MAX_ID)
+            self._metrics.loaded('database')
             session = self._session_before(before, view)
             result = session.load_before(ioid, before)
             if result is None:

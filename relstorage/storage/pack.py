@@ -67,6 +67,7 @@ class Pack:
         # checkpoint) costs per step of work in it, measured on the last
         # batch; until then, assume as much as the work itself.
         self.finish_per_step = None
+        self.metrics = storage._metrics
         self.result = PackResult(
             objects_removed=0, revisions_removed=0, bytes_removed=0,
             batches=0, busy_waits=0, busy_seconds=0.0)
@@ -89,7 +90,9 @@ class Pack:
             adapter.before_pack(writer)
             self.prepack_and_remove(writer)
             adapter.wrote_outside_commits(writer)
+            self.result['seconds'] = time.monotonic() - started
         finally:
+            self.metrics.pack_ended(self.result.get('seconds'))
             if writer.in_transaction:  # a batch failed
                 writer.rollback_quietly()
             adapter.locker.after_rollback(writer)
@@ -99,7 +102,6 @@ class Pack:
                 except Exception:  # noqa: BLE001 -- a lost connection
                     pass           # has released it already
             writer.close()  # releases whatever is still held
-        self.result['seconds'] = time.monotonic() - started
         return self.result
 
     def prepack_and_remove(self, writer):
@@ -196,6 +198,7 @@ class Pack:
             for oid, state in page:
                 graph.add(oid, self.references(oid, state))
             after = page[-1][0]
+            self.metrics.pack_examined(len(page))
         roots = {0}
         for oid, state in self.packer.states_after(session, self.pack_tid):
             roots.add(oid)
@@ -276,6 +279,8 @@ class Pack:
             doomed[:] = [oid for oid in doomed if oid in garbage]
         steps = 0  # every batch makes progress, whatever the timeout
         gone, kept = [], {}
+        removed_before = (self.result['objects_removed'],
+                          self.result['revisions_removed'])
         while (old or doomed) and (not steps or self.more(started, steps)):
             steps += 1
             if doomed:
@@ -312,6 +317,10 @@ class Pack:
             # Only now that the rows are gone for good.
             blobs.packed(gone, kept)
         self.result['batches'] += 1
+        self.metrics.pack_progress(
+            self.result['objects_removed'] - removed_before[0],
+            self.result['revisions_removed'] - removed_before[1],
+            len(old) + len(doomed))
         if self.progress is not None:
             self.progress(self.total - len(old) - len(doomed), self.total)
         return max(checked_tid, last or 0)

@@ -64,6 +64,7 @@ KEY_SAMPLES = {
     'cache-local-compression': ('zlib', 'zlib'),
     'cache-local-dir': ('/var/cache/rs', '/var/cache/rs'),
     'cache-delta-size-limit': ('5000', 5000),
+    'metrics': ('true', True),
 }
 
 

@@ -7,7 +7,8 @@ import pytest
 
 SCRIPTS = ['relstorage.zodbconvert', 'relstorage.zodbpack',
            'relstorage.zodbinfo', 'relstorage.zodbcheck',
-           'relstorage.demo', 'relstorage.upgrade', 'speedtest.main',
+           'relstorage.demo', 'relstorage.upgrade',
+           'relstorage.metrics.server', 'speedtest.main',
            'speedtest.pack',
            'speedtest.convert']
 

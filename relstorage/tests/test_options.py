@@ -47,6 +47,8 @@ DESIGN_DEFAULTS = {
     'cache-local-dir': None,
     # Not given in DESIGN.md; RelStorage's documented default.
     'cache-delta-size-limit': 100000,
+    # DESIGN.md section 3 (Seeing inside): this project's own option.
+    'metrics': False,
 }
 
 SUPPORTED_NOW = {
@@ -62,6 +64,7 @@ SUPPORTED_NOW = {
     'blob-cache-size-check-external', 'blob-chunk-size',
     'replica-conf', 'ro-replica-conf', 'replica-timeout', 'replica-max-lag',
     'revert_when_stale',
+    'metrics',
 }
 
 # A valid, non-default value for every option.
@@ -98,6 +101,7 @@ NON_DEFAULT = {
     'cache-local-compression': 'zlib',
     'cache-local-dir': '/var/cache/app',
     'cache-delta-size-limit': 5000,
+    'metrics': True,
 }
 
 

@@ -194,3 +194,25 @@ def test_a_failing_step_keeps_what_was_measured(tmp_path, capsys):
     assert 'readonly' not in data['write_read']
     assert 'ReadOnlyError' in data['error']
     assert 'ReadOnlyError' in capsys.readouterr().err
+
+
+def test_metrics_variant_takes_turns_with_its_contender(tmp_path, capsys):
+    (hp,) = parse(CONFIG % {'tmp': tmp_path})[:1]
+    variant = hp.with_metrics()
+    assert variant.name == 'sqlite-hp metrics'
+    assert '<relstorage>\n    metrics true\n' in variant.text
+    assert variant.with_metrics().text.count('metrics true') == 1
+    assert parse(CONFIG % {'tmp': tmp_path})[1].with_metrics() is None
+    out = tmp_path / 'r.json'
+    assert main(['-q', '--metrics', '--only', 'sqlite-hp', '-n', '20',
+                 '-c', '1', '--runs', '2', '-t', '2', '--growth', '0',
+                 '--no-raw', '--no-connections', '--json', str(out)]) == 0
+    data = json.loads(out.read_text())
+    assert set(data['write_read']) == {'sqlite-hp', 'sqlite-hp metrics'}
+    for by_size in data['write_read'].values():
+        figure = by_size['20']['1']
+        assert len(figure['samples']) == 2
+        assert figure['write_ms'] > 0 and figure['read_ms'] > 0
+    shown = capsys.readouterr().out
+    assert 'metrics true against false' in shown
+    assert shown.count('%') >= 2

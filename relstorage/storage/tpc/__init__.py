@@ -6,6 +6,7 @@ conflicts and uploads the states (``vote.py``); finish takes the short
 commit lock, picks the tid and makes the rows current in one database
 transaction (``finish.py``).
 """
+from ZODB.POSException import ConflictError
 from ZODB.POSException import ReadOnlyError
 from ZODB.POSException import StorageTransactionError
 from ZODB.utils import p64
@@ -46,6 +47,8 @@ class TransactionBuffer:
         #: instance read as of its view (not so for restores, nor for
         #: undo, which starts from the newest revision).
         self.view_checked = True
+        #: The metrics' timing of the phases (see relstorage.metrics).
+        self.timing = None
 
     def own_serials(self):
         """The restored rows' own tids, if every row is restored with one
@@ -83,6 +86,7 @@ class TPC:
                 'Duplicate tpc_begin calls for same transaction')
         buffer = TransactionBuffer(
             transaction, u64(tid) if tid is not None else None, status)
+        buffer.timing = self._metrics.commit_timing()
         # A storage used directly by several threads commits one
         # transaction at a time, like every ZODB storage.
         self._tpc_lock.acquire()
@@ -129,10 +133,15 @@ class TPC:
         if tpc.voted:
             return tpc.resolved
         tpc.voting = True
+        tpc.timing.vote_begins()
         try:
             vote(self, tpc)
+        except ConflictError as e:  # ReadConflictError too
+            self._metrics.conflict_raised(e, tpc)
+            raise
         finally:
             tpc.voting = False
+        tpc.timing.vote_ends()
         tpc.voted = True
         return tpc.resolved
 
@@ -141,7 +150,9 @@ class TPC:
         try:
             if not tpc.voted:
                 self.tpc_vote(transaction)
+            tpc.timing.finish_begins()
             tid = finish(self, tpc)
+            tpc.timing.finish_ends()
         except BaseException:
             # Nothing was committed; release every lock now, since the
             # transaction is over for this storage.

@@ -28,8 +28,10 @@ def vote(storage, tpc):
             'object 0x%x cannot be stored in the %s: its oid is not below '
             '0x7fffffffffffffff (its 64-bit signed columns hold oids up to '
             '0x7ffffffffffffffe)' % (highest, storage._adapter.describe()))
+    tpc.timing.lock_begins()
     current = session.lock_and_read_current(stores.keys(),
                                             tpc.read_current.keys())
+    tpc.timing.lock_ends()
 
     for oid, expected in tpc.read_current.items():
         if oid in stores:
@@ -57,6 +59,7 @@ def vote(storage, tpc):
             state = storage.tryToResolveConflict(
                 p64(oid), p64(actual), p64(expected), state)
             resolved.append(p64(oid))
+            storage._metrics.conflict_resolved(p64(oid), state)
         rows.append((oid, actual, state))
     blobs = storage._blobs
     blob_ids = blobs.vote(session, tpc, current) if blobs is not None else {}

@@ -1,0 +1,272 @@
+"""``relstorage-metrics``: serve the Prometheus metrics of the storages of
+a config file over HTTP, for a site whose application does not serve
+them itself, or for scripts and a cron-driven pack.
+
+    relstorage-metrics [--port N] [--addr HOST] [--interval SECONDS]
+                       config.conf
+
+Each ``<relstorage>`` section of the file is opened read-only with
+``metrics true`` and served at ``http://HOST:N/metrics`` until the
+command is interrupted (SIGINT or SIGTERM):
+
+* every ``--interval`` seconds (15) an instance of each storage polls, so
+  ``relstorage_poll_invalidations`` counts the objects every other
+  process changes and ``relstorage_poll_seconds`` times the poll; the
+  shared cache and blob cache (its ``blob-dir``) series are there too;
+* the database's own figures (``relstorage_database_*``: objects,
+  revisions, transactions, state bytes, size on disk, the times of the
+  last commit and the last pack), read through one snapshot at most once
+  per interval, from the server's statistics where zodbinfo would mark
+  them as estimates;
+* with PROMETHEUS_MULTIPROC_DIR set, every metric the processes sharing
+  that directory wrote there: run the application's workers, or a
+  nightly zodbpack, with the same variable and ``metrics true``, and
+  their commits, conflicts or pack progress are served here, added up.
+"""
+import argparse
+import importlib.util
+import logging
+import signal
+import sys
+import threading
+import time
+from wsgiref.simple_server import WSGIRequestHandler
+from wsgiref.simple_server import WSGIServer
+from wsgiref.simple_server import make_server
+
+import ZConfig
+
+from ..helptext import help_text
+
+log = logging.getLogger('relstorage-metrics')
+
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+
+#: relstorage_database_* gauges: the figure of zodbinfo, and the help.
+FIGURES = (
+    ('objects', 'objects', 'Objects in the database (an estimate where '
+     'the server keeps statistics).'),
+    ('revisions', 'revisions', 'Object revisions kept (history-preserving '
+     'databases).'),
+    ('transactions', 'transactions', 'Transactions in the database.'),
+    ('current_bytes', 'current_state_bytes',
+     'Bytes of the current object states.'),
+    ('historical_bytes', 'historical_state_bytes',
+     'Bytes of the older object revisions.'),
+    ('blob_bytes', 'blob_bytes', 'Bytes of blob data in the database.'),
+    ('database_bytes', 'size_bytes', 'Bytes the database takes on disk.'),
+    ('last_commit', 'last_commit_timestamp_seconds',
+     'Unix time of the newest transaction.'),
+    ('last_pack_time', 'last_pack_timestamp_seconds',
+     'Unix time the last pack ended.'),
+)
+
+
+class DatabaseFigures:
+    """The ``relstorage_database_*`` gauges of the opened storages, read
+    at a scrape, at most once per *interval* seconds each."""
+
+    def __init__(self, storages, interval):
+        self.storages = storages
+        self.interval = interval
+        self.lock = threading.Lock()
+        self.read = {}
+
+    def figures(self, storage):
+        from ZODB.TimeStamp import TimeStamp
+        from ZODB.utils import p64
+        adapter = storage._adapter
+        session = adapter.open_load_session()
+        try:
+            session.restart()
+            found = adapter.inspector.figures(session.session, exact=False)
+        finally:
+            session.close()
+        if found.get('last_tid'):
+            found['last_commit'] = TimeStamp(
+                p64(found['last_tid'])).timeTime()
+        return found
+
+    def describe(self):
+        return self._families({})
+
+    def collect(self):
+        now = time.monotonic()
+        values = {}
+        with self.lock:
+            for storage in self.storages:
+                name = storage.getName()
+                when, found = self.read.get(name, (None, None))
+                if when is None or now - when >= self.interval:
+                    try:
+                        found = self.figures(storage)
+                    except Exception as e:  # noqa: BLE001 -- said, the
+                        # other series are still served
+                        log.warning('%s: reading the database figures '
+                                    'failed: %s', name, e)
+                        found = None
+                    self.read[name] = (now, found)
+                if found is not None:
+                    values[name] = found
+        return self._families(values)
+
+    @staticmethod
+    def _families(values):
+        from prometheus_client.core import GaugeMetricFamily
+        families = []
+        for key, suffix, doc in FIGURES:
+            family = GaugeMetricFamily('relstorage_database_' + suffix, doc,
+                                       labels=['storage'])
+            for name, found in sorted(values.items()):
+                if found.get(key) is not None:
+                    family.add_metric([name], found[key])
+            families.append(family)
+        return families
+
+
+class _QuietHandler(WSGIRequestHandler):
+    def log_message(self, format, *args):
+        pass
+
+
+class _Server(WSGIServer):
+    daemon_threads = True
+
+
+def serve(registry, addr, port):
+    """Serve *registry* at ``http://addr:port/metrics`` from a daemon
+    thread; return the server (``server_port`` is the port, when *port*
+    was 0)."""
+    from prometheus_client import make_wsgi_app
+    httpd = make_server(addr, port, make_wsgi_app(registry),
+                        server_class=_Server, handler_class=_QuietHandler)
+    threading.Thread(target=httpd.serve_forever, name='relstorage-metrics',
+                     daemon=True).start()
+    return httpd
+
+
+def open_storages(path):
+    """``[(name, storage)]``: each ``<relstorage>`` section of the file,
+    opened read-only with metrics on."""
+    from ..config import open_configured
+    from ..config import options_from_section
+    from ..zodbinfo import relstorage_sections
+    opened = []
+    try:
+        for name, section in relstorage_sections(path):
+            options = options_from_section(section).copy(read_only=True,
+                                                         metrics=True)
+            opened.append((name, open_configured(section.adapter_factory(),
+                                                 options)))
+    except BaseException:
+        for _, storage in opened:
+            storage.close()
+        raise
+    return opened
+
+
+def registry_for(storages, interval):
+    """The registry to serve: the default one, or in multiprocess mode
+    what the directory holds; with the database figures."""
+    from prometheus_client import REGISTRY
+    from prometheus_client import CollectorRegistry
+    from prometheus_client import multiprocess
+
+    from .recorder import MULTIPROCESS
+    if MULTIPROCESS:
+        registry = CollectorRegistry()
+        multiprocess.MultiProcessCollector(registry)
+    else:
+        registry = REGISTRY
+    registry.register(DatabaseFigures(storages, interval))
+    return registry
+
+
+def run(storages, interval, stop):
+    """Poll with one instance of each storage every *interval* seconds
+    until *stop* is set."""
+    from .recorder import flush
+    instances = [storage.new_instance() for storage in storages]
+    try:
+        while True:
+            for instance in instances:
+                try:
+                    instance.poll_invalidations()
+                    instance.afterCompletion()
+                except Exception as e:  # noqa: BLE001 -- said; next time
+                    log.warning('%s: polling failed: %s',
+                                instance.getName(), e)
+            flush()
+            if stop.wait(interval):
+                return
+    finally:
+        for instance in instances:
+            instance.release()
+
+
+def main(argv=None, out=None):
+    out = out or sys.stdout
+    parser = argparse.ArgumentParser(prog='relstorage-metrics',
+                                     description=help_text(__doc__))
+    parser.add_argument('--port', type=int, default=9300,
+                        help='TCP port to serve on (default 9300; 0: any '
+                             'free port, printed at start)')
+    parser.add_argument('--addr', default='127.0.0.1',
+                        help='address to listen on (default 127.0.0.1; '
+                             '0.0.0.0 for every interface)')
+    parser.add_argument('--interval', type=float, default=15.0,
+                        help='seconds between two polls, and the longest '
+                             'the database figures are kept (default 15)')
+    parser.add_argument('config', help='file of <relstorage> sections')
+    args = parser.parse_args(argv)
+    if args.interval <= 0:
+        parser.error('--interval must be positive')
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
+                        format='%(asctime)s %(levelname)s %(name)s: '
+                               '%(message)s')
+    if importlib.util.find_spec('prometheus_client') is None:
+        print('relstorage-metrics: prometheus_client is not installed '
+              '(pip install relstorage[metrics])', file=sys.stderr)
+        return EXIT_FAILED
+    try:
+        opened = open_storages(args.config)
+    except (ZConfig.ConfigurationError, OSError) as e:
+        print('relstorage-metrics: %s' % e, file=sys.stderr)
+        return EXIT_USAGE
+    except Exception as e:  # noqa: BLE001 -- reported, then exit 1
+        print('relstorage-metrics: %s: %s' % (type(e).__name__, e),
+              file=sys.stderr)
+        return EXIT_FAILED
+    if not opened:
+        print('relstorage-metrics: %s holds no <relstorage> section'
+              % args.config, file=sys.stderr)
+        return EXIT_USAGE
+    storages = [storage for _, storage in opened]
+    stop = threading.Event()
+    in_main = threading.current_thread() is threading.main_thread()
+    if in_main:  # SIGTERM ends the loop as SIGINT does
+        previous = signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    try:
+        httpd = serve(registry_for(storages, args.interval), args.addr,
+                      args.port)
+        for name, storage in opened:
+            print('%s: %s' % (name, storage.describe()), file=out)
+        print('serving http://%s:%d/metrics' % (args.addr, httpd.server_port),
+              file=out, flush=True)
+        try:
+            run(storages, args.interval, stop)
+        except KeyboardInterrupt:
+            pass
+        httpd.shutdown()
+        httpd.server_close()
+    finally:
+        if in_main:
+            signal.signal(signal.SIGTERM, previous)
+        for storage in storages:
+            storage.close()
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())
