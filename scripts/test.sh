@@ -38,10 +38,43 @@ if have timeout && [ "$limit" != 0 ]; then
     guard=(timeout --foreground --signal=ABRT --kill-after=30 "$limit")
 fi
 
-say "running: python -m pytest $*"
+# A whole run (no arguments) runs the tests that only use servers of
+# their own (private_servers, replica_pairs: replicated pairs, chaos, a
+# silent network) in a second pytest process beside the others, which
+# use the shared servers: they wait on servers more than on the CPU.
+# RELSTORAGE_TEST_SERIAL=1 runs everything in one process.
+OWN_SERVERS=(relstorage/tests/test_conformance_replicas.py
+             relstorage/tests/test_replicas.py
+             relstorage/tests/test_chaos.py
+             relstorage/tests/test_silent_network.py)
 set +e
-PYTHONFAULTHANDLER=1 "${guard[@]}" "$VENV/bin/python" -m pytest "$@"
-status=$?
+if [ "$#" -eq 0 ] && [ "${RELSTORAGE_TEST_SERIAL:-0}" != 1 ]; then
+    side_log=$(mktemp "${TMPDIR:-/tmp}/relstorage-tests-XXXXXX")
+    say "running beside the others (output below, at the end): python -m pytest ${OWN_SERVERS[*]}"
+    PYTHONFAULTHANDLER=1 "${guard[@]}" "$VENV/bin/python" -m pytest \
+        -p no:cacheprovider "${OWN_SERVERS[@]}" >"$side_log" 2>&1 &
+    side=$!
+    ignore=()
+    for path in "${OWN_SERVERS[@]}"; do ignore+=("--ignore=$path"); done
+    say "running: python -m pytest ${ignore[*]}"
+    PYTHONFAULTHANDLER=1 "${guard[@]}" "$VENV/bin/python" -m pytest "${ignore[@]}"
+    status=$?
+    wait "$side"
+    side_status=$?
+    say "the tests on servers of their own (python -m pytest ${OWN_SERVERS[*]}):"
+    cat "$side_log"
+    rm -f "$side_log"
+    say "exit status: $status, and $side_status for the tests on servers of their own"
+    if [ "$status" = 0 ] || [ "$status" = 5 ]; then
+        if [ "$side_status" != 0 ]; then
+            status=$side_status
+        fi
+    fi
+else
+    say "running: python -m pytest $*"
+    PYTHONFAULTHANDLER=1 "${guard[@]}" "$VENV/bin/python" -m pytest "$@"
+    status=$?
+fi
 set -e
 
 case "$status" in

@@ -104,6 +104,19 @@ class Contender:
                       count=1, flags=re.IGNORECASE)
         return self.variant(' metrics', text)
 
+    def with_replica_reads(self, ro_replica_conf):
+        """The same PostgreSQL or MySQL contender with its loads from
+        the replicas the file *ro_replica_conf* lists, or None."""
+        if self.kind not in ('postgresql', 'mysql'):
+            return None
+        text = re.sub(r'^[ \t]*ro-replica-conf[ \t]+\S+[ \t]*\n', '',
+                      self.text, flags=re.MULTILINE | re.IGNORECASE)
+        text = re.sub(r'(<relstorage[^>]*>)',
+                      lambda m: '%s\n    ro-replica-conf %s'
+                      % (m.group(1), ro_replica_conf),
+                      text, count=1, flags=re.IGNORECASE)
+        return self.variant(' replica-reads', text)
+
     def through_psycopg3(self):
         """The same PostgreSQL contender through psycopg 3 (``driver
         psycopg``), or None for other contenders, for one that names its

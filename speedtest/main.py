@@ -39,6 +39,10 @@ def _child(queue, func, args, kwargs):
         queue.put(('error', '%s: %s' % (type(e).__name__, e)))
 
 
+#: Commits timed until the replica shows them (--ro-replica-conf).
+LAG_SAMPLES = 30
+
+
 def cost(objects, transactions, level=1, commits=None):
     """A rough prior of a step's seconds, so that progress is told by work
     rather than by steps (a 10,000-object step takes 100 times a 100-object
@@ -242,6 +246,11 @@ def main(argv=None):
                         help='also measure each RelStorage section with '
                              'metrics true, taking turns with it run after '
                              'run, and print what recording costs')
+    parser.add_argument('--ro-replica-conf', metavar='FILE', default=None,
+                        help='also measure each PostgreSQL and MySQL '
+                             'section with its loads from the replicas FILE '
+                             'lists (ro-replica-conf), taking turns with it, '
+                             "and the replica's lag after a commit")
     parser.add_argument('--only', default=None,
                         help='measure only these sections (comma separated)')
     parser.add_argument('--pg-socket-dir', default='/var/run/postgresql',
@@ -319,6 +328,13 @@ def _run(args, contenders, sizes, levels, runs, transactions, growth_total,
     # Each contender with the variants measured in turn with it.
     groups = [[c] + ([c.with_metrics()] if args.metrics and c.with_metrics()
                      else []) for c in contenders]
+    if args.ro_replica_conf:
+        for group in groups:
+            replica = group[0].with_replica_reads(args.ro_replica_conf)
+            if replica is not None:
+                group.append(replica)
+    replica_variants = [c for group in groups for c in group
+                        if c.name.endswith(' replica-reads')]
     measured = [c for group in groups for c in group]
     raw_contenders = [] if args.no_raw else [
         c for c in contenders if c.kind in ('postgresql', 'mysql', 'sqlite')]
@@ -333,6 +349,7 @@ def _run(args, contenders, sizes, levels, runs, transactions, growth_total,
         plan.append(2 * cost(1000, transactions))
     if growth_total:
         plan += [cost(1, 1, commits=growth_total)] * len(contenders)
+    plan += [cost(1, 1, commits=LAG_SAMPLES)] * len(replica_variants)
     runner = Runner(len(plan), sum(plan), quiet=args.quiet)
 
     results = {'environment': environment(contenders),
@@ -343,6 +360,7 @@ def _run(args, contenders, sizes, levels, runs, transactions, growth_total,
                             'payload_bytes': workloads.PAYLOAD},
                'contenders': {c.name: c.text for c in measured},
                'write_read': {}, 'connections': {}, 'raw_limit': {},
+               'replica_lag': {},
                'growth': {}}
     try:
         for c in contenders:
@@ -363,6 +381,15 @@ def _run(args, contenders, sizes, levels, runs, transactions, growth_total,
                 report.print_write_read(results, n, levels, measured)
                 if args.metrics:
                     report.print_metrics_cost(results, n, levels, groups)
+
+        # How long after a commit the replica shows it.
+        for c in replica_variants:
+            runner.step('%s: replica lag after a commit' % c.name,
+                        cost(1, 1, commits=LAG_SAMPLES))
+            results['replica_lag'][c.name] = runner.one(
+                workloads.replica_lag, c, LAG_SAMPLES)
+        if replica_variants:
+            report.print_replica_lag(results)
 
         # Connection: TCP against unix socket, local cache on and off.
         for base, group in variants:

@@ -51,6 +51,19 @@ def print_metrics_cost(results, objects, levels, groups):
     print(flush=True)
 
 
+def print_replica_lag(results):
+    """Seconds from a commit on the read-write server until the replica
+    shows it: median and the largest."""
+    print('Replica lag after a commit (ro-replica-conf): ms')
+    print('%-36s %12s %12s %8s' % ('contender', 'median', 'max', 'samples'))
+    for name, lags in results['replica_lag'].items():
+        ordered = sorted(lags)
+        print('%-36s %12.2f %12.2f %8d' % (
+            name[:36], ordered[len(ordered) // 2] * 1000,
+            ordered[-1] * 1000, len(ordered)))
+    print(flush=True)
+
+
 def print_connections(results):
     print('Connection (100 objects per transaction, one process): '
           'ms per transaction')

@@ -203,3 +203,38 @@ def _storage_writes(storage, pickles, transactions):
                                      'what was stored' % int.from_bytes(
                                          oid, 'big'))
     return times
+
+
+def replica_lag(contender, samples):
+    """*samples* times: commit one change on the read-write server and
+    time how long the first replica of the contender's ro-replica-conf
+    takes to show it. Seconds."""
+    db = contender.open()
+    try:
+        adapter = db.storage._adapter
+        last_tid_sql = adapter.mover.last_tid_sql
+        replica = adapter.replicas.connect_replica()
+        if replica is None:
+            raise SpeedTestError('%s: no replica of its ro-replica-conf '
+                                 'answers' % contender.name)
+        primary = adapter.connect(for_store=False)
+        lags = []
+        try:
+            for i in range(samples):
+                with db.transaction() as conn:
+                    conn.root()['replica lag probe'] = i
+                committed = time.perf_counter()
+                newest = primary.scalar(last_tid_sql)
+                while (replica.scalar(last_tid_sql) or 0) < newest:
+                    if time.perf_counter() - committed > 60:
+                        raise SpeedTestError(
+                            '%s: the replica did not show a commit within '
+                            '60 s' % contender.name)
+                    time.sleep(0.0002)
+                lags.append(time.perf_counter() - committed)
+        finally:
+            replica.close()
+            primary.close()
+        return lags
+    finally:
+        db.close()

@@ -37,6 +37,8 @@ log = logging.getLogger(__name__)
 
 #: Seconds between looks at a server file (and at replica-timeout).
 CHECK_EVERY = 1.0
+#: Seconds between attempts to reach a replica when none answered.
+RETRY_REPLICA = 10.0
 
 
 def read_server_file(path, option):
@@ -296,8 +298,9 @@ class Replicas:
     def ask(self, session, prepare, last_tid_sql):
         """``(newest tid, position)`` on the replica *session* after
         *prepare(session)*; the position (see mark_position) is None once
-        the replica has replayed it, and until then the tid is 0. It is asked first: a snapshot begun
-        after it has replayed it sees what it holds."""
+        the replica has replayed it, and until then the tid is 0. It is
+        asked first: a snapshot begun after it has replayed it sees what
+        it holds."""
         position = self.position
         if position is not None:
             if not self.adapter.replayed(session, position):
@@ -380,12 +383,20 @@ class ReplicaLoadSession(LoadSession):
         #: The replica session (None: no replica answered) and, opened
         #: when a replica lags, one on the read-write server.
         self.replica = self.primary = None
+        #: When (monotonic) to try the replicas again, none answering.
+        self.retry_at = 0.0
         super().__init__(adapter)
 
     def _open(self):
-        if self.replica is None and self.replicas.ro is not None:
-            self.replica = self.replicas.connect_replica()
+        self._connect_replica()
         self.session = self.replica or self._primary()
+
+    def _connect_replica(self):
+        if (self.replica is None and self.replicas.ro is not None
+                and time.monotonic() >= self.retry_at):
+            self.replica = self.replicas.connect_replica()
+            if self.replica is None:
+                self.retry_at = time.monotonic() + RETRY_REPLICA
 
     def _primary(self):
         if self.primary is None or self.primary.closed:
@@ -422,6 +433,18 @@ class ReplicaLoadSession(LoadSession):
             if session is not None:
                 session.close()
 
+    # Between a lost connection and a new one (no server answered yet)
+    # there is no session: the next poll or read opens one.
+
+    def end_snapshot(self):
+        if self.session is not None:
+            super().end_snapshot()
+
+    def commits_announced(self):
+        if self.session is None:
+            return True
+        return super().commits_announced()
+
     def _restart(self):
         begin = self.adapter.load_begin_sql
         return self._newest(lambda session: session.restart(begin))
@@ -435,7 +458,7 @@ class ReplicaLoadSession(LoadSession):
         read-write server; that session answers what follows."""
         replicas = self.replicas
         last_tid_sql = self.mover.last_tid_sql
-
+        self._connect_replica()
         replica = self.replica
         if replica is not None:
             if self.session is not replica:

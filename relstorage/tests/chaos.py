@@ -105,6 +105,8 @@ def worker(role, kind, keep_history, data_dir, host, port, log_path, seed,
 
     rng = random.Random(seed)
     log = open(log_path, 'a', buffering=1)
+    # Storage options of the run (replica-conf, say), as JSON.
+    extra = json.loads(os.environ.get('RELSTORAGE_CHAOS_OPTIONS') or '{}')
 
     def note(line):
         log.write(line + '\n')
@@ -122,7 +124,8 @@ def worker(role, kind, keep_history, data_dir, host, port, log_path, seed,
             if db is None:
                 opened = ZODB.DB(_factory(kind, keep_history, data_dir, host,
                                           port).storage(commit_lock_timeout=10,
-                                                        network_timeout=5))
+                                                        network_timeout=5,
+                                                        **extra))
                 try:
                     conn = opened.open(transaction_manager=tm)
                 except BaseException:
@@ -188,8 +191,11 @@ def worker(role, kind, keep_history, data_dir, host, port, log_path, seed,
 
 class Chaos:
 
+    #: Storage options every process of the run opens with.
+    options = {}
+
     def __init__(self, db, keep_history, seconds, writers, readers, seed,
-                 rotate=False):
+                 rotate=False, server=None):
         #: Faults in turn rather than drawn (a short run meets each kind).
         self.rotate = rotate
         self.injected = 0
@@ -204,7 +210,7 @@ class Chaos:
         self.host = self.port = ''
         if db != 'sqlite':
             from .private_servers import private_server
-            self.server = private_server(db)
+            self.server = server or private_server(db)
             self.host, self.port = self.server.host, str(self.server.port)
         self.procs = {}
         self.faults = {'kill writer': 0, 'kill backends': 0,
@@ -213,7 +219,7 @@ class Chaos:
     def factory(self):
         from .dbs import DatabaseFactory
         factory = DatabaseFactory(self.db, self.keep_history,
-                                  server=self.server)
+                                  server=self.server, options=self.options)
         factory._dirs['main'] = os.path.join(self.dir, 'db')
         return factory
 
@@ -229,7 +235,9 @@ class Chaos:
              role, self.db, str(self.keep_history),
              os.path.join(self.dir, 'db'), self.host, self.port, log_path,
              str(self.rng.randrange(1 << 30)), str(self.deadline)],
-            env=child_env(), stdout=subprocess.DEVNULL,
+            env=dict(child_env(),
+                     RELSTORAGE_CHAOS_OPTIONS=json.dumps(self.options)),
+            stdout=subprocess.DEVNULL,
             stderr=open(log_path + '.err', 'w'))
         self.procs[name] = (role, index, proc)
 
@@ -240,6 +248,12 @@ class Chaos:
             self.start('writer', i)
         for i in range(self.readers):
             self.start('reader', i)
+        self.inject_faults()
+        for role, index, proc in list(self.procs.values()):
+            proc.wait(timeout=120)
+        return self.check()
+
+    def inject_faults(self):
         faults = ['kill writer', 'pack']
         if self.server is not None:
             faults = ['restart server', 'kill backends'] + faults
@@ -254,9 +268,6 @@ class Chaos:
             getattr(self, fault.replace(' ', '_'))()
             self.faults[fault] += 1
             self.injected += 1
-        for role, index, proc in list(self.procs.values()):
-            proc.wait(timeout=120)
-        return self.check()
 
     # Faults
 

@@ -5,7 +5,9 @@ primary with a streaming hot standby, a MariaDB primary with a GTID
 replica. Replay on the replica is held back on purpose where a test needs
 a replica that lags.
 """
+import json
 import logging
+import os
 import time
 
 import pytest
@@ -18,6 +20,7 @@ from ZODB.POSException import ReadConflictError
 from relstorage.exceptions import ConfigurationError
 from relstorage.options import Options
 
+from .chaos import Chaos
 from .dbs import DatabaseFactory
 from .dbs import require_pair
 from .replica_pairs import Pair
@@ -25,7 +28,7 @@ from .replica_pairs import Pair
 KINDS = ['postgresql', 'mysql']
 
 #: Replay on the replica is held back this long in the lagging tests.
-DELAY = 2.0
+DELAY = 1.0
 
 
 @pytest.fixture(params=KINDS)
@@ -135,6 +138,21 @@ def _read_value(db, key):
         conn.close()
 
 
+def _fail_over(pair, db, key, value):
+    """Stop the primary, promote the replica, and commit *key* = *value*:
+    the first attempts may meet the lost connection (a retryable error);
+    one of three must commit."""
+    pair.primary.stop()
+    pair.promote()
+    for attempt in range(3):
+        try:
+            _commit_value(db, key, value)
+            return
+        except Exception:  # noqa: BLE001 -- the first may see the loss
+            transaction.abort()
+    _commit_value(db, key, value)
+
+
 @pytest.mark.parametrize('max_lag', [0.3, 3 * DELAY])
 def test_read_your_writes_from_a_lagging_replica(pair, max_lag, caplog):
     """Replay on the replica is DELAY s behind. Each value written is
@@ -151,7 +169,7 @@ def test_read_your_writes_from_a_lagging_replica(pair, max_lag, caplog):
     try:
         with caplog.at_level(logging.WARNING,
                              logger='relstorage.adapters.replicas'):
-            for i in range(3):
+            for i in range(2):
                 _commit_value(db, 'new%d' % i, i)
                 assert _read_value(db, 'new%d' % i) == i
                 _commit_value(db, 'new%d' % i, i + 100)
@@ -255,15 +273,8 @@ def test_failover_and_return_after_replica_timeout(own_pair, caplog):
         _commit_value(db, 'a', 1)
         assert storage._adapter.current_server().line \
             == pair.line(pair.primary)
-        pair.primary.stop()
-        pair.promote()
         # The next transaction fails over; nothing committed is lost.
-        for attempt in range(3):
-            try:
-                _commit_value(db, 'b', 2)
-                break
-            except Exception:  # noqa: BLE001 -- the first may see the loss
-                transaction.abort()
+        _fail_over(pair, db, 'b', 2)
         assert storage._adapter.current_server().line \
             == pair.line(pair.replica)
         assert _read_value(db, 'a') == 1
@@ -299,14 +310,7 @@ def test_revert_when_stale_goes_back_and_drops_the_cache(own_pair):
     db = ZODB.DB(storage)
     try:
         _commit_value(db, 'a', 1)
-        pair.primary.stop()
-        pair.promote()
-        for attempt in range(3):
-            try:
-                _commit_value(db, 'a', 2)
-                break
-            except Exception:  # noqa: BLE001 -- the first may see the loss
-                transaction.abort()
+        _fail_over(pair, db, 'a', 2)
         assert _read_value(db, 'a') == 2
         pair.primary.start()
         time.sleep(1.2)
@@ -324,3 +328,82 @@ def test_options_object_accepts_the_names():
                       replica_timeout=0, replica_max_lag=0,
                       revert_when_stale=True)
     options.check_supported()
+
+
+# Failover under load
+
+
+class Failover(Chaos):
+    """The chaos run's bank transfers (three writers, a reader) through
+    replica-conf listing the primary, then its standby; a third of the way
+    in the primary is stopped and the standby promoted."""
+
+    def __init__(self, pair, keep_history, seconds):
+        self.pair = pair
+        self.options = {'replica_conf': pair.server_file(pair.primary,
+                                                         pair.replica)}
+        super().__init__(pair.kind, keep_history, seconds, writers=3,
+                         readers=1, seed=None, server=pair.primary)
+        self.faults = {'failover': 0}
+        self.committed_before = None
+
+    def committed_so_far(self):
+        count = 0
+        for name in self.procs:
+            path = os.path.join(self.dir, name + '.log')
+            if os.path.exists(path):
+                with open(path) as f:
+                    count += sum(1 for line in f if line.startswith('C '))
+        return count
+
+    def inject_faults(self):
+        time.sleep(self.seconds / 3)
+        self.committed_before = self.committed_so_far()
+        self.pair.primary.stop()
+        self.pair.promote()
+        self.faults['failover'] += 1
+        while time.time() < self.deadline:
+            time.sleep(0.2)
+
+
+def test_failover_under_load(own_pair):
+    # One history mode each (the workload runs in both in test_chaos).
+    keep_history = own_pair.kind == 'postgresql'
+    run = Failover(own_pair, keep_history, seconds=12)
+    try:
+        summary = run.run()
+    finally:
+        run.remove()
+    summary['committed before the failover'] = run.committed_before
+    print(json.dumps(summary))
+    assert summary['problems'] == []
+    assert run.committed_before > 5, summary
+    # The writers went on, on the new primary, within a bounded time.
+    assert summary['transfers committed'] > run.committed_before + 10, \
+        summary
+    assert summary['longest stall s'] < 8, summary
+
+
+def test_a_libpq_multi_host_dsn_fails_over_as_a_lost_connection():
+    """No server files: libpq's own host list with target_session_attrs
+    picks the read-write server, and after a failover the next
+    transaction reconnects to the new one."""
+    require_pair('postgresql')
+    pair = Pair('postgresql', synchronous=True).start()
+    from relstorage.adapters.postgresql import PostgreSQLAdapter
+    from relstorage.storage import RelStorage
+    dsn = ('host=%s,%s port=%d,%d dbname=relstoragetest_hp '
+           'user=relstoragetest password=relstoragetest '
+           'target_session_attrs=read-write'
+           % (pair.replica.host, pair.primary.host, pair.replica.port,
+              pair.primary.port))
+    storage = RelStorage(PostgreSQLAdapter(dsn, options=Options()))
+    storage.zap_all()
+    db = ZODB.DB(storage)
+    try:
+        _commit_value(db, 'a', 1)
+        _fail_over(pair, db, 'b', 2)
+        assert (_read_value(db, 'a'), _read_value(db, 'b')) == (1, 2)
+    finally:
+        db.close()
+        pair.remove()

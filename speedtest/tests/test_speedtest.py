@@ -216,3 +216,36 @@ def test_metrics_variant_takes_turns_with_its_contender(tmp_path, capsys):
     shown = capsys.readouterr().out
     assert 'metrics true against false' in shown
     assert shown.count('%') >= 2
+
+
+def test_replica_reads_take_turns_and_the_lag_is_measured(tmp_path, capsys):
+    from relstorage.tests.dbs import require_pair
+    pair = require_pair('postgresql')
+    config = tmp_path / 'speed.conf'
+    config.write_text(
+        '%%import relstorage\n<zodb pg>\n  <relstorage>\n'
+        '    keep-history false\n    <postgresql>\n'
+        '      dsn host=%s port=%d dbname=relstoragetest_hf2 '
+        'user=relstoragetest password=relstoragetest\n'
+        '    </postgresql>\n  </relstorage>\n</zodb>\n'
+        % (pair.primary.host, pair.primary.port))
+    ro = pair.server_file(pair.replica, name='speedtest-ro')
+    (pg,) = parse(config.read_text())
+    variant = pg.with_replica_reads(ro)
+    assert variant.name == 'pg replica-reads'
+    assert 'ro-replica-conf %s\n' % ro in variant.text
+    assert variant.with_replica_reads(ro).text.count('ro-replica-conf') == 1
+    assert parse(CONFIG % {'tmp': tmp_path})[0].with_replica_reads(ro) is None
+    out = tmp_path / 'r.json'
+    assert main(['-q', '--ro-replica-conf', ro, '-n', '20', '-c', '1,2',
+                 '--runs', '1', '-t', '2', '--growth', '0', '--no-raw',
+                 '--no-connections', '--json', str(out), str(config)]) == 0
+    data = json.loads(out.read_text())
+    assert set(data['write_read']) == {'pg', 'pg replica-reads'}
+    for by_size in data['write_read'].values():
+        for level in ('1', '2'):
+            figure = by_size['20'][level]
+            assert figure['write_ms'] > 0 and figure['read_ms'] > 0
+    lags = data['replica_lag']['pg replica-reads']
+    assert len(lags) == 30 and all(lag > 0 for lag in lags)
+    assert 'Replica lag after a commit' in capsys.readouterr().out
