@@ -45,7 +45,9 @@ def _factory(pair, keep_history=True, **options):
 
 
 def _served_by(storage):
-    """The server file line of the session the storage's loads use now."""
+    """The server file line of the session the (root) storage's loads use
+    after a poll."""
+    storage.lastTransaction()
     server = storage._load_session().session.server
     return server.line if server is not None else None
 
@@ -246,6 +248,26 @@ def test_an_unreachable_replica_sends_loads_to_the_primary(pair, caplog):
         assert _served_by(storage) == pair.line(pair.primary) or \
             _served_by(storage) is None
         assert any('127.0.0.1:1' in r.getMessage() for r in caplog.records)
+    finally:
+        db.close()
+        factory.cleanup()
+
+
+def test_a_changed_server_file_is_used_at_the_next_transaction(pair):
+    factory = _factory(pair)
+    ro = pair.server_file(pair.replica, name='changing')
+    storage = factory.storage(zap=True, ro_replica_conf=ro)
+    db = ZODB.DB(storage)
+    try:
+        _commit_value(db, 'x', 1)
+        assert _read_value(db, 'x') == 1
+        assert _served_by(storage) == pair.line(pair.replica)
+        time.sleep(1.1)  # a new mtime, and past the once-a-second look
+        pair.server_file(pair.primary, name='changing')
+        _commit_value(db, 'x', 2)
+        assert _read_value(db, 'x') == 2
+        assert _read_value(db, 'x') == 2
+        assert _served_by(storage) == pair.line(pair.primary)
     finally:
         db.close()
         factory.cleanup()
