@@ -19,6 +19,7 @@ each kind, prints the server files and a ``<relstorage>`` section to try
 them with, and removes them when interrupted.
 """
 import os
+import signal
 import sys
 import time
 
@@ -351,8 +352,12 @@ def main():
                                  section))
     if not pairs:
         return 1
-    print('\nRunning; ^C stops and removes them.')
+    print('\nRunning; ^C (or SIGTERM) stops and removes them.')
     sys.stdout.flush()
+
+    def stop(signum, frame):
+        raise KeyboardInterrupt
+    signal.signal(signal.SIGTERM, stop)
     try:
         while True:
             time.sleep(3600)
