@@ -19,7 +19,9 @@ nothing was committed, and a retryable error says so); a commit cut as
 its final statements (with the COMMIT) go out (the client cannot know
 whether the server got them: CommitOutcomeUnknown).
 """
+import faulthandler
 import json
+import signal
 import sys
 import time
 import types
@@ -146,4 +148,6 @@ class Client:
 
 
 if __name__ == '__main__':
+    # The test asks for every thread's stack when the client hangs.
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
     Client(*sys.argv[1:6]).run()

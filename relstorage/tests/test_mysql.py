@@ -261,6 +261,9 @@ def test_oid_lists_are_planned_from_index_statistics(keep_history):
         for session in (load, store):
             assert session.scalar(
                 'SELECT @@SESSION.eq_range_index_dive_limit') == 1
+            # A metadata lock wait is bounded too.
+            assert session.scalar('SELECT @@SESSION.lock_wait_timeout') \
+                == max(1, int(storage._options.commit_lock_timeout))
         assert store.scalar('SELECT @@SESSION.innodb_lock_wait_timeout') \
             == max(1, int(storage._options.commit_lock_timeout))
         assert storage.load(oid)[0] == zodb_pickle(MinPO(1))

@@ -12,9 +12,12 @@ client saw succeed is in the database.
 import json
 import os
 import select
+import signal
 import socket
 import subprocess
 import sys
+import threading
+import time
 
 import pytest
 from ZODB.tests.StorageTestBase import zodb_unpickle
@@ -48,17 +51,42 @@ def namespace():
         yield ns
 
 
-def _read(child, timeout=BOUND + 60):
+def _drain(child):
+    """Collect the client's stderr as it comes (a full pipe would block
+    the client) in ``child.errors``."""
+    child.errors = []
+
+    def run():
+        for line in child.stderr:
+            child.errors.append(line)
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    child.drainer = thread
+
+
+def _stderr(child):
+    child.drainer.join(10)
+    return ''.join(child.errors)[-6000:]
+
+
+def _read(child, server, timeout=BOUND + 60):
     """The client's next report; a client silent for *timeout* seconds
-    has hung, and fails the test."""
+    has hung, and fails the test with the stacks of its threads
+    (faulthandler, on SIGUSR1) and the end of the server's log."""
     ready, _, _ = select.select([child.stdout], [], [], timeout)
     if not ready:
+        child.send_signal(signal.SIGUSR1)
+        time.sleep(2)
         child.kill()
-        raise AssertionError('the client said nothing for %s s (hung)'
-                             % timeout)
+        child.wait()
+        raise AssertionError(
+            'the client said nothing for %s s (hung); its stderr:\n%s\n'
+            'the server log:\n%s' % (timeout, _stderr(child),
+                                     server.log_tail()))
     line = child.stdout.readline()
     if not line:
-        raise AssertionError('the client ended: %s' % child.stderr.read())
+        child.wait()
+        raise AssertionError('the client ended: %s' % _stderr(child))
     return json.loads(line)
 
 
@@ -83,23 +111,24 @@ def test_silent_network_mid_load_poll_and_commit(namespace, db,
                            str(TIMEOUT)]),
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
         text=True, env=child_env())
+    _drain(child)
     where = 'host=%s port=%s' % (namespace.host_address, server.port)
     reports = {}
     try:
         for case in CASES:
-            assert _read(child) == {'cut': case}
+            assert _read(child, server) == {'cut': case}
             namespace.cut()
             try:
                 _send(child, 'go')
-                reports[case] = report = _read(child)
+                reports[case] = report = _read(child, server)
             finally:
                 namespace.restore()
             _send(child, 'next')
-            after = _read(child)
+            after = _read(child, server)
             assert after['next_commit'] == 'ok', after
             reports[case + ' next'] = after
-        summary = _read(child)
-        assert child.wait(30) == 0, child.stderr.read()
+        summary = _read(child, server)
+        assert child.wait(30) == 0, _stderr(child)
     finally:
         if child.poll() is None:
             child.kill()

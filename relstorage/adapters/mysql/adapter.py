@@ -406,10 +406,16 @@ class MySQLAdapter(Adapter):
         # kept, objects updated often) planning a 100-oid read took 70 ms,
         # running it 0.4 ms. The index statistics are as good for lookups
         # by key.
-        settings, params = 'SET SESSION eq_range_index_dive_limit = 1', ()
+        # A metadata lock (held by a TRUNCATE or other DDL, say) is
+        # waited for as long as a row lock, not the server's default of a
+        # year.
+        lock_wait = max(1, int(self.options.commit_lock_timeout))
+        settings = ('SET SESSION eq_range_index_dive_limit = 1,'
+                    ' SESSION lock_wait_timeout = %s')
+        params = (lock_wait,)
         if for_store:
             settings += ', SESSION innodb_lock_wait_timeout = %s'
-            params = (max(1, int(self.options.commit_lock_timeout)),)
+            params += (lock_wait,)
             network_timeout = self.options.network_timeout
             if network_timeout:
                 # The server cannot be asked for keepalives: it ends a
