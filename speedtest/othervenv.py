@@ -1,0 +1,107 @@
+"""The competitor's side of a side-by-side benchmark: RelStorage 4.3 (or
+what ``--other-spec`` names) in a virtualenv of its own, made on first
+use and reused while its marker says it holds the same requirements.
+
+Every command run from it starts in a directory of its own, with no
+PYTHONPATH: ``python -m`` and a script alike put the working directory
+first on ``sys.path``, and started inside this checkout the other side
+would import this package instead. ``check`` asks the other side where
+its ``relstorage`` comes from and refuses a run that would compare this
+package with itself.
+"""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+#: What the other side installs by default.
+RS4 = 'RelStorage[postgresql,mysql]==4.3.0'
+#: What zodbshootout 0.8.0 needs beside it: pyperf 2.4 and later add a
+#: --profile option that clashes with zodbshootout's own, and six is
+#: imported but not declared.
+SHOOTOUT = ('zodbshootout==0.8.0', 'pyperf==2.3.1', 'six')
+#: Where the virtualenv is kept between runs.
+DEFAULT_DIR = os.path.join(os.environ.get('TMPDIR', '/tmp'),
+                           'relstorage-rs4-bench')
+
+
+class OtherVenvError(RuntimeError):
+    """The other side's virtualenv cannot be made or used."""
+
+
+def neutral_env():
+    """The environment for the other side: nothing pointing at this
+    checkout."""
+    return {k: v for k, v in os.environ.items()
+            if k not in ('PYTHONPATH', 'VIRTUAL_ENV', 'PYTHONHOME')}
+
+
+def neutral_dir():
+    """A working directory outside any checkout."""
+    return tempfile.mkdtemp(prefix='speedtest-other-')
+
+
+def ensure(venv=None, spec=RS4, extra=SHOOTOUT, log=print):
+    """The virtualenv at *venv* (default ``DEFAULT_DIR``) holding *spec*
+    and *extra*: made, or installed into, when its marker differs. Returns its
+    directory."""
+    venv = os.path.abspath(venv or DEFAULT_DIR)
+    wanted = '\n'.join((spec,) + tuple(extra))
+    marker = os.path.join(venv, '.speedtest-installed')
+    python = os.path.join(venv, 'bin', 'python')
+    try:
+        with open(marker) as f:
+            if f.read() == wanted:
+                return venv
+    except OSError:
+        pass
+    # An existing virtualenv (somebody's own, or made for other
+    # requirements) is added to, never cleared.
+    if not os.path.exists(python):
+        log('making %s with %s (once; later runs reuse it)'
+            % (venv, ', '.join((spec,) + tuple(extra))))
+        base = getattr(sys, '_base_executable', sys.executable)
+        _run([base, '-m', 'venv', venv], 'make the virtualenv')
+    _run([python, '-m', 'pip', 'install', '-q', spec] + list(extra),
+         'install %s' % spec)
+    with open(marker, 'w') as f:
+        f.write(wanted)
+    return venv
+
+
+def _run(argv, what):
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True,
+                              timeout=1800, cwd=neutral_dir(),
+                              env=neutral_env())
+    except (OSError, subprocess.TimeoutExpired) as e:
+        raise OtherVenvError('cannot %s: %s' % (what, e)) from None
+    if done.returncode:
+        raise OtherVenvError('cannot %s: %s' % (
+            what, (done.stderr or done.stdout)[-2000:]))
+    return done.stdout
+
+
+def check(venv):
+    """The other side's relstorage version and location; refuses when it
+    is this package."""
+    python = os.path.join(venv, 'bin', 'python')
+    out = _run([python, '-c', 'import json, relstorage, importlib.metadata '
+                'as m; print(json.dumps([m.version("RelStorage"), '
+                'relstorage.__file__]))'], 'import relstorage in %s' % venv)
+    version, path = json.loads(out.strip().splitlines()[-1])
+    ours = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    if os.path.abspath(path).startswith(ours + os.sep):
+        raise OtherVenvError(
+            'the other virtualenv imports this checkout (%s): run from '
+            'outside it and without PYTHONPATH' % path)
+    return {'version': version, 'path': path}
+
+
+def command(venv, name):
+    """The path of script *name* in *venv*."""
+    path = os.path.join(venv, 'bin', name)
+    if not os.path.exists(path):
+        raise OtherVenvError('%s has no %s' % (venv, name))
+    return path
