@@ -37,6 +37,9 @@ setup(
         'oracle': ['oracledb >= 2.0'],
         # zodburi's postgres://, mysql://, oracle:// and sqlite:// URIs.
         'zodburi': ['zodburi'],
+        # speedtest.shootout: zodbshootout 0.8.0 (pyperf 2.4 and later
+        # clash with its --profile option; it imports six undeclared).
+        'bench': ['zodbshootout == 0.8.0', 'pyperf == 2.3.1', 'six'],
         # The speed test's charts and its ZEO contender.
         'speedtest': ['matplotlib', 'ZEO'],
         # <relstorage> metrics true, and relstorage-metrics.
@@ -50,6 +53,8 @@ setup(
             'zope.testing',
             'pytest',
             'pytest-timeout',
+            # speedtest.shootout's own side is run by its tests.
+            'zodbshootout == 0.8.0', 'pyperf == 2.3.1', 'six',
             'psycopg2 >= 2.9',
             'psycopg[binary] >= 3.1',
             'mysqlclient >= 2.1',

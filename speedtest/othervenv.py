@@ -105,3 +105,28 @@ def command(venv, name):
     if not os.path.exists(path):
         raise OtherVenvError('%s has no %s' % (venv, name))
     return path
+
+
+#: Set in the environment of a command of the other side to have
+#: RelStorage 4.3 take MariaDB for MySQL 5.7 (see ``mariadb_shim``).
+MARIADB_SHIM_VAR = 'SPEEDTEST_RS4_ON_MARIADB'
+
+
+def mariadb_shim(venv):
+    """RelStorage 4.3 cannot create its schema on MariaDB 10.11 as it is
+    (see ``adjust_for_mariadb`` in relstorage/tests/rs4_workload.py).
+    Installs into *venv* a module making those adjustments, imported at
+    start-up by every process of the other side in whose environment
+    ``MARIADB_SHIM_VAR`` is set (pyperf's workers included, when told to
+    inherit it), and by no other."""
+    import inspect
+    from relstorage.tests.rs4_workload import adjust_for_mariadb
+    site = _run([os.path.join(venv, 'bin', 'python'), '-c',
+                 'import sysconfig; print(sysconfig.get_path("purelib"))'],
+                'find site-packages in %s' % venv).strip()
+    with open(os.path.join(site, 'speedtest_rs4_mariadb.py'), 'w') as f:
+        f.write('# Written by speedtest.othervenv.\n%s\n\nadjust_for_mariadb()\n'
+                % inspect.getsource(adjust_for_mariadb))
+    with open(os.path.join(site, 'speedtest_rs4_mariadb.pth'), 'w') as f:
+        f.write("import os; os.environ.get(%r) and "
+                "__import__('speedtest_rs4_mariadb')\n" % MARIADB_SHIM_VAR)

@@ -1,0 +1,361 @@
+"""Side-by-side comparison with zodbshootout: this storage against
+RelStorage 4.3 (installed, or reused, in a virtualenv of its own), on the
+same servers in the same run, the contenders taking turns (A B, then
+B A) for several rounds; prints the median of each figure, the spread of
+the rounds, and the state of each server.
+
+    python -m speedtest.shootout [--databases sqlite,postgresql,mysql]
+        [--modes hf,hp] [--concurrency 1,2] [--rounds 3] [--objects 1000]
+        [--tests add,update,cold,warm,hot,tpc] [--filestorage]
+        [--other-venv DIR] [--json FILE]
+
+Start it from outside any checkout: ``python -m`` puts the working
+directory first on ``sys.path``. The other side always runs in a
+directory of its own and is checked to import its own ``relstorage``.
+This side needs zodbshootout: ``pip install 'relstorage[bench]'``.
+
+Each contender writes to databases of its own, ``PREFIX_ours_hf`` and so
+on, created when missing through the admin connections (``--pg-admin``,
+``--mysql-admin``); SQLite and FileStorage files go to a temporary
+directory. zodbshootout empties them (``--zap force``) before each run.
+With ``--filestorage``, FileStorage joins the SQLite rows at c=1.
+RelStorage 4.3 is made to create its schema on MariaDB by a start-up
+module in its virtualenv (see speedtest.othervenv). Not a test: nothing
+here asserts on time.
+"""
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+from relstorage.helptext import help_text
+
+from . import othervenv
+from . import serverstate
+
+#: zodbshootout's test names and what its figures are called.
+TESTS = {'add': 'add', 'update': 'update', 'cold': 'read %d cold',
+         'warm': 'write/read', 'hot': 'read %d hot', 'tpc': 'tpc'}
+NAMES = {'ours': 'this storage', 'other': 'RelStorage 4.3',
+         'filestorage': 'FileStorage'}
+
+
+def parse_args(argv):
+    parser = argparse.ArgumentParser(prog='speedtest.shootout',
+                                     description=help_text(__doc__))
+    add = parser.add_argument
+    add('--databases', default='sqlite,postgresql,mysql',
+        help='comma separated (%(default)s)')
+    add('--modes', default='hf,hp',
+        help='history-free (hf), history-preserving (hp): %(default)s')
+    add('--concurrency', default='1,2',
+        help='client processes, comma separated (%(default)s)')
+    add('--rounds', type=int, default=3,
+        help='rounds, the contenders taking turns in each (%(default)s)')
+    add('--objects', type=int, default=1000,
+        help='objects per transaction (%(default)s)')
+    add('--tests', default=','.join(TESTS),
+        help='zodbshootout tests (%(default)s)')
+    add('--processes', type=int, default=4,
+        help="pyperf's worker processes per run (%(default)s)")
+    add('--values', type=int, default=3,
+        help="pyperf's values per worker (%(default)s)")
+    add('--filestorage', action='store_true',
+        help='FileStorage as a third contender beside SQLite, at c=1')
+    add('--other-venv', default=othervenv.DEFAULT_DIR,
+        help='the virtualenv of the other side, made when missing '
+             '(%(default)s)')
+    add('--other-spec', default=othervenv.RS4,
+        help='what it installs (%(default)s)')
+    add('--prefix', default='rsshoot',
+        help='database names begin with this (%(default)s)')
+    add('--pg-dsn', default='host=127.0.0.1 user=relstoragetest '
+                            'password=relstoragetest',
+        help='PostgreSQL connection, without dbname (%(default)s)')
+    add('--pg-admin', default='host=/var/run/postgresql user=postgres '
+                              'dbname=postgres',
+        help='PostgreSQL connection that may create databases '
+             '(%(default)s)')
+    add('--mysql', default='host=127.0.0.1 user=relstoragetest '
+                           'passwd=relstoragetest',
+        help='MySQL connection keywords, without db (%(default)s)')
+    add('--mysql-admin', default='host=127.0.0.1 user=root',
+        help='MySQL connection that may create databases and grant '
+             '(%(default)s)')
+    add('--json', help='write every value to this file')
+    return parser.parse_args(argv)
+
+
+def _keywords(text):
+    return dict(part.split('=', 1) for part in text.split())
+
+
+class Contender:
+    """One side: the Python it runs zodbshootout with and its config
+    for each database and mode."""
+
+    def __init__(self, name, python, args, workdir, env=None):
+        self.name = name
+        self.python = python
+        self.args = args
+        self.workdir = workdir
+        self.env = env or othervenv.neutral_env()
+
+    def database(self, mode):
+        return '%s_%s_%s' % (self.args.prefix, self.name, mode)
+
+    def section(self, database, mode):
+        if self.name == 'filestorage':
+            path = os.path.join(self.workdir, 'fs-%s' % time.time_ns())
+            os.makedirs(path)
+            return ('<filestorage>\n path %s\n</filestorage>'
+                    % os.path.join(path, 'Data.fs'))
+        if database == 'postgresql':
+            adapter = '<postgresql>\n dsn %s dbname=%s\n</postgresql>' % (
+                self.args.pg_dsn, self.database(mode))
+        elif database == 'mysql':
+            params = dict(_keywords(self.args.mysql), db=self.database(mode))
+            adapter = '<mysql>\n%s\n</mysql>' % '\n'.join(
+                ' %s %s' % item for item in params.items())
+        else:
+            adapter = '<sqlite3>\n data-dir %s\n</sqlite3>' % os.path.join(
+                self.workdir, 'sqlite-%s-%s' % (self.name, mode))
+        return ('<relstorage>\n keep-history %s\n%s\n</relstorage>'
+                % ('true' if mode == 'hp' else 'false', adapter))
+
+    def run(self, database, mode, concurrency, tests):
+        """One zodbshootout run: {test: seconds per transaction (pyperf's
+        mean)}, or {'error': ...}."""
+        label = '%s-%s-%s' % (self.name, database, mode)
+        config = os.path.join(self.workdir, label + '.conf')
+        with open(config, 'w') as f:
+            f.write('%%import relstorage\n<zodb %s>\n%s\n</zodb>\n'
+                    % (label, self.section(database, mode)))
+        out = os.path.join(self.workdir, label + '.json')
+        if os.path.exists(out):
+            os.unlink(out)
+        argv = [self.python, '-m', 'zodbshootout', '-q',
+                '-p', str(self.args.processes), '-n', str(self.args.values),
+                '-w', '1', '--object-counts', str(self.args.objects),
+                '-c', str(concurrency), '--include-mapping', 'no',
+                '--inherit-environ', othervenv.MARIADB_SHIM_VAR,
+                '-o', out]
+        if self.name != 'filestorage':
+            argv += ['--zap', 'force']
+        argv += [config] + list(tests)
+        env = dict(self.env)
+        if self.name == 'other' and database == 'mysql':
+            env[othervenv.MARIADB_SHIM_VAR] = '1'
+        started = time.perf_counter()
+        done = subprocess.run(argv, capture_output=True, text=True,
+                              cwd=othervenv.neutral_dir(), env=env)
+        seconds = time.perf_counter() - started
+        if done.returncode or not os.path.exists(out):
+            tail = (done.stderr.strip() or done.stdout.strip()).splitlines()
+            return {'error': tail[-1] if tail else 'exit %d'
+                    % done.returncode}
+        return dict(_means(out, tests, self.args.objects), _seconds=seconds)
+
+
+def _means(path, tests, objects):
+    """{test: mean seconds} from pyperf's JSON."""
+    with open(path) as f:
+        suite = json.load(f)
+    found = {}
+    for bench in suite['benchmarks']:
+        name = bench['metadata']['name']
+        values = [v for run in bench['runs'] for v in run.get('values', ())]
+        for test in tests:
+            label = ': ' + TESTS[test] % objects if '%' in TESTS[test] \
+                else ': ' + TESTS[test]
+            if label + ' ' in name + ' ' and values:
+                found[test] = statistics.fmean(values)
+    return found
+
+
+def _create_databases(args, databases, names):
+    """Create what is missing; an error names the statement to run."""
+    if 'postgresql' in databases:
+        import psycopg2
+        try:
+            conn = psycopg2.connect(args.pg_admin)
+            conn.autocommit = True
+            cur = conn.cursor()
+            owner = _keywords(args.pg_dsn).get('user', 'postgres')
+            for name in names:
+                cur.execute('SELECT 1 FROM pg_database WHERE datname = %s',
+                            (name,))
+                if not cur.fetchone():
+                    cur.execute('CREATE DATABASE "%s" OWNER "%s"'
+                                % (name, owner))
+            conn.close()
+        except psycopg2.Error as e:
+            raise SystemExit('cannot create the PostgreSQL databases %s '
+                             'through --pg-admin %r: %s'
+                             % (', '.join(names), args.pg_admin, e))
+    if 'mysql' in databases:
+        import MySQLdb
+        user = _keywords(args.mysql).get('user', 'root')
+        try:
+            conn = MySQLdb.connect(**_keywords(args.mysql_admin))
+            cur = conn.cursor()
+            for name in names:
+                cur.execute('CREATE DATABASE IF NOT EXISTS `%s`' % name)
+                cur.execute('SELECT host FROM mysql.user WHERE user = %s',
+                            (user,))
+                for (host,) in cur.fetchall():
+                    cur.execute("GRANT ALL ON `%s`.* TO '%s'@'%s'"
+                                % (name, user, host))
+            conn.close()
+        except MySQLdb.Error as e:
+            raise SystemExit('cannot create the MySQL databases %s through '
+                             '--mysql-admin %r: %s'
+                             % (', '.join(names), args.mysql_admin, e))
+
+
+def server_state(args, databases, names):
+    state = {'machine': serverstate.machine(), 'servers': {}}
+    for database in databases:
+        try:
+            if database == 'postgresql':
+                state['servers'][database] = serverstate.postgresql(
+                    '%s dbname=postgres' % args.pg_dsn, names)
+            elif database == 'mysql':
+                state['servers'][database] = serverstate.mysql(
+                    _keywords(args.mysql), names)
+        except Exception as e:  # noqa: BLE001 -- reported, not fatal
+            state['servers'][database] = {'error': str(e)}
+    return state
+
+
+def summarise(rows, tests):
+    """Per (database, mode, c, test): each contender's median and range
+    (ms), and the ratio of the other side's time to ours, round by round:
+    its median and range."""
+    table = []
+    for key, by_name in rows.items():
+        for test in tests:
+            line = {'key': key, 'test': test, 'sides': {}}
+            for name, runs in by_name.items():
+                values = [r[test] * 1000 for r in runs if test in r]
+                if values:
+                    line['sides'][name] = (statistics.median(values),
+                                           min(values), max(values))
+            ours = [r.get(test) for r in by_name.get('ours', ())]
+            for name in ('other', 'filestorage'):
+                theirs = [r.get(test) for r in by_name.get(name, ())]
+                ratios = [t / o for o, t in zip(ours, theirs) if o and t]
+                if ratios:
+                    line[name] = (statistics.median(ratios), min(ratios),
+                                  max(ratios))
+            table.append(line)
+    return table
+
+
+def print_table(table, file=sys.stdout):
+    print('%-22s %-7s %22s %22s %20s %20s' % (
+        'database mode c', 'test', 'ours ms med [min-max]',
+        'RS 4.3 ms med [range]', 'RS4/ours [range]', 'FS/ours [range]'),
+        file=file)
+    for line in table:
+        def side(name):
+            s = line['sides'].get(name)
+            return '%.2f [%.2f-%.2f]' % s if s else '-'
+
+        def ratio(name):
+            r = line.get(name)
+            return '%.2fx [%.2f-%.2f]' % r if r else '-'
+        print('%-22s %-7s %22s %22s %20s %20s' % (
+            ' '.join(map(str, line['key'])), line['test'], side('ours'),
+            side('other'), ratio('other'), ratio('filestorage')), file=file)
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    databases = args.databases.split(',')
+    modes = args.modes.split(',')
+    levels = [int(c) for c in args.concurrency.split(',')]
+    tests = args.tests.split(',')
+    unknown = set(tests) - set(TESTS)
+    if unknown:
+        raise SystemExit('unknown tests: %s (known: %s)'
+                         % (', '.join(sorted(unknown)), ', '.join(TESTS)))
+    try:
+        import zodbshootout  # noqa: F401 -- only checked for
+        del zodbshootout
+    except ImportError:
+        raise SystemExit("this side needs zodbshootout: pip install "
+                         "'relstorage[bench]' (or zodbshootout==0.8.0 "
+                         "pyperf==2.3.1 six)")
+    try:
+        venv = othervenv.ensure(args.other_venv, spec=args.other_spec)
+        other = othervenv.check(venv)
+        if 'mysql' in databases:
+            othervenv.mariadb_shim(venv)
+    except othervenv.OtherVenvError as e:
+        raise SystemExit(str(e))
+    workdir = tempfile.mkdtemp(prefix='speedtest-shootout-')
+    ours_env = dict(os.environ)
+    contenders = [Contender('ours', sys.executable, args, workdir, ours_env),
+                  Contender('other', os.path.join(venv, 'bin', 'python'),
+                            args, workdir)]
+    names = [c.database(m) for c in contenders for m in modes]
+    _create_databases(args, databases, names)
+    print('other side: RelStorage %s from %s' % (other['version'],
+                                                 other['path']), flush=True)
+    rows = {}
+    started = time.perf_counter()
+    for round_ in range(args.rounds):
+        for database in databases:
+            for mode in modes:
+                for level in levels:
+                    key = (database, mode, level)
+                    order = contenders if round_ % 2 == 0 \
+                        else contenders[::-1]
+                    if args.filestorage and database == 'sqlite' \
+                            and level == 1 and mode == modes[0]:
+                        order = order + [Contender(
+                            'filestorage', sys.executable, args, workdir,
+                            ours_env)]
+                    for contender in order:
+                        result = contender.run(database, mode, level, tests)
+                        rows.setdefault(key, {}).setdefault(
+                            contender.name, []).append(result)
+                        print('round %d %-10s %s c=%d %-12s %s' % (
+                            round_ + 1, database, mode, level,
+                            contender.name, result.get('error') or ', '.join(
+                                '%s %.2f ms' % (t, result[t] * 1000)
+                                for t in tests if t in result)), flush=True)
+    if args.filestorage:
+        # FileStorage ran once per round; it is set against both modes.
+        for mode in modes:
+            fs = rows.get(('sqlite', modes[0], 1), {}).get('filestorage')
+            if fs and ('sqlite', mode, 1) in rows:
+                rows[('sqlite', mode, 1)]['filestorage'] = fs
+    table = summarise(rows, tests)
+    state = server_state(args, databases, names)
+    print('\n%d rounds in %.0f min; medians of the rounds, [min-max]; '
+          'ratios are the other side\'s time over ours (above 1: ours is '
+          'faster)' % (args.rounds, (time.perf_counter() - started) / 60))
+    print_table(table)
+    for line in serverstate.describe(state):
+        print(line)
+    if args.json:
+        with open(args.json, 'w') as f:
+            json.dump({'args': vars(args), 'other': other, 'state': state,
+                       'runs': [{'key': list(k), 'results': v}
+                                for k, v in rows.items()],
+                       'summary': table}, f, indent=1)
+    shutil.rmtree(workdir, ignore_errors=True)
+    errors = [r for by in rows.values() for runs in by.values()
+              for r in runs if 'error' in r]
+    return 1 if errors else 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())

@@ -1,0 +1,52 @@
+"""speedtest.shootout runs zodbshootout for real on this side (the other
+side, RelStorage 4.3, is never installed by the tests) and reads its
+figures; the other side's virtualenv is refused when it would import this
+checkout."""
+import argparse
+import os
+import sys
+
+import pytest
+
+from speedtest import othervenv
+from speedtest import shootout
+
+
+def _args(**changes):
+    args = shootout.parse_args(['--processes', '1', '--values', '1',
+                                '--objects', '20'])
+    return argparse.Namespace(**dict(vars(args), **changes))
+
+
+def test_this_side_and_filestorage_on_sqlite(tmp_path):
+    args = _args()
+    tests = ['add', 'hot', 'tpc']
+    rows = {}
+    for name in ('ours', 'filestorage'):
+        contender = shootout.Contender(name, sys.executable, args,
+                                       str(tmp_path), dict(os.environ))
+        result = contender.run('sqlite', 'hf', 1, tests)
+        assert 'error' not in result, result
+        assert all(result[t] > 0 for t in tests), result
+        rows.setdefault(('sqlite', 'hf', 1), {})[name] = [result]
+    table = shootout.summarise(rows, tests)
+    assert [line['test'] for line in table] == tests
+    for line in table:
+        ours = rows[('sqlite', 'hf', 1)]['ours'][0][line['test']]
+        fs = rows[('sqlite', 'hf', 1)]['filestorage'][0][line['test']]
+        assert line['filestorage'][0] == pytest.approx(fs / ours)
+        assert line['sides']['ours'][0] == pytest.approx(ours * 1000)
+    # The databases are the contender's own.
+    assert os.path.isdir(tmp_path / 'sqlite-ours-hf')
+
+
+def test_an_unknown_test_is_refused():
+    with pytest.raises(SystemExit, match='unknown tests: cool'):
+        shootout.main(['--tests', 'add,cool'])
+
+
+def test_the_other_side_may_not_import_this_checkout():
+    # This test's own virtualenv imports the checkout's relstorage.
+    with pytest.raises(othervenv.OtherVenvError,
+                       match='imports this checkout'):
+        othervenv.check(sys.prefix)
