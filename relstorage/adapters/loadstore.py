@@ -299,7 +299,10 @@ class StoreSession(_SessionWrapper):
                                                       first_row_tid)
             script = self.mover.add_transaction(tid, meta, packed, empty)
             direct = self.direct_rows
-            if not direct or len(direct) < len(self.uploaded):
+            # Nothing went through temp_store when nothing was uploaded
+            # (an empty commit): touching it anyway would cost a move
+            # and, on PostgreSQL, emptying it at COMMIT (0.3 ms).
+            if len(direct) < len(self.uploaded):
                 script += self.mover.move_into_place(
                     tid, own_tids=first_row_tid is not None)
             if direct:
