@@ -134,12 +134,17 @@ class HistoryPreservingPacker(Packer):
         'ON s.zoid = c.zoid AND s.tid = c.tid '
         'WHERE c.tid <= %s AND s.state IS NULL')
     # The page is chosen inside the aggregate, so each query reads only its
-    # own oids (by the primary key), not the whole table.
+    # own oids (by the primary key), not the whole table; each state is
+    # then fetched by its key. (Joined instead, PostgreSQL misjudged the
+    # page's size and hashed a scan of the whole table for every page:
+    # 19 ms a page at 100,000 objects, growing with the table, against
+    # 3.7 ms.)
     states_at_sql = (
-        'SELECT s.zoid, s.state FROM object_state s JOIN '
+        'SELECT k.zoid, (SELECT s.state FROM object_state s '
+        'WHERE s.zoid = k.zoid AND s.tid = k.tid) FROM '
         '(SELECT zoid, MAX(tid) AS tid FROM object_state WHERE tid <= %s '
         'AND zoid > %s GROUP BY zoid ORDER BY zoid LIMIT %s) k '
-        'ON s.zoid = k.zoid AND s.tid = k.tid ORDER BY s.zoid')
+        'ORDER BY k.zoid')
 
     def last_pack_tid(self, session):
         return session.scalar(
