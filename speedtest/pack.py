@@ -87,15 +87,51 @@ def other_side(venv, database, script):
 
 
 def storage_section(database, keep_history, which, workdir):
-    """A ``<relstorage>`` section for an empty database."""
+    """A ``<relstorage>`` section for an empty database, and its SQLite
+    data directory (else None)."""
+    data_dir = None
     if database == 'sqlite':
-        adapter = '<sqlite3>\n data-dir %s\n</sqlite3>' % tempfile.mkdtemp(
-            prefix='data-', dir=workdir)
+        data_dir = tempfile.mkdtemp(prefix='data-', dir=workdir)
+        adapter = '<sqlite3>\n data-dir %s\n</sqlite3>' % data_dir
     else:
         empty_database(database, keep_history, which)
         adapter = _adapter_section(database, keep_history, which)
     return ('<relstorage>\n keep-history %s\n pack-gc true\n%s\n'
-            '</relstorage>' % ('true' if keep_history else 'false', adapter))
+            '</relstorage>' % ('true' if keep_history else 'false', adapter),
+            data_dir)
+
+
+#: Current objects, in the tables both versions name alike.
+CURRENT_SQL = {
+    True: 'SELECT COUNT(*) FROM current_object c JOIN object_state s '
+          'ON s.zoid = c.zoid AND s.tid = c.tid WHERE s.state IS NOT NULL',
+    False: 'SELECT COUNT(*) FROM object_state WHERE state IS NOT NULL'}
+
+
+def current_objects(database, keep_history, which, data_dir):
+    """The current objects of a side's database, counted by the database:
+    exact (len() may be the server's estimate) and quick (iterating with
+    record_iternext makes a round trip per object here)."""
+    from relstorage.tests.dbs import mysql_params
+    from relstorage.tests.dbs import pg_dsn
+    if database == 'sqlite':
+        import sqlite3
+        # This package's file, or RelStorage 4's.
+        names = [name for name in ('relstorage.sqlite3', 'main.sqlite3')
+                 if os.path.exists(os.path.join(data_dir, name))]
+        conn = sqlite3.connect(os.path.join(data_dir, names[0]))
+    elif database == 'postgresql':
+        import psycopg2
+        conn = psycopg2.connect(pg_dsn(keep_history, which))
+    else:
+        import MySQLdb
+        conn = MySQLdb.connect(**mysql_params(keep_history, which))
+    try:
+        cur = conn.cursor()
+        cur.execute(CURRENT_SQL[keep_history])
+        return cur.fetchone()[0]
+    finally:
+        conn.close()
 
 
 class Writer:
@@ -198,13 +234,16 @@ def pack(side, script, spec, workdir, verbose=False):
 def one_round(sides, script, args, workdir):
     """Build every side's database, then pack each in turn, then count
     what each left. A dict of figures per side name."""
-    specs, row = {}, {}
+    specs, row, where = {}, {}, {}
     for side in sides:
-        specs[side.name] = {
-            'section': storage_section(args.database, args.keep_history,
-                                       side.which, workdir),
-            'objects': args.objects, 'mariadb': side.mariadb}
+        section, data_dir = storage_section(args.database, args.keep_history,
+                                            side.which, workdir)
+        where[side.name] = (args.database, args.keep_history, side.which,
+                            data_dir)
+        specs[side.name] = {'section': section, 'objects': args.objects,
+                            'mariadb': side.mariadb}
         row[side.name] = side.run(script, 'build', specs[side.name], workdir)
+        row[side.name]['objects_before'] = current_objects(*where[side.name])
         print('%-5s built %d objects (%d current) in %.1f s' % (
             side.name, args.objects, row[side.name]['objects_before'],
             row[side.name]['build_seconds']), flush=True)
@@ -217,6 +256,7 @@ def one_round(sides, script, args, workdir):
                   flush=True)
             continue
         figures.update(side.run(script, 'verify', specs[side.name], workdir))
+        figures['objects_after'] = current_objects(*where[side.name])
         print('%-5s pack %.1f s, peak RSS %.0f MB; objects %d -> %d; writer '
               '%d commits, longest %.3f s, median %.4f s, %d errors' % (
                   side.name, figures['seconds'], figures['peak_mb'],
