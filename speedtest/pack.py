@@ -264,6 +264,9 @@ def one_round(sides, script, args, workdir):
                   figures['writer_commits'], figures['writer_longest_wait'],
                   figures['writer_median'], figures['writer_error_count']),
               flush=True)
+        said = [line for line in figures['output_tail'] if 'packed to' in line]
+        if said:  # this package's zodbpack: batches, waits for commits
+            print('      zodbpack: %s' % said[-1].strip())
         if figures['writer_errors']:
             print('      writer errors: %s' % figures['writer_errors'])
     ours, other = row['ours'], row.get('other')
