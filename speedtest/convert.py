@@ -67,7 +67,8 @@ def _adapter_section(database, keep_history, which):
 
 
 def empty_database(database, keep_history, which):
-    """Drop every table of a test database, ours or anybody's."""
+    """Drop every table (view, procedure) of a test database, ours or
+    anybody's."""
     from relstorage.tests.dbs import mysql_params
     from relstorage.tests.dbs import pg_dsn
     if database == 'postgresql':
@@ -83,11 +84,19 @@ def empty_database(database, keep_history, which):
         params = mysql_params(keep_history, which)
         conn = MySQLdb.connect(**params)
         cur = conn.cursor()
-        cur.execute('SHOW TABLES')
-        tables = [row[0] for row in cur.fetchall()]
+        # RelStorage 4 also leaves views (history-free) and procedures.
+        cur.execute('SHOW FULL TABLES')
+        tables = list(cur.fetchall())
+        cur.execute('SELECT routine_name, routine_type FROM '
+                    'information_schema.routines WHERE routine_schema = '
+                    'DATABASE()')
+        routines = list(cur.fetchall())
         cur.execute('SET FOREIGN_KEY_CHECKS = 0')
-        for table in tables:
-            cur.execute('DROP TABLE `%s`' % table)
+        for table, kind in tables:
+            cur.execute('DROP %s `%s`' % (
+                'VIEW' if kind == 'VIEW' else 'TABLE', table))
+        for name, kind in routines:
+            cur.execute('DROP %s `%s`' % (kind, name))
         conn.close()
 
 

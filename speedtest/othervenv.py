@@ -11,6 +11,7 @@ package with itself.
 """
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -71,12 +72,14 @@ def ensure(venv=None, spec=RS4, extra=SHOOTOUT, log=print):
 
 
 def _run(argv, what):
+    cwd = neutral_dir()
     try:
         done = subprocess.run(argv, capture_output=True, text=True,
-                              timeout=1800, cwd=neutral_dir(),
-                              env=neutral_env())
+                              timeout=1800, cwd=cwd, env=neutral_env())
     except (OSError, subprocess.TimeoutExpired) as e:
         raise OtherVenvError('cannot %s: %s' % (what, e)) from None
+    finally:
+        shutil.rmtree(cwd, ignore_errors=True)
     if done.returncode:
         raise OtherVenvError('cannot %s: %s' % (
             what, (done.stderr or done.stdout)[-2000:]))

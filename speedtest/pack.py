@@ -1,119 +1,329 @@
-"""Pack benchmark: build a database with history and garbage, pack it
-while another client keeps committing, and report the pack time, the
-pack's peak memory and the longest time the writer waited for a commit.
+"""Pack benchmark: build a database with history and garbage, pack it with
+``zodbpack`` while another client keeps committing, and report the pack
+time, the packing process's peak memory and the longest time the writer
+waited for a commit -- with ``--other-venv``, next to RelStorage 4.3's own
+zodbpack (in a virtualenv of its own) on an identical database.
 
     python -m speedtest.pack [--objects 100000] [--database sqlite]
-        [--keep-history|--no-keep-history] [--json FILE] [--verbose]
+        [--keep-history|--no-keep-history] [--other-venv [DIR]]
+        [--rounds 1] [--json FILE] [--verbose]
 
-The pack runs in a child process so that its peak memory (max RSS) is its
-own. Not a test: nothing here asserts on time.
+Each side builds its database, commits beside the pack and counts what is
+left with its own Python, running the same script
+(``speedtest/packscripts.py``) in child processes. Each side's pack is
+``zodbpack --days 0 CONFIG`` (garbage collection on), a process of its
+own, timed from start to exit; its peak memory is that process's own max
+RSS. The other side uses the ``misc`` test database (SQLite: a directory
+of its own); with RelStorage 4.3 on MariaDB its build, writer and
+zodbpack (through a wrapper) take the server for MySQL 5.7 (see
+packscripts). Both sides must leave the same live data. Not a test:
+nothing here asserts on time.
 """
 import argparse
 import json
 import os
+import shutil
+import signal
+import statistics
 import subprocess
 import sys
 import tempfile
 import threading
 import time
 
-import transaction
-import ZODB
-from BTrees.OOBTree import OOBTree
-from persistent.mapping import PersistentMapping
-
 from relstorage.children import child_env
 from relstorage.helptext import help_text
 
-CHILD = '''
-import json, logging, sys, time
-from ZODB.serialize import referencesf
-from speedtest.pack import memory_kb, open_storage
-spec = json.loads(sys.argv[1])
-if spec.get('verbose'):
-    logging.basicConfig(level=logging.DEBUG, stream=sys.stderr,
-                        format='%(asctime)s %(message)s')
-storage = open_storage(spec)
-before = memory_kb('VmRSS')
-started = time.perf_counter()
-result = storage.pack_with_result(time.time(), referencesf)
-seconds = time.perf_counter() - started
-peak = memory_kb('VmHWM')
-storage.close()
-print(json.dumps({"seconds": seconds, "peak_kb": peak,
-                  "rss_before_pack_kb": before, "result": dict(result)}))
-'''
+from . import othervenv
+from .convert import _adapter_section
+from .convert import empty_database
+from .packscripts import write_script
 
 
-def memory_kb(field):
-    """VmRSS (now) or VmHWM (peak) of this process, from /proc (Linux);
-    unlike getrusage's maxrss, the peak is not inherited from a parent."""
-    with open('/proc/self/status') as f:
-        for line in f:
-            if line.startswith(field + ':'):
-                return int(line.split()[1])
-    return 0
+class PackBenchError(RuntimeError):
+    """A side's script failed (its output says why)."""
 
 
-def open_storage(spec, **options):
-    """A RelStorage for *spec* (database, keep_history, data_dir)."""
-    from relstorage.tests.dbs import DatabaseFactory
-    return DatabaseFactory.in_child(
-        spec['database'], spec['keep_history'], spec['data_dir']
-    ).storage(**options)
+class Side:
+    """One contender: the Python its scripts run with (and their
+    environment), how its zodbpack starts, and which test database it
+    packs."""
+
+    def __init__(self, name, python, env, zodbpack, which, mariadb=False):
+        self.name = name
+        self.python = python
+        self.env = env
+        self.zodbpack = zodbpack
+        self.which = which
+        #: RelStorage 4.3 on MariaDB: taken for MySQL 5.7 (packscripts).
+        self.mariadb = mariadb
+
+    def run(self, script, action, spec, workdir):
+        """The JSON that *action* of the script prints last."""
+        done = subprocess.run(
+            [self.python, script, action, json.dumps(spec)],
+            capture_output=True, text=True, cwd=workdir, env=self.env)
+        if done.returncode:
+            raise PackBenchError('%s %s failed:\n%s' % (
+                self.name, action, (done.stderr or done.stdout)[-3000:]))
+        return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def build(db, objects, batch=1000):
-    """*objects* objects in a BTree; a fifth then changed (history), a
-    third unlinked (garbage)."""
-    with db.transaction() as conn:
-        conn.root()['tree'] = OOBTree()
-    for start in range(0, objects, batch):
-        with db.transaction() as conn:
-            tree = conn.root()['tree']
-            for i in range(start, min(start + batch, objects)):
-                tree[i] = PersistentMapping(value=i)
-    for start in range(0, objects, batch * 5):
-        with db.transaction() as conn:
-            tree = conn.root()['tree']
-            for i in range(start, min(start + batch * 5, objects), 5):
-                tree[i]['value'] = -i
-    for start in range(0, objects, batch * 3):
-        with db.transaction() as conn:
-            tree = conn.root()['tree']
-            for i in range(start, min(start + batch * 3, objects), 3):
-                del tree[i]
+def our_side():
+    return Side('ours', sys.executable, child_env(),
+                [sys.executable, '-m', 'relstorage.zodbpack'], 'main')
 
 
-class Writer(threading.Thread):
-    """Commits small transactions until stopped; records each duration."""
+def other_side(venv, database, script):
+    python = os.path.join(venv, 'bin', 'python')
+    if database == 'mysql':
+        # Its zodbpack, through a wrapper taking MariaDB for MySQL 5.7, as
+        # its build and writer do (see packscripts for why).
+        zodbpack = [python, script, 'zodbpack']
+    else:
+        zodbpack = [othervenv.command(venv, 'zodbpack')]
+    return Side('other', python, othervenv.neutral_env(), zodbpack, 'misc',
+                mariadb=database == 'mysql')
 
-    def __init__(self, db):
-        super().__init__(daemon=True)
-        self.db = db
-        self.stop = threading.Event()
-        self.durations = []
-        self.starts = []  # wall-clock, to set against the pack's log
-        self.errors = []
 
-    def run(self):
-        tm = transaction.TransactionManager()
-        conn = self.db.open(transaction_manager=tm)
-        n = 0
-        while not self.stop.is_set():
-            self.starts.append(time.time())
-            started = time.perf_counter()
-            try:
-                tm.begin()
-                conn.root()['writer'] = n
-                tm.commit()
-            except Exception as e:  # noqa: BLE001 -- counted and reported
-                tm.abort()
-                self.errors.append(repr(e))
-            self.durations.append(time.perf_counter() - started)
-            n += 1
-            time.sleep(0.005)
+def storage_section(database, keep_history, which, workdir):
+    """A ``<relstorage>`` section for an empty database, and its SQLite
+    data directory (else None)."""
+    data_dir = None
+    if database == 'sqlite':
+        data_dir = tempfile.mkdtemp(prefix='data-', dir=workdir)
+        adapter = '<sqlite3>\n data-dir %s\n</sqlite3>' % data_dir
+    else:
+        empty_database(database, keep_history, which)
+        adapter = _adapter_section(database, keep_history, which)
+    return ('<relstorage>\n keep-history %s\n pack-gc true\n%s\n'
+            '</relstorage>' % ('true' if keep_history else 'false', adapter),
+            data_dir)
+
+
+#: Current objects, in the tables both versions name alike.
+CURRENT_SQL = {
+    True: 'SELECT COUNT(*) FROM current_object c JOIN object_state s '
+          'ON s.zoid = c.zoid AND s.tid = c.tid WHERE s.state IS NOT NULL',
+    False: 'SELECT COUNT(*) FROM object_state WHERE state IS NOT NULL'}
+
+
+def current_objects(database, keep_history, which, data_dir):
+    """The current objects of a side's database, counted by the database:
+    exact (len() may be the server's estimate) and quick (iterating with
+    record_iternext makes a round trip per object here)."""
+    from relstorage.tests.dbs import mysql_params
+    from relstorage.tests.dbs import pg_dsn
+    if database == 'sqlite':
+        import sqlite3
+        # This package's file, or RelStorage 4's.
+        names = [name for name in ('relstorage.sqlite3', 'main.sqlite3')
+                 if os.path.exists(os.path.join(data_dir, name))]
+        conn = sqlite3.connect(os.path.join(data_dir, names[0]))
+    elif database == 'postgresql':
+        import psycopg2
+        conn = psycopg2.connect(pg_dsn(keep_history, which))
+    else:
+        import MySQLdb
+        conn = MySQLdb.connect(**mysql_params(keep_history, which))
+    try:
+        cur = conn.cursor()
+        cur.execute(CURRENT_SQL[keep_history])
+        return cur.fetchone()[0]
+    finally:
         conn.close()
+
+
+class Writer:
+    """The side's writer script in a child process: small commits until
+    stopped, each reported as a JSON line, collected by a thread."""
+
+    def __init__(self, side, script, spec, workdir):
+        self.stderr = open(os.path.join(workdir, side.name + '-writer.err'),
+                           'w+')
+        self.proc = subprocess.Popen(
+            [side.python, script, 'writer', json.dumps(spec)],
+            stdout=subprocess.PIPE, stderr=self.stderr, text=True,
+            cwd=workdir, env=side.env)
+        self.commits = []
+        self.ready = False
+        self._seen = threading.Event()
+        self._thread = threading.Thread(target=self._read, daemon=True)
+        self._thread.start()
+        self._seen.wait(120)
+        if not self.ready:
+            self.stop()
+            raise PackBenchError('%s writer did not start:\n%s'
+                                 % (side.name, self.errors_text()))
+
+    def _read(self):
+        for line in self.proc.stdout:
+            record = json.loads(line)
+            if record.get('ready'):
+                self.ready = True
+                self._seen.set()
+            else:
+                self.commits.append(record)
+        self._seen.set()
+
+    def errors_text(self):
+        self.stderr.seek(0)
+        return self.stderr.read()[-3000:]
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(60)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        self._thread.join(10)
+        self.stderr.close()
+        return self.commits
+
+
+def pack(side, script, spec, workdir, verbose=False):
+    """Pack *side*'s database with its zodbpack while its writer commits:
+    the pack's seconds, peak RSS, exit status and output, and the
+    writer's figures."""
+    config = os.path.join(workdir, side.name + '.conf')
+    with open(config, 'w') as f:
+        f.write('%import relstorage\n' + spec['section'] + '\n')
+    writer = Writer(side, script, spec, workdir)
+    time.sleep(0.5)
+    log = os.path.join(workdir, side.name + '-pack.log')
+    with open(log, 'w') as out:
+        started = time.perf_counter()
+        proc = subprocess.Popen(side.zodbpack + ['--days', '0', config],
+                                stdout=out, stderr=subprocess.STDOUT,
+                                cwd=workdir, env=side.env)
+        # The child's own resource use, not this process's.
+        _pid, status, usage = os.wait4(proc.pid, 0)
+        seconds = time.perf_counter() - started
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    time.sleep(0.5)
+    commits = writer.stop()
+    with open(log) as f:
+        output = f.read()
+    durations = sorted(c['seconds'] for c in commits)
+    errors = [c['error'] for c in commits if c['error']]
+    figures = {
+        'command': side.zodbpack + ['--days', '0', 'CONFIG'],
+        'seconds': seconds, 'peak_mb': usage.ru_maxrss / 1024.0,
+        'exit_status': proc.returncode,
+        'output_tail': output.strip().splitlines()[-5:],
+        'writer_commits': len(durations),
+        'writer_longest_wait': durations[-1] if durations else 0,
+        'writer_median': durations[len(durations) // 2] if durations else 0,
+        'writer_error_count': len(errors), 'writer_errors': errors[:5]}
+    if verbose:
+        print('--- %s zodbpack output (last 40 lines) ---\n%s' % (
+            side.name, '\n'.join(output.strip().splitlines()[-40:])))
+        for record in sorted(commits, key=lambda c: c['seconds'])[-3:][::-1]:
+            print('  %s writer waited %.3f s from %s' % (
+                side.name, record['seconds'], time.strftime(
+                    '%H:%M:%S', time.localtime(record['at']))
+                + ('%.3f' % (record['at'] % 1))[1:]))
+    if proc.returncode:
+        figures['error'] = 'zodbpack exited with %d: %s' % (
+            proc.returncode, output.strip()[-2000:])
+    return figures
+
+
+def one_round(sides, script, args, workdir):
+    """Build every side's database, then pack each in turn, then count
+    what each left. A dict of figures per side name."""
+    specs, row, where = {}, {}, {}
+    for side in sides:
+        section, data_dir = storage_section(args.database, args.keep_history,
+                                            side.which, workdir)
+        where[side.name] = (args.database, args.keep_history, side.which,
+                            data_dir)
+        specs[side.name] = {'section': section, 'objects': args.objects,
+                            'mariadb': side.mariadb}
+        row[side.name] = side.run(script, 'build', specs[side.name], workdir)
+        row[side.name]['objects_before'] = current_objects(*where[side.name])
+        print('%-5s built %d objects (%d current) in %.1f s' % (
+            side.name, args.objects, row[side.name]['objects_before'],
+            row[side.name]['build_seconds']), flush=True)
+    for side in sides:
+        row[side.name].update(pack(side, script, specs[side.name], workdir,
+                                   args.verbose))
+        figures = row[side.name]
+        if 'error' in figures:
+            print('%-5s pack FAILED: %s' % (side.name, figures['error']),
+                  flush=True)
+            continue
+        figures.update(side.run(script, 'verify', specs[side.name], workdir))
+        figures['objects_after'] = current_objects(*where[side.name])
+        print('%-5s pack %.1f s, peak RSS %.0f MB; objects %d -> %d; writer '
+              '%d commits, longest %.3f s, median %.4f s, %d errors' % (
+                  side.name, figures['seconds'], figures['peak_mb'],
+                  figures['objects_before'], figures['objects_after'],
+                  figures['writer_commits'], figures['writer_longest_wait'],
+                  figures['writer_median'], figures['writer_error_count']),
+              flush=True)
+        said = [line for line in figures['output_tail'] if 'packed to' in line]
+        if said:  # this package's zodbpack: batches, waits for commits
+            print('      zodbpack: %s' % said[-1].strip())
+        if figures['writer_errors']:
+            print('      writer errors: %s' % figures['writer_errors'])
+    ours, other = row['ours'], row.get('other')
+    if other and 'error' not in ours and 'error' not in other:
+        row['time_ratio'] = other['seconds'] / ours['seconds']
+        row['memory_ratio'] = ours['peak_mb'] / other['peak_mb']
+        keys = ('objects_after', 'tree_items', 'tree_digest')
+        row['same_live_data'] = all(ours[k] == other[k] for k in keys)
+        print('ratios: time other/ours %.2f, peak memory ours/other %.2f'
+              % (row['time_ratio'], row['memory_ratio']))
+        print('live data: %s' % (
+            '%d current objects on both sides, the same %d tree items'
+            % (ours['objects_after'], ours['tree_items'])
+            if row['same_live_data'] else 'DIFFERENT: ' + ', '.join(
+                '%s ours %s other %s' % (k, ours[k], other[k])
+                for k in keys)), flush=True)
+    return row
+
+
+FIGURES = (('seconds', 'pack s', '%.2f'), ('peak_mb', 'peak MB', '%.0f'),
+           ('writer_longest_wait', 'writer longest s', '%.3f'),
+           ('writer_median', 'writer median s', '%.4f'))
+
+
+def summarize(rows, names):
+    """Median, lowest and highest of each figure over the rounds."""
+    summary = {}
+    for name in names:
+        for key, _label, _fmt in FIGURES:
+            values = [r[name][key] for r in rows if 'error' not in r[name]]
+            if values:
+                summary.setdefault(name, {})[key] = {
+                    'median': statistics.median(values),
+                    'min': min(values), 'max': max(values)}
+    for key in ('time_ratio', 'memory_ratio'):
+        values = [r[key] for r in rows if key in r]
+        if values:
+            summary[key] = {'median': statistics.median(values),
+                            'min': min(values), 'max': max(values)}
+    return summary
+
+
+def print_summary(summary, rounds):
+    print('over %d rounds: median (lowest-highest)' % rounds)
+    for name in ('ours', 'other'):
+        if name in summary:
+            print('%-5s %s' % (name, '; '.join(
+                '%s %s (%s-%s)' % ((label,) + tuple(
+                    fmt % summary[name][key][k]
+                    for k in ('median', 'min', 'max')))
+                for key, label, fmt in FIGURES if key in summary[name])))
+    for key, label in (('time_ratio', 'time other/ours'),
+                       ('memory_ratio', 'peak memory ours/other')):
+        if key in summary:
+            print('%s: %.2f (%.2f-%.2f)' % (label, summary[key]['median'],
+                                            summary[key]['min'],
+                                            summary[key]['max']))
 
 
 def main(argv=None):
@@ -130,69 +340,60 @@ def main(argv=None):
                         action='store_false', default=True,
                         help='a history-free database (default: history '
                              'kept)')
+    parser.add_argument('--keep-history', dest='keep_history',
+                        action='store_true', help='a history-preserving '
+                        'database (the default)')
+    parser.add_argument('--other-venv', nargs='?', const='', metavar='DIR',
+                        help='also pack with the zodbpack of RelStorage 4.3 '
+                             'in this virtualenv (made when missing; '
+                             'default %s)' % othervenv.DEFAULT_DIR)
+    parser.add_argument('--rounds', type=int, default=1,
+                        help='build and pack this many times, reporting '
+                             'medians (%(default)s)')
     parser.add_argument('--json', help='write the figures to this file')
     parser.add_argument('--verbose', action='store_true',
-                        help="show the pack's log (one line per batch)")
+                        help="show each zodbpack's output and the longest "
+                             'writer waits')
     args = parser.parse_args(argv)
 
-    spec = {'database': args.database, 'keep_history': args.keep_history,
-            'verbose': args.verbose,
-            'data_dir': tempfile.mkdtemp(prefix='speedtest-pack-')}
-    # A fresh schema, so that rows deleted by earlier runs do not count.
-    open_storage(spec)._adapter.drop_all()
-    storage = open_storage(spec)
-    db = ZODB.DB(storage)
-    started = time.perf_counter()
-    build(db, args.objects)
-    built = time.perf_counter() - started
-    objects_before = len(storage)
-    print('built %d objects (%d current) in %.1f s'
-          % (args.objects, objects_before, built), flush=True)
-
-    writer = Writer(db)
-    writer.start()
-    time.sleep(0.5)
-    child = subprocess.run([sys.executable, '-c', CHILD, json.dumps(spec)],
-                           capture_output=True, text=True, env=child_env())
-    time.sleep(0.5)
-    writer.stop.set()
-    writer.join(60)
-    if child.returncode or args.verbose:
-        print(child.stderr, file=sys.stderr)
-    if child.returncode:
+    workdir = othervenv.neutral_dir()
+    script = write_script(workdir)
+    sides = [our_side()]
+    other = None
+    try:
+        if args.other_venv is not None:
+            venv = othervenv.ensure(args.other_venv or None)
+            other = dict(othervenv.check(venv), venv=venv)
+            sides.append(other_side(venv, args.database, script))
+            print('other: RelStorage %s from %s%s' % (
+                other['version'], other['path'],
+                '; its build, writer and zodbpack (through a wrapper) take '
+                'MariaDB for MySQL 5.7'
+                if args.database == 'mysql' else ''), flush=True)
+        rows = []
+        for number in range(args.rounds):
+            if args.rounds > 1:
+                print('round %d of %d' % (number + 1, args.rounds))
+            rows.append(one_round(sides, script, args, workdir))
+    except (PackBenchError, othervenv.OtherVenvError) as e:
+        print(e, file=sys.stderr)
         return 1
-    figures = json.loads(child.stdout.strip().splitlines()[-1])
-    objects_after = len(storage)
-    db.close()
-    figures.update(
-        database=args.database, keep_history=args.keep_history,
-        objects=args.objects, objects_before=objects_before,
-        objects_after=objects_after, build_seconds=built,
-        writer_commits=len(writer.durations),
-        writer_errors=writer.errors[:5],
-        writer_longest_wait=max(writer.durations or [0]),
-        writer_median=sorted(writer.durations)[len(writer.durations) // 2]
-        if writer.durations else 0,
-        cpus=os.cpu_count(), python=sys.version.split()[0])
-    print('pack: %.1f s, peak RSS %.0f MB (%.0f MB before packing); '
-          'objects %d -> %d; %s'
-          % (figures['seconds'], figures['peak_kb'] / 1024,
-             figures['rss_before_pack_kb'] / 1024, objects_before,
-             objects_after, figures['result']))
-    print('concurrent writer: %d commits, longest %.3f s, median %.4f s, '
-          '%d errors' % (figures['writer_commits'],
-                         figures['writer_longest_wait'],
-                         figures['writer_median'], len(writer.errors)))
-    if args.verbose:
-        slowest = sorted(zip(writer.durations, writer.starts))[-3:]
-        for seconds, at in reversed(slowest):
-            print('  writer waited %.3f s from %s' % (
-                seconds, time.strftime('%H:%M:%S', time.localtime(at))
-                + ('%.3f' % (at % 1))[1:]))
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    summary = summarize(rows, [side.name for side in sides])
+    if args.rounds > 1:
+        print_summary(summary, args.rounds)
     if args.json:
         with open(args.json, 'w') as f:
-            json.dump(figures, f, indent=2)
-    return 0
+            json.dump({'database': args.database,
+                       'keep_history': args.keep_history,
+                       'objects': args.objects, 'other': other,
+                       'rounds': rows, 'summary': summary,
+                       'cpus': os.cpu_count(),
+                       'python': sys.version.split()[0]}, f, indent=2)
+    failed = any('error' in row[side.name] for row in rows for side in sides)
+    different = any(row.get('same_live_data') is False for row in rows)
+    return 1 if failed or different else 0
 
 
 if __name__ == '__main__':
