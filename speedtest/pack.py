@@ -15,7 +15,7 @@ left with its own Python, running the same script
 own, timed from start to exit; its peak memory is that process's own max
 RSS. The other side uses the ``misc`` test database (SQLite: a directory
 of its own); with RelStorage 4.3 on MariaDB its build, writer and
-zodbpack (through a wrapper) take the server for MySQL 5.7 (see
+zodbpack take the server for MySQL 5.7 (see
 packscripts). Both sides must leave the same live data. Not a test:
 nothing here asserts on time.
 """
@@ -49,14 +49,12 @@ class Side:
     environment), how its zodbpack starts, and which test database it
     packs."""
 
-    def __init__(self, name, python, env, zodbpack, which, mariadb=False):
+    def __init__(self, name, python, env, zodbpack, which):
         self.name = name
         self.python = python
         self.env = env
         self.zodbpack = zodbpack
         self.which = which
-        #: RelStorage 4.3 on MariaDB: taken for MySQL 5.7 (packscripts).
-        self.mariadb = mariadb
 
     def run(self, script, action, spec, workdir):
         """The JSON that *action* of the script prints last."""
@@ -74,16 +72,16 @@ def our_side():
                 [sys.executable, '-m', 'relstorage.zodbpack'], 'main')
 
 
-def other_side(venv, database, script):
+def other_side(venv, database):
     python = os.path.join(venv, 'bin', 'python')
+    env = othervenv.neutral_env()
     if database == 'mysql':
-        # Its zodbpack, through a wrapper taking MariaDB for MySQL 5.7, as
-        # its build and writer do (see packscripts for why).
-        zodbpack = [python, script, 'zodbpack']
-    else:
-        zodbpack = [othervenv.command(venv, 'zodbpack')]
-    return Side('other', python, othervenv.neutral_env(), zodbpack, 'misc',
-                mariadb=database == 'mysql')
+        # Its build, writer and zodbpack alike take MariaDB for MySQL 5.7
+        # (see packscripts for why).
+        othervenv.mariadb_shim(venv)
+        env[othervenv.MARIADB_SHIM_VAR] = '1'
+    return Side('other', python, env, [othervenv.command(venv, 'zodbpack')],
+                'misc')
 
 
 def storage_section(database, keep_history, which, workdir):
@@ -240,8 +238,7 @@ def one_round(sides, script, args, workdir):
                                             side.which, workdir)
         where[side.name] = (args.database, args.keep_history, side.which,
                             data_dir)
-        specs[side.name] = {'section': section, 'objects': args.objects,
-                            'mariadb': side.mariadb}
+        specs[side.name] = {'section': section, 'objects': args.objects}
         row[side.name] = side.run(script, 'build', specs[side.name], workdir)
         row[side.name]['objects_before'] = current_objects(*where[side.name])
         print('%-5s built %d objects (%d current) in %.1f s' % (
@@ -364,11 +361,11 @@ def main(argv=None):
         if args.other_venv is not None:
             venv = othervenv.ensure(args.other_venv or None)
             other = dict(othervenv.check(venv), venv=venv)
-            sides.append(other_side(venv, args.database, script))
+            sides.append(other_side(venv, args.database))
             print('other: RelStorage %s from %s%s' % (
                 other['version'], other['path'],
-                '; its build, writer and zodbpack (through a wrapper) take '
-                'MariaDB for MySQL 5.7'
+                '; its build, writer and zodbpack take MariaDB for MySQL '
+                '5.7'
                 if args.database == 'mysql' else ''), flush=True)
         rows = []
         for number in range(args.rounds):

@@ -6,16 +6,12 @@ It imports ZODB and whichever ``relstorage`` its Python has, never this
 package, so that the same text runs in the other side's virtualenv.
 
     python packside.py build|writer|verify SPEC
-    python packside.py zodbpack ZODBPACK-ARGS
 
-RelStorage 4.3 on MariaDB 10.11 (SPEC's ``mariadb``) needs adjustments,
-below: both to create its schema, the version one to commit. Its
-``zodbpack`` needs the version one too (``packside.py zodbpack`` applies
-it, then calls that version's ``relstorage.zodbpack.main``): as installed
-it packs, but on opening it takes the server for MySQL 8, finds stored
-procedures made for another version and replaces them, and a writer
-committing meanwhile fails (``PROCEDURE lock_objects_and_detect_conflicts
-does not exist``).
+On MariaDB, RelStorage 4.3 is adjusted by the start-up module
+speedtest.othervenv installs in its virtualenv (the environment of each
+of its processes asks for it): as installed it cannot create its schema
+there, and its zodbpack, taking the server for MySQL 8, replaces the
+stored procedures a writer committing meanwhile is using.
 """
 import os
 
@@ -32,40 +28,7 @@ from BTrees.OOBTree import OOBTree
 from persistent.mapping import PersistentMapping
 
 
-def as_mysql57():
-    """RelStorage 4.3 reads MariaDB 10.11's version as MySQL 8.0.19 or
-    later and then writes upserts only MySQL accepts: in this process,
-    MariaDB is taken for MySQL 5.7."""
-    from relstorage.adapters.mysql import schema
-    detector = schema.MySQLVersionDetector
-    fetch = detector._fetch_version_from_server
-
-    def fetched(self, cursor):
-        version = fetch(self, cursor)
-        return '5.7.40' if 'mariadb' in version.lower() else version
-    detector._fetch_version_from_server = fetched
-
-
-def without_column_reference():
-    """RelStorage 4.3 declares object_state.tid with a column-level
-    REFERENCES, which MySQL ignores and MariaDB enforces (and the schema
-    then cannot be made): left out when the schema is created here."""
-    from relstorage.adapters import schema
-    from relstorage.adapters.mysql import schema as mysql_schema
-    for cls in (schema.AbstractSchemaInstaller,
-                mysql_schema.MySQLSchemaInstaller):
-        templates = vars(cls).get('CREATE_OBJECT_STATE_TMPLS')
-        if templates:
-            cls.CREATE_OBJECT_STATE_TMPLS = tuple(
-                text.replace('REFERENCES "transaction"', '')
-                for text in templates)
-
-
-def open_db(spec, creating=False):
-    if spec.get('mariadb'):
-        as_mysql57()
-        if creating:
-            without_column_reference()
+def open_db(spec):
     return ZODB.config.databaseFromString(
         '%import relstorage\n<zodb>\n' + spec['section'] + '\n</zodb>\n')
 
@@ -105,7 +68,7 @@ def tree_digest(db):
 
 
 def do_build(spec):
-    db = open_db(spec, creating=True)
+    db = open_db(spec)
     started = time.perf_counter()
     build(db, spec['objects'])
     seconds = time.perf_counter() - started
@@ -152,19 +115,9 @@ def do_verify(spec):
     db.close()
 
 
-def do_zodbpack(args):
-    """RelStorage 4.3's own zodbpack, with MariaDB taken for MySQL 5.7."""
-    as_mysql57()
-    from relstorage.zodbpack import main
-    sys.exit(main(['zodbpack'] + args))
-
-
 if __name__ == '__main__':
-    if sys.argv[1] == 'zodbpack':
-        do_zodbpack(sys.argv[2:])
-    else:
-        {'build': do_build, 'writer': do_writer,
-         'verify': do_verify}[sys.argv[1]](json.loads(sys.argv[2]))
+    {'build': do_build, 'writer': do_writer,
+     'verify': do_verify}[sys.argv[1]](json.loads(sys.argv[2]))
 '''
 
 
