@@ -123,10 +123,22 @@ class Locker:
     #: What try_commit_lock returns when the lock is taken.
     BUSY = object()
 
-    def try_commit_lock(self, session, last_tid_sql):
-        """Like hold_commit_lock, but without waiting: BUSY when another
-        transaction holds the lock."""
+    def try_commit_lock(self, session, last_tid_sql, wait=0):
+        """Like hold_commit_lock, but waiting at most *wait* seconds (by
+        default not at all): BUSY when another transaction holds the lock
+        until then."""
         raise NotImplementedError
+
+    def begin_with_commit_lock(self, session, last_tid_sql, wait=0):
+        """Begin a transaction on *session* holding the commit lock,
+        waiting at most *wait* seconds for it: the value of
+        *last_tid_sql*, or BUSY (and no transaction)."""
+        session.begin(self.adapter.store_begin_sql)
+        last = self.try_commit_lock(session, last_tid_sql, wait)
+        if last is self.BUSY:
+            session.rollback_quietly()
+            self.after_rollback(session)
+        return last
 
     def release_commit_lock(self):
         """Statements that release the commit lock after COMMIT, for

@@ -18,7 +18,6 @@ import time
 
 from ZODB.POSException import StorageError
 
-from ..exceptions import CommitLockTimeout
 from ..exceptions import CorruptRecord
 from .refgraph import ReferenceGraph
 from ZODB.TimeStamp import TimeStamp
@@ -234,25 +233,22 @@ class Pack:
 
     def take_commit_lock(self, session):
         """Begin a transaction holding the commit lock, yielding to
-        committers: while the lock is busy, wait pack-commit-busy-delay
-        seconds and try again. Returns the newest tid."""
-        adapter = self.adapter
-        locker = adapter.locker
-        while True:
-            try:
-                session.begin(adapter.store_begin_sql)
-                last = locker.try_commit_lock(session,
-                                              adapter.mover.last_tid_sql)
-            except CommitLockTimeout:  # SQLite: the writer slot is taken
-                last = locker.BUSY
-            if last is not locker.BUSY:
-                return last
-            session.rollback_quietly()
-            locker.after_rollback(session)
-            delay = self.options.pack_commit_busy_delay
-            self.result['busy_waits'] += 1
-            self.result['busy_seconds'] += delay
-            time.sleep(delay)
+        committers: while a commit holds it, wait in line for it, up to
+        pack-commit-busy-delay seconds at a time (the commit ends first;
+        the commits after it wait for one batch at most). Returns the
+        newest tid."""
+        locker = self.adapter.locker
+        sql = self.adapter.mover.last_tid_sql
+        last = locker.begin_with_commit_lock(session, sql)
+        if last is not locker.BUSY:
+            return last
+        started = time.monotonic()
+        self.result['busy_waits'] += 1
+        wait = max(self.options.pack_commit_busy_delay, 0.01)
+        while last is locker.BUSY:
+            last = locker.begin_with_commit_lock(session, sql, wait)
+        self.result['busy_seconds'] += time.monotonic() - started
+        return last
 
     def more(self, started, steps):
         """Whether a batch that began at *started* and has done *steps*

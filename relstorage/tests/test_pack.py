@@ -199,6 +199,9 @@ def test_pack_waits_while_the_commit_lock_is_busy(factory):
         adapter.locker.after_rollback(holder)
         packer.join(60)
         assert results and results[0]['objects_removed'] == 1
+        # It waited in line for the lock, and says so.
+        assert results[0]['busy_waits'] >= 1
+        assert results[0]['busy_seconds'] > 0
         holder.close()
     finally:
         db.close()

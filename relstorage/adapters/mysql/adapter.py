@@ -123,9 +123,10 @@ class MySQLLocker(Locker):
             raise self.timeout_error()
         return session.scalar(last_tid_sql)
 
-    def try_commit_lock(self, session, last_tid_sql):
+    def try_commit_lock(self, session, last_tid_sql, wait=0):
         session.holds_commit_lock = True
-        if session.scalar('SELECT GET_LOCK(%s, 0)' % COMMIT_LOCK) != 1:
+        if session.scalar('SELECT GET_LOCK(%s, %%s)' % COMMIT_LOCK,
+                          (max(0, wait),)) != 1:
             session.holds_commit_lock = False
             return self.BUSY
         return session.scalar(last_tid_sql)
@@ -235,13 +236,14 @@ class MySQLPackerMixin:
     table with a full scan, which waits for every row a voting committer
     has locked -- while the pack holds the commit lock that committer
     waits for. Deleting by primary key, one row at a time, touches only
-    the garbage rows."""
+    the garbage rows. The statements go in one message (the driver's
+    executemany would send one per row: 2 s of round trips for 6,667
+    objects history kept)."""
 
     def delete_objects(self, session, oids):
-        params = [(oid,) for oid in oids]
-        for table in self.object_tables:
-            session.executemany('DELETE FROM %s WHERE zoid = %%s' % table,
-                                params)
+        session.execute_script([
+            ('DELETE FROM %s WHERE zoid = %%s' % table, (oid,))
+            for table in self.object_tables for oid in oids])
 
 
 class MySQLHPPacker(MySQLPackerMixin, HistoryPreservingPacker):

@@ -257,8 +257,8 @@ class OracleLocker(Locker):
         # was granted.
         return session.scalar(last_tid_sql)
 
-    def try_commit_lock(self, session, last_tid_sql):
-        if not self._take(session, 0):
+    def try_commit_lock(self, session, last_tid_sql, wait=0):
+        if not self._take(session, max(0, wait)):
             return self.BUSY
         return session.scalar(last_tid_sql)
 

@@ -117,10 +117,20 @@ class PostgreSQLLocker(Locker):
     def singles_params(self, count):
         return 1 if count else 0
 
-    def try_commit_lock(self, session, last_tid_sql):
-        if not session.scalar('SELECT pg_try_advisory_xact_lock(%s)',
-                              (COMMIT_LOCK_KEY,)):
+    def try_commit_lock(self, session, last_tid_sql, wait=0):
+        if wait <= 0:
+            if not session.scalar('SELECT pg_try_advisory_xact_lock(%s)',
+                                  (COMMIT_LOCK_KEY,)):
+                return self.BUSY
+            return session.scalar(last_tid_sql)
+        session.execute('SET LOCAL lock_timeout = %s', (int(wait * 1000),))
+        try:
+            session.execute('SELECT pg_advisory_xact_lock(%s)',
+                            (COMMIT_LOCK_KEY,))
+        except self.adapter.driver.errors.LockNotAvailable:
             return self.BUSY
+        session.execute('SET LOCAL lock_timeout = %s', (
+            int(self.adapter.options.commit_lock_timeout * 1000),))
         return session.scalar(last_tid_sql)
 
     def try_pack_lock(self, session):

@@ -246,9 +246,20 @@ class SQLiteLocker(Locker):
     def hold_commit_lock(self, session, last_tid_sql):
         return session.scalar(last_tid_sql)
 
-    def try_commit_lock(self, session, last_tid_sql):
+    def try_commit_lock(self, session, last_tid_sql, wait=0):
         # BEGIN IMMEDIATE already made this the writer, or raised when the
-        # slot was taken (the pack session does not wait for it).
+        # slot was taken (see begin_with_commit_lock).
+        return session.scalar(last_tid_sql)
+
+    def begin_with_commit_lock(self, session, last_tid_sql, wait=0):
+        # The pack session waits for the writer slot only when asked to.
+        session.writer_wait = wait
+        try:
+            session.begin(self.adapter.store_begin_sql)
+        except CommitLockTimeout:
+            return self.BUSY
+        finally:
+            session.writer_wait = 0
         return session.scalar(last_tid_sql)
 
     def try_pack_lock(self, session):
