@@ -19,9 +19,10 @@ class Iterator:
         """``[(oid, tid, state)]`` of current objects with oid >=
         *start_oid*, in oid order; a damaged state is a CorruptRecord."""
         checked = self.adapter.mover.checked
+        params = (start_oid,) * self.current_records_bounds + (limit,)
         return [(oid, tid, checked(oid, state, tid, size)[0])
                 for oid, tid, state, size in session.fetchall(
-                    self.current_records_sql, (start_oid, limit))]
+                    self.current_records_sql, params)]
 
     def _records(self, session, sql, tid):
         """``[(oid, state, prev_tid)]`` of *sql*'s rows ``(oid, state,
@@ -48,11 +49,15 @@ class Iterator:
 
 class HistoryPreservingIterator(Iterator):
 
+    # The oid bound is given for both tables: PostgreSQL merge-joined
+    # them, reading object_state from its first row at every call
+    # (record_iternext, a call per object, grew with the oid).
     current_records_sql = (
         'SELECT c.zoid, c.tid, s.state, s.state_size FROM current_object c '
         'JOIN object_state s ON s.zoid = c.zoid AND s.tid = c.tid '
-        'WHERE c.zoid >= %s AND s.state IS NOT NULL '
+        'WHERE c.zoid >= %s AND s.zoid >= %s AND s.state IS NOT NULL '
         'ORDER BY c.zoid LIMIT %s')
+    current_records_bounds = 2
     object_count_sql = (
         'SELECT COUNT(*) FROM current_object c '
         'JOIN object_state s ON s.zoid = c.zoid AND s.tid = c.tid '
@@ -118,6 +123,7 @@ class HistoryFreeIterator(Iterator):
         'SELECT zoid, tid, state, state_size FROM object_state '
         'WHERE zoid >= %s '
         'AND state IS NOT NULL ORDER BY zoid LIMIT %s')
+    current_records_bounds = 1
     object_count_sql = ('SELECT COUNT(*) FROM object_state '
                         'WHERE state IS NOT NULL')
 

@@ -15,11 +15,14 @@ pack finishes the job.
 """
 import logging
 import time
+from io import BytesIO
 
 from ZODB.POSException import StorageError
 
 from ..exceptions import CorruptRecord
 from .refgraph import ReferenceGraph
+from ZODB._compat import PersistentUnpickler
+from ZODB.serialize import referencesf
 from ZODB.TimeStamp import TimeStamp
 from ZODB.utils import u64
 
@@ -29,6 +32,20 @@ log = logging.getLogger(__name__)
 PAGE = 1000
 #: Objects removed per statement group inside a batch.
 STEP = 100
+
+
+def _oids(persistent_ids):
+    """The oids of ordinary references among *persistent_ids*, as ZODB's
+    referencesf takes them (weak and cross-database references are
+    lists, and left out)."""
+    for ref in persistent_ids:
+        if isinstance(ref, tuple):
+            ref = ref[0]
+        elif isinstance(ref, list):
+            continue
+        if isinstance(ref, str):
+            ref = ref.encode('ascii')
+        yield ref
 
 
 def tid_for_time(t):
@@ -184,6 +201,39 @@ class Pack:
                 'removed' % (self.adapter.describe(), oid, type(e).__name__,
                              e)) from e
 
+    def page_references(self, page):
+        """``(oid, [oids it refers to])`` for each ``(oid, state)`` of
+        *page*, in order. With ZODB's referencesf, one unpickler reads the
+        whole page (an unpickler per state cost twice as much); a state it
+        cannot read, or that does not end where its length says, is read
+        again on its own, as references() does, which names it."""
+        if self.referencesf is not referencesf:
+            for oid, state in page:
+                yield oid, self.references(oid, state)
+            return
+        stream = BytesIO(b''.join(state for _, state in page if state))
+        found = []
+        reader = PersistentUnpickler(None, found.append, stream)
+        end = 0
+        for oid, state in page:
+            if not state:
+                yield oid, ()
+                continue
+            end += len(state)
+            try:
+                reader.noload()
+                reader.noload()
+                whole = stream.tell() == end
+            except Exception:  # noqa: BLE001 -- read again on its own
+                whole = False
+            if whole:
+                yield oid, [u64(ref) for ref in _oids(found)]
+            else:
+                yield oid, self.references(oid, state)
+                stream.seek(end)
+                reader = PersistentUnpickler(None, found.append, stream)
+            del found[:]
+
     def find_garbage(self, session):
         """The oids unreachable at the pack time from the root or from
         any revision committed after it (the graph in flat arrays, see
@@ -194,8 +244,8 @@ class Pack:
             page = self.packer.states_at(session, self.pack_tid, after, PAGE)
             if not page:
                 break
-            for oid, state in page:
-                graph.add(oid, self.references(oid, state))
+            for oid, refs in self.page_references(page):
+                graph.add(oid, refs)
             after = page[-1][0]
             self.metrics.pack_examined(len(page))
         roots = {0}

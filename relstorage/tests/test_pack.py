@@ -356,3 +356,52 @@ def test_full_pack_discards_an_earlier_prepack_state(factory):
                                      use_prepack_state=True)
     finally:
         db.close()
+
+
+def test_a_page_of_states_gives_each_state_its_own_references():
+    """The pre-pack reads a page of states with one unpickler: each state
+    gets exactly what ZODB's referencesf finds in it alone (weak and
+    cross-database references left out, as there), and a damaged state
+    anywhere in the page stops the pack naming that object."""
+    from BTrees.OOBTree import OOBTree
+    from persistent.wref import WeakRef
+    from ZODB.utils import u64
+
+    from relstorage.exceptions import CorruptRecord
+    from relstorage.storage.pack import Pack
+    from .dbs import DatabaseFactory
+    factory = DatabaseFactory('sqlite', True)
+    storage = factory.storage()
+    db = ZODB.DB(storage)
+    try:
+        with db.transaction() as conn:
+            root = conn.root()
+            root['tree'] = tree = OOBTree()
+            for i in range(300):  # several buckets
+                tree[i] = PersistentMapping(n=i, text='x' * (i % 7))
+            root['weak'] = PersistentMapping(ref=WeakRef(tree[1]))
+            root['empty'] = PersistentMapping()
+        page = []
+        oid = 0
+        while True:
+            try:
+                page.append((oid, storage.load(ZODB.utils.p64(oid))[0]))
+            except POSKeyError:
+                break
+            oid += 1
+        page.insert(3, (99999, b''))  # a state-less row (a deletion)
+        pack = Pack(storage, time.time(), referencesf, gc=True)
+        expected = [(o, [u64(r) for r in referencesf(s)] if s else [])
+                    for o, s in page]
+        assert [(o, list(refs)) for o, refs in pack.page_references(page)] \
+            == expected
+        for damaged in (0, 5, len(page) - 1):
+            oid, state = page[damaged]
+            for bad in (state[:len(state) // 2], state[:-1], b'\x80\x03\xfe'):
+                hurt = list(page)
+                hurt[damaged] = (oid, bad)
+                with pytest.raises(CorruptRecord, match='0x%x' % oid):
+                    list(pack.page_references(hurt))
+    finally:
+        db.close()
+        factory.cleanup()
