@@ -53,7 +53,7 @@ KEY_SAMPLES = {
     'pack-gc': ('false', False),
     'pack-prepack-only': ('true', True),
     'pack-skip-prepack': ('true', True),
-    'pack-batch-timeout': ('0.5', 0.5),
+    'pack-batch-timeout': ('0.75', 0.75),
     'pack-commit-busy-delay': ('2', 2.0),
     'cache-servers': ('10.0.0.1:11211 10.0.0.2:11211',
                       ['10.0.0.1:11211', '10.0.0.2:11211']),
