@@ -43,20 +43,34 @@ def neutral_dir():
     return tempfile.mkdtemp(prefix='speedtest-other-')
 
 
-def ensure(venv=None, spec=RS4, extra=SHOOTOUT, log=print):
-    """The virtualenv at *venv* (default ``DEFAULT_DIR``) holding *spec*
-    and *extra*: made, or installed into, when its marker differs. Returns its
-    directory."""
+def _marker(venv):
+    return os.path.join(venv, '.speedtest-installed')
+
+
+def ready(venv=None, spec=RS4, extra=SHOOTOUT):
+    """The virtualenv at *venv* (default ``DEFAULT_DIR``) if its marker
+    says it holds *spec* and *extra*, else None."""
     venv = os.path.abspath(venv or DEFAULT_DIR)
-    wanted = '\n'.join((spec,) + tuple(extra))
-    marker = os.path.join(venv, '.speedtest-installed')
-    python = os.path.join(venv, 'bin', 'python')
     try:
-        with open(marker) as f:
-            if f.read() == wanted:
+        with open(_marker(venv)) as f:
+            if f.read() == '\n'.join((spec,) + tuple(extra)):
                 return venv
     except OSError:
         pass
+    return None
+
+
+def ensure(venv=None, spec=RS4, extra=SHOOTOUT, log=print):
+    """The virtualenv at *venv* (default ``DEFAULT_DIR``) holding *spec*
+    and *extra*: made, or installed into, when its marker differs.
+    Returns its directory."""
+    made = ready(venv, spec, extra)
+    if made:
+        return made
+    venv = os.path.abspath(venv or DEFAULT_DIR)
+    wanted = '\n'.join((spec,) + tuple(extra))
+    marker = _marker(venv)
+    python = os.path.join(venv, 'bin', 'python')
     # An existing virtualenv (somebody's own, or made for other
     # requirements) is added to, never cleared.
     if not os.path.exists(python):

@@ -1,7 +1,6 @@
 """speedtest.pack runs end to end on SQLite (no timing asserts: the figures
 are only checked to be sane)."""
 import json
-import os
 
 import pytest
 
@@ -39,17 +38,12 @@ def test_pack_alone(tmp_path, capsys):
 def _other_venv():
     """The other side's virtualenv when it is already made (tests never
     install it)."""
-    venv = othervenv.DEFAULT_DIR
-    marker = os.path.join(venv, '.speedtest-installed')
-    wanted = '\n'.join((othervenv.RS4,) + tuple(othervenv.SHOOTOUT))
-    try:
-        with open(marker) as f:
-            if f.read() == wanted:
-                return venv
-    except OSError:
-        pass
-    pytest.skip('no %s with its marker (made by `python -m speedtest.pack '
-                '--other-venv`); not installed by tests' % venv)
+    venv = othervenv.ready()
+    if venv is None:
+        pytest.skip('no %s with its marker (made by `python -m '
+                    'speedtest.pack --other-venv`); not installed by tests'
+                    % othervenv.DEFAULT_DIR)
+    return venv
 
 
 def test_pack_beside_the_other_zodbpack(tmp_path, capsys):
