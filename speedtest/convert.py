@@ -26,6 +26,7 @@ from persistent.mapping import PersistentMapping
 from ZODB.FileStorage import FileStorage
 
 from relstorage.helptext import help_text
+from relstorage.tests.dbs import empty_database
 
 
 def build_filestorage(path, objects, transactions):
@@ -64,40 +65,6 @@ def _adapter_section(database, keep_history, which):
             ' %s %s' % (k, v) for k, v in params.items() if v)
     return '<sqlite3>\n data-dir %s\n</sqlite3>' % tempfile.mkdtemp(
         prefix='speedtest-convert-')
-
-
-def empty_database(database, keep_history, which):
-    """Drop every table (view, procedure) of a test database, ours or
-    anybody's."""
-    from relstorage.tests.dbs import mysql_params
-    from relstorage.tests.dbs import pg_dsn
-    if database == 'postgresql':
-        import psycopg2
-        conn = psycopg2.connect(pg_dsn(keep_history, which))
-        conn.autocommit = True
-        with conn.cursor() as cur:
-            cur.execute('DROP SCHEMA public CASCADE')
-            cur.execute('CREATE SCHEMA public')
-        conn.close()
-    elif database == 'mysql':
-        import MySQLdb
-        params = mysql_params(keep_history, which)
-        conn = MySQLdb.connect(**params)
-        cur = conn.cursor()
-        # RelStorage 4 also leaves views (history-free) and procedures.
-        cur.execute('SHOW FULL TABLES')
-        tables = list(cur.fetchall())
-        cur.execute('SELECT routine_name, routine_type FROM '
-                    'information_schema.routines WHERE routine_schema = '
-                    'DATABASE()')
-        routines = list(cur.fetchall())
-        cur.execute('SET FOREIGN_KEY_CHECKS = 0')
-        for table, kind in tables:
-            cur.execute('DROP %s `%s`' % (
-                'VIEW' if kind == 'VIEW' else 'TABLE', table))
-        for name, kind in routines:
-            cur.execute('DROP %s `%s`' % (kind, name))
-        conn.close()
 
 
 def convert(command, fs_path, database, keep_history, which):
