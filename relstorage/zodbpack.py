@@ -152,8 +152,10 @@ def pack_one(name, section, days, check_only, out, prepack_only=False,
         print('  packed to %s: %s in %.1f s%s'
               % (time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(t)),
                  describe(result), seconds,
-                 ' (%d batches; %.0f s spent letting commits go first)'
-                 % (result['batches'], result['busy_seconds'])
+                 ' (pre-pack %.1f s, then %d batches; %.0f s spent letting '
+                 'commits go first)' % (result.get('prepack_seconds', 0),
+                                        result['batches'],
+                                        result['busy_seconds'])
                  if 'batches' in result else ''), file=out)
         return 0
     finally:

@@ -51,6 +51,10 @@ class Adapter:
     load_begin_sql = 'BEGIN'
     #: Starts the commit transaction of a store session.
     store_begin_sql = 'BEGIN'
+    #: How the pack's removing session begins the transaction in which
+    #: it fills its scratch tables (taking no write lock on the tables
+    #: commits use: SQLite's store_begin_sql would).
+    scratch_begin_sql = 'BEGIN'
     #: Starts the transaction that reads, and may create, the schema
     #: (None: the session's usual BEGIN).
     schema_begin_sql = None

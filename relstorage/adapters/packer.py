@@ -2,7 +2,15 @@
 
 Every method takes the session to run on. The pre-pack reads run on a
 snapshot without any lock; the removals run in short transactions that
-hold the commit lock (see relstorage.storage.pack)."""
+hold the commit lock (see relstorage.storage.pack).
+
+The reference graph lives in the database, in temporary tables of the
+removing session, so that packing a database of any size costs its
+process no more memory than a page of states: ``pack_root`` (the root and
+whatever was committed after the pack time), ``pack_ref`` (one row per
+reference of a state current at the pack time), ``pack_reached`` (what
+the roots reach, found by one recursive query) and ``pack_gc`` (the
+objects to remove, which the batches then take in oid order)."""
 import time
 
 from .blobs import delete_blobs
@@ -28,6 +36,25 @@ def set_meta(session, **values):
         [(name, str(value)) for name, value in sorted(values.items())])
 
 
+#: The pack's scratch tables (see the module's docstring).
+PACK_TABLES = ('pack_root', 'pack_ref', 'pack_reached', 'pack_gc')
+PACK_TABLES_DDL = (
+    'CREATE TEMPORARY TABLE IF NOT EXISTS pack_root '
+    '(zoid BIGINT NOT NULL PRIMARY KEY)',
+    'CREATE TEMPORARY TABLE IF NOT EXISTS pack_ref (zoid BIGINT NOT NULL, '
+    'to_zoid BIGINT NOT NULL, PRIMARY KEY (zoid, to_zoid))',
+    'CREATE TEMPORARY TABLE IF NOT EXISTS pack_reached '
+    '(zoid BIGINT NOT NULL PRIMARY KEY)',
+    'CREATE TEMPORARY TABLE IF NOT EXISTS pack_gc '
+    '(zoid BIGINT NOT NULL PRIMARY KEY)',
+)
+
+#: pack_gc's oids from the first to the last of a run taken in order
+#: (a range of the primary key, which every database can seek).
+GARBAGE_RANGE = ('zoid BETWEEN %s AND %s AND zoid IN '
+                 '(SELECT zoid FROM pack_gc WHERE zoid BETWEEN %s AND %s)')
+
+
 class Packer:
 
     def __init__(self, adapter):
@@ -45,36 +72,97 @@ class Packer:
             'SELECT zoid, state FROM object_state WHERE tid > %s',
             (after_tid,))]
 
-    def deleted_objects(self, session, pack_tid):
-        """Oids whose current revision, committed at or before *pack_tid*,
-        records a deletion (deleteObject, or an undone creation): packing
-        removes them altogether, with or without garbage collection."""
-        return [oid for (oid,) in session.fetchall(self.deleted_sql,
-                                                   (pack_tid,))]
+    # The graph, in the removing session's scratch tables
+
+    def start_graph(self, session):
+        """Create (or empty) the scratch tables, in the transaction open
+        on *session*."""
+        for ddl in PACK_TABLES_DDL:
+            session.execute(ddl)
+        for table in PACK_TABLES:
+            session.execute('DELETE FROM %s' % table)
+
+    def add_roots(self, session, oids):
+        session.executemany('INSERT INTO pack_root (zoid) VALUES (%s)',
+                            [(oid,) for oid in sorted(oids)])
+
+    def add_references(self, session, pairs):
+        """Add ``(oid, oid it refers to)`` *pairs*, each at most once."""
+        session.executemany(
+            'INSERT INTO pack_ref (zoid, to_zoid) VALUES (%s, %s)', pairs)
+
+    def mark(self, session):
+        """Fill pack_reached with what pack_root reaches through
+        pack_ref (UNION, not UNION ALL: each object is visited once, so
+        cycles end and shared objects cost nothing more)."""
+        session.execute(
+            'INSERT INTO pack_reached (zoid) WITH RECURSIVE reached (zoid) '
+            'AS (SELECT zoid FROM pack_root UNION SELECT p.to_zoid FROM '
+            'pack_ref p JOIN reached r ON p.zoid = r.zoid) '
+            'SELECT zoid FROM reached')
+
+    def find_garbage(self, session, pack_tid, gc):
+        """Fill pack_gc with the objects to remove: those current at
+        *pack_tid* that the roots do not reach (with *gc*; mark() ran),
+        and those whose revision current at *pack_tid* records a deletion
+        (deleteObject, or an undone creation), which go with or without
+        garbage collection. Returns how many."""
+        unreached_clause = ('NOT EXISTS (SELECT 1 FROM pack_reached r '
+                            'WHERE r.zoid = c.zoid) OR ' if gc else '')
+        session.execute(
+            'INSERT INTO pack_gc (zoid) SELECT c.zoid FROM %s c WHERE '
+            'c.tid <= %%s AND (%s%s)' % (
+                self.current_table, unreached_clause, self.deleted_clause),
+            (pack_tid,))
+        return self.garbage_count(session)
+
+    def garbage_count(self, session):
+        return int(session.scalar('SELECT COUNT(*) FROM pack_gc'))
+
+    def garbage_after(self, session, after, limit):
+        """The next *limit* oids of pack_gc after *after*, in order."""
+        return [oid for (oid,) in session.fetchall(
+            'SELECT zoid FROM pack_gc WHERE zoid > %s ORDER BY zoid '
+            'LIMIT %s', (after, limit))]
+
+    def still_garbage(self, session, oids):
+        """Those of *oids* that pack_gc holds."""
+        found = []
+        for chunk in chunks(sorted(oids)):
+            found.extend(oid for (oid,) in session.fetchall(
+                'SELECT zoid FROM pack_gc WHERE zoid IN %s'
+                % in_list(chunk), chunk))
+        return found
+
+    def spare(self, session, oids):
+        """Take *oids* out of pack_gc."""
+        for chunk in chunks(sorted(oids)):
+            session.execute('DELETE FROM pack_gc WHERE zoid IN %s'
+                            % in_list(chunk), chunk)
 
     # The state a --prepack run leaves for a later --use-prepack-state pack
 
-    def save_prepack(self, session, pack_tid, checked_tid, garbage):
-        """Record a pre-pack's result (replacing any earlier one) in the
+    def save_prepack(self, session, pack_tid, checked_tid):
+        """Keep pack_gc (replacing any earlier pre-pack's result), in the
         transaction open on *session*."""
         self.forget_prepack(session)
-        session.executemany('INSERT INTO pack_garbage (zoid) VALUES (%s)',
-                            [(oid,) for oid in sorted(garbage)])
+        session.execute('INSERT INTO pack_garbage (zoid) '
+                        'SELECT zoid FROM pack_gc')
         set_meta(session, prepack_tid=pack_tid,
                  prepack_checked_tid=checked_tid)
 
     def load_prepack(self, session):
-        """``(pack_tid, checked_tid, garbage)`` of the last pre-pack, or
-        None if there is none (or a pack has used it since)."""
+        """``(pack_tid, checked_tid)`` of the last pre-pack, its garbage
+        put in pack_gc (start_graph() ran), or None if there is none (or
+        a pack has used it since)."""
         meta = dict(session.fetchall(
             "SELECT name, value FROM relstorage_meta "
             "WHERE name IN ('prepack_tid', 'prepack_checked_tid')"))
         if len(meta) != 2:
             return None
-        garbage = {oid for (oid,) in session.fetchall(
-            'SELECT zoid FROM pack_garbage')}
-        return (int(meta['prepack_tid']), int(meta['prepack_checked_tid']),
-                garbage)
+        session.execute('INSERT INTO pack_gc (zoid) '
+                        'SELECT zoid FROM pack_garbage')
+        return int(meta['prepack_tid']), int(meta['prepack_checked_tid'])
 
     def forget_prepack(self, session):
         forget_meta(session, ('prepack_tid', 'prepack_checked_tid'))
@@ -102,37 +190,38 @@ class Packer:
     def forget_pack(self, session):
         forget_meta(session, ('last_pack_tid', 'last_pack_time'))
 
-    def remove_objects(self, session, oids):
-        """Remove every revision of *oids* and their blobs; return
-        ``(revisions, bytes)`` removed."""
+    def remove_garbage(self, session, oids):
+        """Remove every revision of *oids*, a run of pack_gc's oids taken
+        in order (garbage_after), and their blobs; return ``(revisions,
+        bytes)`` removed."""
+        bounds = (oids[0], oids[-1]) * 2
         revisions = size = 0
         blob_ids = []
-        for chunk in chunks(oids):
-            for state_size, blob_id in session.fetchall(
-                    'SELECT state_size, blob_id FROM object_state '
-                    'WHERE zoid IN %s' % in_list(chunk), chunk):
-                revisions += 1
-                size += state_size
-                if blob_id is not None:
-                    blob_ids.append(blob_id)
+        for state_size, blob_id in session.fetchall(
+                'SELECT state_size, blob_id FROM object_state WHERE '
+                + GARBAGE_RANGE, bounds):
+            revisions += 1
+            size += state_size
+            if blob_id is not None:
+                blob_ids.append(blob_id)
         delete_blobs(session, blob_ids)
         self.delete_objects(session, oids)
         return revisions, size
 
     def delete_objects(self, session, oids):
-        for chunk in chunks(oids):
-            for table in self.object_tables:
-                session.execute('DELETE FROM %s WHERE zoid IN %s'
-                                % (table, in_list(chunk)), chunk)
+        bounds = (oids[0], oids[-1]) * 2
+        for table in self.object_tables:
+            session.execute('DELETE FROM %s WHERE %s'
+                            % (table, GARBAGE_RANGE), bounds)
 
 
 class HistoryPreservingPacker(Packer):
 
     object_tables = ('object_state', 'current_object')
-    deleted_sql = (
-        'SELECT c.zoid FROM current_object c JOIN object_state s '
-        'ON s.zoid = c.zoid AND s.tid = c.tid '
-        'WHERE c.tid <= %s AND s.state IS NULL')
+    current_table = 'current_object'
+    #: Whether current_object row c's revision records a deletion.
+    deleted_clause = ('EXISTS (SELECT 1 FROM object_state s WHERE '
+                   's.zoid = c.zoid AND s.tid = c.tid AND s.state IS NULL)')
     # The page is chosen inside the aggregate, so each query reads only its
     # own oids (by the primary key), not the whole table; each state is
     # then fetched by its key. (Joined instead, PostgreSQL misjudged the
@@ -150,43 +239,45 @@ class HistoryPreservingPacker(Packer):
         return session.scalar(
             'SELECT MAX(tid) FROM transactions WHERE packed = %s', (True,))
 
-    def objects_with_old_revisions(self, session, pack_tid):
-        """Oids with more than one revision at or before *pack_tid*."""
-        return [oid for (oid,) in session.fetchall(
-            'SELECT zoid FROM object_state WHERE tid <= %s '
-            'GROUP BY zoid HAVING COUNT(*) > 1 ORDER BY zoid', (pack_tid,))]
+    count_old_sql = (
+        'SELECT COUNT(*) FROM (SELECT zoid FROM object_state WHERE '
+        'tid <= %s GROUP BY zoid HAVING COUNT(*) > 1) k')
+    old_after_sql = (
+        'SELECT zoid, MAX(tid) FROM object_state WHERE tid <= %s AND '
+        'zoid > %s GROUP BY zoid HAVING COUNT(*) > 1 ORDER BY zoid LIMIT %s')
 
-    def remove_old_revisions(self, session, oids, pack_tid):
-        """Drop the revisions of *oids* older than the one current at
-        *pack_tid*, and their blobs; return ``(revisions, bytes, keep)``,
-        *keep* mapping each oid to the oldest revision kept."""
+    def count_old_revisions(self, session, pack_tid):
+        """How many objects have more than one revision at or before
+        *pack_tid*."""
+        return int(session.scalar(self.count_old_sql, (pack_tid,)))
+
+    def old_revisions_after(self, session, pack_tid, after, limit):
+        """``[(oid, tid)]`` for the next *limit* oids after *after* with
+        more than one revision at or before *pack_tid*, in order, each
+        with its revision current at *pack_tid* (the oldest to keep)."""
+        return session.fetchall(self.old_after_sql, (pack_tid, after, limit))
+
+    def remove_old_revisions(self, session, keep):
+        """Drop the revisions older than *keep*'s, ``[(oid, oldest tid
+        to keep)]``, and their blobs; return ``(revisions, bytes)``."""
         revisions = size = 0
-        keep = {}
-        for chunk in chunks(oids):
-            rows = session.fetchall(
-                'SELECT zoid, tid, state_size, blob_id FROM object_state '
-                'WHERE zoid IN %s AND tid <= %%s' % in_list(chunk),
-                list(chunk) + [pack_tid])
-            kept = {}
-            for oid, tid, _, _ in rows:
-                kept[oid] = max(tid, kept.get(oid, tid))
+        for part in chunks(keep, 200):
+            # Each term is a range of the primary key, which every
+            # database can seek.
+            where = ' OR '.join(['(zoid = %s AND tid < %s)'] * len(part))
+            params = [value for pair in part for value in pair]
             blob_ids = []
-            for oid, tid, state_size, blob_id in rows:
-                if tid < kept[oid]:
-                    revisions += 1
-                    size += state_size
-                    if blob_id is not None:
-                        blob_ids.append(blob_id)
+            for state_size, blob_id in session.fetchall(
+                    'SELECT state_size, blob_id FROM object_state WHERE '
+                    + where, params):
+                revisions += 1
+                size += state_size
+                if blob_id is not None:
+                    blob_ids.append(blob_id)
             delete_blobs(session, blob_ids)
-            for part in chunks(sorted(kept.items()), 200):
-                # One statement (one round trip) per part: each term is a
-                # range of the primary key, which every database can seek.
-                session.execute(
-                    'DELETE FROM object_state WHERE '
-                    + ' OR '.join(['(zoid = %s AND tid < %s)'] * len(part)),
-                    [value for pair in part for value in pair])
-            keep.update(kept)
-        return revisions, size, keep
+            session.execute('DELETE FROM object_state WHERE ' + where,
+                            params)
+        return revisions, size
 
     def finish(self, session, pack_tid):
         """Mark transactions up to *pack_tid* packed and drop those left
@@ -208,10 +299,11 @@ class HistoryPreservingPacker(Packer):
 class HistoryFreePacker(Packer):
 
     object_tables = ('object_state',)
+    current_table = 'object_state'
     # A deleted object keeps its row, with a NULL state, as a tombstone
     # that tells polls of the deletion; packing removes the tombstones.
-    deleted_sql = ('SELECT zoid FROM object_state WHERE state IS NULL '
-                   'AND tid <= %s')
+    deleted_clause = 'c.state IS NULL'
+
     states_at_sql = (
         'SELECT zoid, state FROM object_state WHERE tid <= %s '
         'AND zoid > %s ORDER BY zoid LIMIT %s')
@@ -219,11 +311,14 @@ class HistoryFreePacker(Packer):
     def last_pack_tid(self, session):
         return None
 
-    def objects_with_old_revisions(self, session, pack_tid):
+    def count_old_revisions(self, session, pack_tid):
+        return 0
+
+    def old_revisions_after(self, session, pack_tid, after, limit):
         return []
 
-    def remove_old_revisions(self, session, oids, pack_tid):
-        return 0, 0, {}
+    def remove_old_revisions(self, session, keep):
+        return 0, 0
 
     def finish(self, session, pack_tid):
         return 0

@@ -1,9 +1,12 @@
 """Packing: drop revisions that are no longer current as of the pack time
 and (with pack-gc) objects no longer reachable from the root.
 
-The pre-pack reads one snapshot without any lock: it walks the states
-current at the pack time, follows their references from the root (and from
-everything committed after the pack time) and so finds the garbage. The
+The pre-pack reads one snapshot without any lock: it reads the states
+current at the pack time a page at a time and writes their references
+into scratch tables of the database, where one recursive query then
+follows them from the root (and from everything committed after the pack
+time) and so finds the garbage; the packing process holds no more than a
+page (see relstorage.adapters.packer). The
 removal then runs in batches, each a short transaction holding the commit
 lock for at most about ``pack-batch-timeout`` seconds, so that writers wait
 at most one batch; when the commit lock is busy the pack waits
@@ -14,13 +17,14 @@ atomic, so an interrupted pack leaves a consistent database and the next
 pack finishes the job.
 """
 import logging
+import queue
+import threading
 import time
 from io import BytesIO
 
 from ZODB.POSException import StorageError
 
 from ..exceptions import CorruptRecord
-from .refgraph import ReferenceGraph
 from ZODB._compat import PersistentUnpickler
 from ZODB.serialize import referencesf
 from ZODB.TimeStamp import TimeStamp
@@ -31,7 +35,9 @@ log = logging.getLogger(__name__)
 #: States read per pre-pack query.
 PAGE = 1000
 #: Objects removed per statement group inside a batch.
-STEP = 100
+STEP = 500
+#: References written to the database at a time by the pre-pack.
+REFS_WRITTEN = 20000
 
 
 def _oids(persistent_ids):
@@ -121,69 +127,78 @@ class Pack:
         return self.result
 
     def prepack_and_remove(self, writer):
+        started = time.monotonic()
         packer = self.packer
-        session = self.adapter.open_load_session(primary=True)
+        adapter = self.adapter
+        session = adapter.open_load_session(primary=True)
         try:
             view = session.restart()
             if not view:
                 return  # empty database
+            writer.begin(adapter.scratch_begin_sql)
+            packer.start_graph(writer)
             if self.use_prepack_state:
-                state = packer.load_prepack(session.session)
+                state = packer.load_prepack(writer)
                 if state is None:
                     raise StorageError(
                         'no pre-pack state in the %s to pack with: run a '
                         'pre-pack first (zodbpack --prepack, or '
-                        'pack-prepack-only true)' % self.adapter.describe())
-                self.pack_tid, checked_tid, garbage = state
+                        'pack-prepack-only true)' % adapter.describe())
+                self.pack_tid, checked_tid = state
             else:
-                garbage, checked_tid = self.prepack(session, view)
+                checked_tid = self.prepack(session, writer, view)
             if self.prepack_only:
-                self.save_prepack(writer, checked_tid, garbage)
+                self.save_prepack(writer, checked_tid)
                 return
-            old = packer.objects_with_old_revisions(
-                session.session, self.pack_tid)
+            garbage = packer.garbage_count(writer)
+            writer.commit()
+            old = packer.count_old_revisions(session.session, self.pack_tid)
+            self.result['prepack_seconds'] = time.monotonic() - started
         finally:
             session.close()
-        self.adapter.after_pack_reads(writer)
-        self.remove(writer, old, garbage, checked_tid)
-        self.storage._cache.invalidate(garbage)
+            if writer.in_transaction:
+                writer.rollback_quietly()
+        adapter.after_pack_reads(writer)
+        self.remove(writer, old + garbage, checked_tid)
         blobs = self.storage._blobs
-        if blobs is not None and not self.adapter.keep_history:
+        if blobs is not None and not adapter.keep_history:
             # Replaced blobs of history-free objects have no revision of
             # their own for the batches to find; look at the files.
-            session = self.adapter.open_load_session(primary=True)
+            session = adapter.open_load_session(primary=True)
             try:
                 session.restart()
                 blobs.prune_history_free(session.current_tids, self.pack_tid)
             finally:
                 session.close()
 
-    def prepack(self, session, view):
-        """Find the garbage, reading the snapshot *view* of *session*;
-        return it and the tid up to which commits were taken into
-        account."""
+    def prepack(self, session, writer, view):
+        """Find the garbage, reading the snapshot *view* of *session*,
+        into the scratch tables of *writer*; return the tid up to which
+        commits were taken into account."""
         self.pack_tid = min(self.pack_tid, view)
         last = self.packer.last_pack_tid(session.session)
         if last is not None and self.pack_tid < last:
             raise StorageError(
                 'cannot pack to %016x: an earlier pack already went to '
                 '%016x, so older states are gone' % (self.pack_tid, last))
-        garbage = self.find_garbage(session.session) if self.gc else set()
-        garbage.update(self.packer.deleted_objects(session.session,
-                                                   self.pack_tid))
-        return garbage, view
+        if self.gc:
+            self.graph(session.session, writer)
+        self.packer.find_garbage(writer, self.pack_tid, self.gc)
+        return view
 
-    def save_prepack(self, writer, checked_tid, garbage):
+    def save_prepack(self, writer, checked_tid):
         """Keep what the pre-pack found for a later pack that skips it."""
         adapter = self.adapter
+        garbage = self.packer.garbage_count(writer)
+        writer.commit()
         adapter.schema.ensure_pack_garbage(writer)
         writer.begin(adapter.store_begin_sql)
-        self.packer.save_prepack(writer, self.pack_tid, checked_tid, garbage)
+        self.packer.save_prepack(writer, self.pack_tid, checked_tid)
         writer.commit()
-        self.result['garbage_found'] = len(garbage)
+        self.result['garbage_found'] = garbage
         log.info('pre-pack of %s to %016x found %d unreachable objects; '
                  'kept for a pack that skips the pre-pack',
-                 adapter.describe(), self.pack_tid, len(garbage))
+                 adapter.describe(), self.pack_tid, garbage)
 
     def references(self, oid, state):
         """The oids *state* (of object *oid*) refers to. A state that does
@@ -211,14 +226,19 @@ class Pack:
             for oid, state in page:
                 yield oid, self.references(oid, state)
             return
-        stream = BytesIO(b''.join(state for _, state in page if state))
+        read = [(oid, state) for oid, state in page if state]
+        found = dict(self.read_references(read)) if read else {}
+        for oid, _state in page:
+            yield oid, found.get(oid, ())
+
+    def read_references(self, items):
+        """``(oid, [oids])`` for each ``(oid, state)`` of *items*, with
+        one unpickler over them all."""
+        stream = BytesIO(b''.join(state for _, state in items))
         found = []
         reader = PersistentUnpickler(None, found.append, stream)
         end = 0
-        for oid, state in page:
-            if not state:
-                yield oid, ()
-                continue
+        for oid, state in items:
             end += len(state)
             try:
                 reader.noload()
@@ -234,52 +254,128 @@ class Pack:
                 reader = PersistentUnpickler(None, found.append, stream)
             del found[:]
 
-    def find_garbage(self, session):
-        """The oids unreachable at the pack time from the root or from
-        any revision committed after it (the graph in flat arrays, see
-        ReferenceGraph)."""
-        graph = ReferenceGraph()
-        after = -1  # the root is oid 0
-        while True:
-            page = self.packer.states_at(session, self.pack_tid, after, PAGE)
-            if not page:
-                break
+    def graph(self, session, writer):
+        """Write into *writer*'s scratch tables the references of every
+        state current at the pack time (read on *session*) and the roots:
+        the root object and everything committed after the pack time,
+        with what it refers to; then mark what the roots reach."""
+        packer = self.packer
+        pairs = []
+        for page in self.pages(session):
             for oid, refs in self.page_references(page):
-                graph.add(oid, refs)
-            after = page[-1][0]
+                pairs.extend((oid, ref) for ref in sorted(set(refs)))
+            if len(pairs) >= REFS_WRITTEN:
+                packer.add_references(writer, pairs)
+                del pairs[:]
             self.metrics.pack_examined(len(page))
+        packer.add_references(writer, pairs)
         roots = {0}
-        for oid, state in self.packer.states_after(session, self.pack_tid):
+        for oid, state in packer.states_after(session, self.pack_tid):
             roots.add(oid)
             roots.update(self.references(oid, state))
-        return set(graph.unreached(graph.reach(roots)))
+        packer.add_roots(writer, roots)
+        packer.mark(writer)
 
-    def rescue(self, session, garbage, since):
-        """Take out of *garbage* whatever commits after *since* touched or
-        reference, directly or through other garbage (whose references
-        are read from the database, as the pre-pack keeps no graph)."""
+    def pages(self, session):
+        """The states current at the pack time, a page at a time in oid
+        order, read on *session* by a thread of its own one page ahead:
+        the database finds the next page while this process reads the
+        references of the last one."""
+        pages = queue.Queue(maxsize=1)
+        stopping = threading.Event()
+
+        def read():
+            after = -1  # the root is oid 0
+            try:
+                while not stopping.is_set():
+                    page = self.packer.states_at(session, self.pack_tid,
+                                                 after, PAGE)
+                    pages.put(page)
+                    if not page:
+                        return
+                    after = page[-1][0]
+            except BaseException as e:  # noqa: BLE001 -- raised below
+                pages.put(e)
+
+        reader = threading.Thread(target=read, daemon=True,
+                                  name='relstorage-prepack-reader')
+        reader.start()
+        try:
+            while True:
+                page = pages.get()
+                if isinstance(page, BaseException):
+                    raise page
+                if not page:
+                    return
+                yield page
+        finally:
+            stopping.set()
+            while reader.is_alive():  # let a waiting put() end
+                try:
+                    pages.get(timeout=0.05)
+                except queue.Empty:
+                    pass
+            reader.join()
+
+    def rescue(self, session, since):
+        """Take out of the garbage whatever commits after *since* touched
+        or reference, directly or through other garbage (whose references
+        are read from the database again)."""
+        packer = self.packer
         touched = set()
-        for oid, state in self.packer.states_after(session, since):
+        for oid, state in packer.states_after(session, since):
             touched.add(oid)
             touched.update(self.references(oid, state))
-        alive = touched & garbage
+        alive = packer.still_garbage(session, touched)
         while alive:
-            garbage.difference_update(alive)
+            packer.spare(session, alive)
             referenced = set()
-            found = self.adapter.mover.load_many(session, sorted(alive))
+            found = self.adapter.mover.load_many(session, alive)
             for oid, (state, _tid) in found.items():
                 referenced.update(self.references(oid, state))
-            alive = referenced & garbage
+            alive = packer.still_garbage(session, referenced)
 
-    def remove(self, session, old, garbage, checked_tid):
-        old = [oid for oid in old if oid not in garbage]
-        doomed = sorted(garbage)
-        self.total = len(old) + len(doomed)
-        while old or doomed or not self.result['batches']:
+    def remove(self, session, total, checked_tid):
+        """Remove pack_gc's objects, then the old revisions, in batches;
+        *total* is how many objects that is, for progress."""
+        self.total = total
+        self.left = total
+        self.garbage_after = self.old_after = -1
+        while self.garbage_after is not None or self.old_after is not None \
+                or not self.result['batches']:
             if self.result['batches']:
                 time.sleep(self.adapter.pack_pause_between_batches)
-            checked_tid = self.batch(session, old, doomed, garbage,
-                                     checked_tid)
+            checked_tid = self.batch(session, checked_tid)
+
+    def step(self, session, gone, kept):
+        """Remove the next run of garbage, or else of old revisions;
+        False when there is nothing left."""
+        packer = self.packer
+        if self.garbage_after is not None:
+            oids = packer.garbage_after(session, self.garbage_after, STEP)
+            if oids:
+                self.garbage_after = oids[-1]
+                revisions, size = packer.remove_garbage(session, oids)
+                self.result['objects_removed'] += len(oids)
+                gone.extend(oids)
+                return self.removed(len(oids), revisions, size)
+            self.garbage_after = None
+        if self.old_after is not None:
+            keep = packer.old_revisions_after(
+                session, self.pack_tid, self.old_after, STEP)
+            if keep:
+                self.old_after = keep[-1][0]
+                revisions, size = packer.remove_old_revisions(session, keep)
+                kept.update(keep)
+                return self.removed(len(keep), revisions, size)
+            self.old_after = None
+        return False
+
+    def removed(self, objects, revisions, size):
+        self.left = max(self.left - objects, 0)
+        self.result['revisions_removed'] += revisions
+        self.result['bytes_removed'] += size
+        return True
 
     def take_commit_lock(self, session):
         """Begin a transaction holding the commit lock, yielding to
@@ -313,35 +409,26 @@ class Pack:
         return elapsed + steps * finish + per_step <= \
             self.options.pack_batch_timeout
 
-    def batch(self, session, old, doomed, garbage, checked_tid):
-        """One short transaction under the commit lock; consumes work from
-        *old* and *doomed*; the last one also marks transactions packed."""
+    def batch(self, session, checked_tid):
+        """One short transaction under the commit lock, taking its work
+        from pack_gc and then the old revisions; the last one also marks
+        transactions packed."""
         adapter = self.adapter
         packer = self.packer
         last = self.take_commit_lock(session)
         started = time.monotonic()
-        if garbage and last and last > checked_tid:
-            self.rescue(session, garbage, checked_tid)
-            doomed[:] = [oid for oid in doomed if oid in garbage]
+        if self.garbage_after is not None and last and last > checked_tid:
+            self.rescue(session, checked_tid)
         steps = 0  # every batch makes progress, whatever the timeout
         gone, kept = [], {}
         removed_before = (self.result['objects_removed'],
                           self.result['revisions_removed'])
-        while (old or doomed) and (not steps or self.more(started, steps)):
+        while not steps or self.more(started, steps):
+            if not self.step(session, gone, kept):
+                break
             steps += 1
-            if doomed:
-                step, doomed[:] = doomed[:STEP], doomed[STEP:]
-                revisions, size = packer.remove_objects(session, step)
-                self.result['objects_removed'] += len(step)
-                gone.extend(step)
-            else:
-                step, old[:] = old[:STEP], old[STEP:]
-                revisions, size, keep = packer.remove_old_revisions(
-                    session, step, self.pack_tid)
-                kept.update(keep)
-            self.result['revisions_removed'] += revisions
-            self.result['bytes_removed'] += size
-        if not old and not doomed:
+        done = self.garbage_after is None and self.old_after is None
+        if done:
             packer.forget_prepack(session)  # whichever pre-pack made it
             packer.record_pack(session, self.pack_tid)
             removed = packer.finish(session, self.pack_tid)
@@ -358,6 +445,7 @@ class Pack:
         log.debug('pack batch %d: %d steps, %.3f s of work, %.3f s to '
                   'commit', self.result['batches'] + 1, steps,
                   worked - started, ended - worked)
+        self.storage._cache.invalidate(gone)
         blobs = self.storage._blobs
         if blobs is not None:
             # Only now that the rows are gone for good.
@@ -366,7 +454,7 @@ class Pack:
         self.metrics.pack_progress(
             self.result['objects_removed'] - removed_before[0],
             self.result['revisions_removed'] - removed_before[1],
-            len(old) + len(doomed))
+            0 if done else self.left)
         if self.progress is not None:
-            self.progress(self.total - len(old) - len(doomed), self.total)
+            self.progress(self.total - (0 if done else self.left), self.total)
         return max(checked_tid, last or 0)

@@ -28,11 +28,11 @@ ANSWERS = {
     # A pre-pack state to pick up.
     "SELECT name, value FROM relstorage_meta WHERE name IN":
         [('prepack_tid', '5'), ('prepack_checked_tid', '6')],
-    # Revisions to remove: two of object 1, one with a blob.
-    'SELECT zoid, tid, state_size, blob_id FROM object_state WHERE zoid IN':
-        [(1, 5, 10, 7), (1, 3, 10, None), (2, 4, 8, None)],
-    'SELECT state_size, blob_id FROM object_state WHERE zoid IN':
+    # Revisions and garbage to remove, one with a blob.
+    'SELECT state_size, blob_id FROM object_state WHERE':
         [(10, 7), (8, None)],
+    'SELECT COUNT(*) FROM pack_gc': [(2,)],
+    'SELECT COUNT(*) FROM (SELECT zoid FROM object_state': [(2,)],
     'SELECT blob_id FROM object_state WHERE zoid IN': [(7,)],
     'SELECT MAX(tid) FROM transactions': [(9,)],
     'SELECT COUNT(*) FROM transactions WHERE tid <= :p1': [(1,)],
@@ -79,6 +79,7 @@ class _Value:
 
 class RecordingCursor:
     arraysize = 100
+    rowcount = 0
 
     def __init__(self, recorder):
         self.recorder = recorder
@@ -237,16 +238,26 @@ def collect(keep_history, blobs):
     packer.last_pack_tid(session)
     packer.states_at(session, 5, -1, 100)
     packer.states_after(session, 5)
-    packer.deleted_objects(session, 5)
-    packer.objects_with_old_revisions(session, 5)
+    packer.start_graph(session)
+    packer.add_references(session, [(1, 2), (2, 3)])
+    packer.add_roots(session, [0, 1])
+    packer.mark(session)
+    packer.find_garbage(session, 5, True)
+    packer.find_garbage(session, 5, False)
+    packer.garbage_after(session, -1, 100)
+    packer.still_garbage(session, [1, 2])
+    packer.spare(session, [1, 2])
+    packer.count_old_revisions(session, 5)
+    packer.old_revisions_after(session, 5, -1, 100)
     adapter.schema.ensure_pack_garbage(session)
-    packer.save_prepack(session, 5, 6, {1, 2})
+    packer.save_prepack(session, 5, 6)
     recorder.exists = 1
     packer.load_prepack(session)
+    packer.start_graph(session)
     packer.forget_prepack(session)
     recorder.exists = 0
-    packer.remove_objects(session, [1, 2])
-    packer.remove_old_revisions(session, [1, 2], 5)
+    packer.remove_garbage(session, [1, 2])
+    packer.remove_old_revisions(session, [(1, 3), (2, 4)])
     packer.finish(session, 5)
     store.close()
     return recorder.statements

@@ -98,7 +98,9 @@ def test_pack_to_a_time_before_an_earlier_pack_is_refused(hp_factory):
 KILLED_PACK = '''
 import os, sys, time
 from ZODB.serialize import referencesf
+from relstorage.storage import pack
 from relstorage.tests.dbs import DatabaseFactory
+pack.STEP = 100  # two batches of the 600 garbage objects, then the kill
 storage = DatabaseFactory.in_child(*sys.argv[1:4]).storage(
     pack_batch_timeout=0)
 

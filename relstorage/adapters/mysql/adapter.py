@@ -245,6 +245,16 @@ class MySQLPackerMixin:
             ('DELETE FROM %s WHERE zoid = %%s' % table, (oid,))
             for table in self.object_tables for oid in oids])
 
+    def mark(self, session):
+        # A recursive query stops at cte_max_recursion_depth levels on
+        # MySQL (1000 by default) and max_recursive_iterations on
+        # MariaDB: a long chain of objects must not stop the pack.
+        server = self.adapter.server
+        session.execute('SET SESSION %s = 4294967295' % (
+            'max_recursive_iterations' if server is None or server.mariadb
+            else 'cte_max_recursion_depth'))
+        super().mark(session)
+
 
 class MySQLHPPacker(MySQLPackerMixin, HistoryPreservingPacker):
     pass

@@ -18,6 +18,9 @@ from ..locker import Locker
 from ..mover import HistoryFreeMover
 from ..mover import HistoryPreservingMover
 from ..oidallocator import SequenceOIDAllocator
+from ..packer import PACK_TABLES
+from ..packer import HistoryFreePacker
+from ..packer import HistoryPreservingPacker
 from ..schema import Schema
 from ..schema import Types
 from ..session import Session
@@ -50,6 +53,20 @@ CREATE GLOBAL TEMPORARY TABLE temp_store (
     blob_id     NUMBER(20)
 ) ON COMMIT DELETE ROWS
 """
+
+#: The pack's scratch tables (see relstorage.adapters.packer): rows are
+#: each session's own and last until it ends or deletes them. Created by
+#: the first pack that needs them. pack_reached has the depth at which
+#: each object was reached, for the level by level walk (OraclePackerMixin).
+PACK_TABLES_DDL = tuple(
+    'CREATE GLOBAL TEMPORARY TABLE %s (%s) ON COMMIT PRESERVE ROWS'
+    % (table, cols) for table, cols in (
+        ('pack_root', 'zoid NUMBER(20) NOT NULL PRIMARY KEY'),
+        ('pack_ref', 'zoid NUMBER(20) NOT NULL, to_zoid NUMBER(20) NOT NULL, '
+                     'PRIMARY KEY (zoid, to_zoid)'),
+        ('pack_reached', 'zoid NUMBER(20) NOT NULL PRIMARY KEY, '
+                         'depth NUMBER(10) NOT NULL'),
+        ('pack_gc', 'zoid NUMBER(20) NOT NULL PRIMARY KEY')))
 
 #: Tables locked whole (LOCK TABLE) when DBMS_LOCK may not be executed.
 LOCK_TABLES = ('commit_lock', 'pack_lock')
@@ -177,10 +194,44 @@ class OracleSchema(Schema):
 
     def drop(self, session):
         super().drop(session)
-        for table in ('temp_store',) + LOCK_TABLES:
+        for table in ('temp_store',) + LOCK_TABLES + PACK_TABLES:
             self.drop_table(session, table)
         if session.sequence_exists('zoid_seq'):
             session.execute('DROP SEQUENCE zoid_seq')
+
+
+class OraclePackerMixin:
+    """The scratch tables are global temporary tables, created once; a
+    recursive query may not use UNION (only UNION ALL, which would visit
+    a shared object once per path to it), so the roots' reach is found a
+    level at a time."""
+
+    def start_graph(self, session):
+        for table, ddl in zip(PACK_TABLES, PACK_TABLES_DDL):
+            if not session.table_exists(table):
+                session.execute(ddl)
+        for table in PACK_TABLES:
+            session.execute('DELETE FROM %s' % table)
+
+    def mark(self, session):
+        session.execute('INSERT INTO pack_reached (zoid, depth) '
+                        'SELECT zoid, 0 FROM pack_root')
+        depth = 0
+        while session.execute(
+                'INSERT INTO pack_reached (zoid, depth) SELECT DISTINCT '
+                'p.to_zoid, %s FROM pack_ref p JOIN pack_reached r ON '
+                'p.zoid = r.zoid WHERE r.depth = %s AND NOT EXISTS (SELECT '
+                '1 FROM pack_reached q WHERE q.zoid = p.to_zoid)',
+                (depth + 1, depth)).rowcount:
+            depth += 1
+
+
+class OracleHPPacker(OraclePackerMixin, HistoryPreservingPacker):
+    pass
+
+
+class OracleHFPacker(OraclePackerMixin, HistoryFreePacker):
+    pass
 
 
 class OracleLocker(Locker):
@@ -357,6 +408,8 @@ class OracleAdapter(Adapter):
     schema_class = OracleSchema
     hp_mover_class = OracleHPMover
     hf_mover_class = OracleHFMover
+    hp_packer_class = OracleHPPacker
+    hf_packer_class = OracleHFPacker
     locker_class = OracleLocker
     oid_allocator_class = OracleOIDAllocator
     load_begin_sql = BEGIN_SNAPSHOT
