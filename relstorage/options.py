@@ -180,7 +180,7 @@ OPTIONS = (
                doc='Only run the pre-pack analysis.'),
     OptionSpec('pack-skip-prepack', False, 'bool',
                doc='Reuse the previous pre-pack analysis.'),
-    OptionSpec('pack-batch-timeout', 0.5, 'float', minimum=0,
+    OptionSpec('pack-batch-timeout', 1.0, 'float', minimum=0,
                doc='Seconds of deletion per batch before the commit lock '
                    'is released.'),
     OptionSpec('pack-commit-busy-delay', 5.0, 'float', minimum=0,

@@ -74,6 +74,13 @@ def parse_args(argv):
         help='what it installs (%(default)s)')
     add('--prefix', default='rsshoot',
         help='database names begin with this (%(default)s)')
+    server_arguments(add)
+    add('--json', help='write every value to this file')
+    return parser.parse_args(argv)
+
+
+def server_arguments(add):
+    """The options naming the servers' connections (ordinary and admin)."""
     add('--pg-dsn', default='host=127.0.0.1 user=relstoragetest '
                             'password=relstoragetest',
         help='PostgreSQL connection, without dbname (%(default)s)')
@@ -87,8 +94,19 @@ def parse_args(argv):
     add('--mysql-admin', default='host=127.0.0.1 user=root',
         help='MySQL connection that may create databases and grant '
              '(%(default)s)')
-    add('--json', help='write every value to this file')
-    return parser.parse_args(argv)
+
+
+def adapter_section(args, database, name, sqlite_dir):
+    """The adapter section for database *name* on the server of
+    *database* (as *args* connect to it), or SQLite in *sqlite_dir*."""
+    if database == 'postgresql':
+        return '<postgresql>\n dsn %s dbname=%s\n</postgresql>' % (
+            args.pg_dsn, name)
+    if database == 'mysql':
+        params = dict(_keywords(args.mysql), db=name)
+        return '<mysql>\n%s\n</mysql>' % '\n'.join(
+            ' %s %s' % item for item in params.items())
+    return '<sqlite3>\n data-dir %s\n</sqlite3>' % sqlite_dir
 
 
 def _keywords(text):
@@ -115,16 +133,9 @@ class Contender:
             os.makedirs(path)
             return ('<filestorage>\n path %s\n</filestorage>'
                     % os.path.join(path, 'Data.fs'))
-        if database == 'postgresql':
-            adapter = '<postgresql>\n dsn %s dbname=%s\n</postgresql>' % (
-                self.args.pg_dsn, self.database(mode))
-        elif database == 'mysql':
-            params = dict(_keywords(self.args.mysql), db=self.database(mode))
-            adapter = '<mysql>\n%s\n</mysql>' % '\n'.join(
-                ' %s %s' % item for item in params.items())
-        else:
-            adapter = '<sqlite3>\n data-dir %s\n</sqlite3>' % os.path.join(
-                self.workdir, 'sqlite-%s-%s' % (self.name, mode))
+        adapter = adapter_section(
+            self.args, database, self.database(mode), os.path.join(
+                self.workdir, 'sqlite-%s-%s' % (self.name, mode)))
         return ('<relstorage>\n keep-history %s\n%s\n</relstorage>'
                 % ('true' if mode == 'hp' else 'false', adapter))
 

@@ -36,6 +36,9 @@ log = logging.getLogger(__name__)
 PAGE = 1000
 #: Objects removed per statement group inside a batch.
 STEP = 500
+#: The share of pack-batch-timeout a batch aims to end within, leaving the
+#: rest for the commit waiting behind it (whose own work adds to its wait).
+BATCH_SHARE = 0.8
 #: References written to the database at a time by the pre-pack.
 REFS_WRITTEN = 20000
 
@@ -152,7 +155,10 @@ class Pack:
                 return
             garbage = packer.garbage_count(writer)
             writer.commit()
-            old = packer.count_old_revisions(session.session, self.pack_tid)
+            # Counting the objects with old revisions reads the whole
+            # table once more: only for a progress display.
+            old = (packer.count_old_revisions(session.session, self.pack_tid)
+                   if self.progress is not None else 0)
             self.result['prepack_seconds'] = time.monotonic() - started
         finally:
             session.close()
@@ -218,41 +224,52 @@ class Pack:
 
     def page_references(self, page):
         """``(oid, [oids it refers to])`` for each ``(oid, state)`` of
-        *page*, in order. With ZODB's referencesf, one unpickler reads the
-        whole page (an unpickler per state cost twice as much); a state it
-        cannot read, or that does not end where its length says, is read
-        again on its own, as references() does, which names it."""
+        *page*, in order (see referring())."""
+        found = dict(self.referring(page))
+        for oid, _state in page:
+            yield oid, found.get(oid, [])
+
+    def referring(self, page):
+        """``(oid, [oids it refers to])`` for each ``(oid, state)`` of
+        *page* that refers to any object. With ZODB's referencesf, one
+        unpickler reads the whole page (an unpickler per state cost twice
+        as much); a state it cannot read, or that does not end where its
+        length says, is read again on its own, as references() does,
+        which names it."""
         if self.referencesf is not referencesf:
             for oid, state in page:
-                yield oid, self.references(oid, state)
+                refs = self.references(oid, state)
+                if refs:
+                    yield oid, refs
             return
-        read = [(oid, state) for oid, state in page if state]
-        found = dict(self.read_references(read)) if read else {}
-        for oid, _state in page:
-            yield oid, found.get(oid, ())
-
-    def read_references(self, items):
-        """``(oid, [oids])`` for each ``(oid, state)`` of *items*, with
-        one unpickler over them all."""
-        stream = BytesIO(b''.join(state for _, state in items))
+        stream = BytesIO(b''.join([state for _, state in page if state]))
         found = []
         reader = PersistentUnpickler(None, found.append, stream)
+        noload = reader.noload
+        tell = stream.tell
         end = 0
-        for oid, state in items:
+        for oid, state in page:
+            if not state:
+                continue
             end += len(state)
             try:
-                reader.noload()
-                reader.noload()
-                whole = stream.tell() == end
+                noload()
+                noload()
+                whole = tell() == end
             except Exception:  # noqa: BLE001 -- read again on its own
                 whole = False
-            if whole:
-                yield oid, [u64(ref) for ref in _oids(found)]
-            else:
-                yield oid, self.references(oid, state)
+            if not whole:
+                refs = self.references(oid, state)
                 stream.seek(end)
                 reader = PersistentUnpickler(None, found.append, stream)
+                noload = reader.noload
+            elif found:
+                refs = [u64(ref) for ref in _oids(found)]
+            else:
+                continue
             del found[:]
+            if refs:
+                yield oid, refs
 
     def graph(self, session, writer):
         """Write into *writer*'s scratch tables the references of every
@@ -262,8 +279,8 @@ class Pack:
         packer = self.packer
         pairs = []
         for page in self.pages(session):
-            for oid, refs in self.page_references(page):
-                pairs.extend((oid, ref) for ref in sorted(set(refs)))
+            for oid, refs in self.referring(page):
+                pairs.extend([(oid, ref) for ref in sorted(set(refs))])
             if len(pairs) >= REFS_WRITTEN:
                 packer.add_references(writer, pairs)
                 del pairs[:]
@@ -337,7 +354,8 @@ class Pack:
 
     def remove(self, session, total, checked_tid):
         """Remove pack_gc's objects, then the old revisions, in batches;
-        *total* is how many objects that is, for progress."""
+        *total* is how many objects that is, for progress (without a
+        progress display, the old revisions are not counted first)."""
         self.total = total
         self.left = total
         self.garbage_after = self.old_after = -1
@@ -399,15 +417,16 @@ class Pack:
     def more(self, started, steps):
         """Whether a batch that began at *started* and has done *steps*
         steps may take another and still end, commit included, within
-        pack-batch-timeout. (A commit that writes back many scattered
-        pages, as SQLite's does, may cost more than the deletes did.)"""
+        BATCH_SHARE of pack-batch-timeout. (A commit that writes back many
+        scattered pages, as SQLite's does, may cost more than the deletes
+        did.)"""
         elapsed = time.monotonic() - started
         finish = self.finish_per_step
         if finish is None:
             finish = elapsed / steps
         per_step = elapsed / steps + finish
         return elapsed + steps * finish + per_step <= \
-            self.options.pack_batch_timeout
+            BATCH_SHARE * self.options.pack_batch_timeout
 
     def batch(self, session, checked_tid):
         """One short transaction under the commit lock, taking its work

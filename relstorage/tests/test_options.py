@@ -36,7 +36,7 @@ DESIGN_DEFAULTS = {
     'pack-gc': True,
     'pack-prepack-only': False,
     'pack-skip-prepack': False,
-    'pack-batch-timeout': 0.5,
+    'pack-batch-timeout': 1.0,
     'pack-commit-busy-delay': 5.0,
     'cache-servers': None,
     'cache-module-name': None,

@@ -15,6 +15,7 @@ from ..locker import Locker
 from ..mover import HistoryFreeMover
 from ..mover import HistoryPreservingMover
 from ..blobs import delete_blobs
+from ..packer import GARBAGE_RANGE
 from ..packer import HistoryFreePacker
 from ..packer import HistoryPreservingPacker
 from ..oidallocator import SequenceOIDAllocator
@@ -280,12 +281,30 @@ class PostgreSQLHFMover(PostgreSQLMoverMixin, HistoryFreeMover):
                 oid=p64(oid) if oid is not None else None) from None
 
 
+def _removed(session, rows):
+    """``(revisions, bytes)`` of the removed ``(state_size, blob_id)``
+    *rows*, whose blobs go too."""
+    delete_blobs(session, [blob for _, blob in rows if blob is not None])
+    return len(rows), sum(size for size, _ in rows)
+
+
 class PostgreSQLPackerMixin:
 
     def add_references(self, session, pairs):
         # COPY: one round trip, no SQL to parse per row.
         _copy(session, 'COPY pack_ref (zoid, to_zoid) FROM STDIN',
               ''.join(['%d\t%d\n' % pair for pair in pairs]).encode())
+
+    def remove_garbage(self, session, oids):
+        # The removed rows' sizes and blobs come back from the DELETE.
+        bounds = (oids[0], oids[-1]) * 2
+        rows = session.fetchall(
+            'DELETE FROM object_state WHERE %s RETURNING state_size, '
+            'blob_id' % GARBAGE_RANGE, bounds)
+        for table in self.object_tables[1:]:
+            session.execute('DELETE FROM %s WHERE %s'
+                            % (table, GARBAGE_RANGE), bounds)
+        return _removed(session, rows)
 
     def mark(self, session):
         # Temporary tables are never analyzed on their own; without their
@@ -310,8 +329,7 @@ class PostgreSQLHPPacker(PostgreSQLPackerMixin, HistoryPreservingPacker):
             '%s::bigint[]) AS k (zoid, tid) WHERE s.zoid = k.zoid AND '
             's.tid < k.tid RETURNING s.state_size, s.blob_id',
             ([oid for oid, _ in keep], [tid for _, tid in keep]))
-        delete_blobs(session, [blob for _, blob in rows if blob is not None])
-        return len(rows), sum(size for size, _ in rows)
+        return _removed(session, rows)
 
 
 class PostgreSQLHFPacker(PostgreSQLPackerMixin, HistoryFreePacker):

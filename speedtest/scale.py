@@ -1,0 +1,296 @@
+"""Scale test: build a large history-free database, and measure it at a
+small size and again at the full size, in the same run.
+
+    python -m speedtest.scale [--objects 10000000] [--baseline 100000]
+        [--databases postgresql,sqlite] [--json FILE] [--keep]
+
+For each database the build adds objects (PersistentMappings in an
+LOBTree under the root) in commits of ``--batch``; a tenth of each commit
+goes to a mapping the next commit unlinks, so that the database holds
+garbage. At ``--baseline`` objects and again at ``--objects`` it
+measures, with a storage opened afresh: the database's size on disk;
+reading 1,000 objects picked at random from all built so far (cold: the
+first read of each, from the database; hot: the same again, from the
+storage's cache); committing a change to 1,000 others. At the end it
+packs with ``zodbpack --days 0`` (garbage collection on) in a process of
+its own, timing it and reading its peak RSS. The build rate is reported
+for each tenth of the build: the last against the first shows whether
+commits slow down as the database grows.
+
+The server databases are ``PREFIX_hf`` (``--prefix``, default
+rsscale), made when missing through the admin connections and emptied
+at the start; SQLite goes to a temporary directory (``--keep`` keeps
+it). Opt-in, not part of the tests: 10,000,000 objects take an hour or
+more per database. Nothing here asserts on time.
+"""
+import argparse
+import json
+import os
+import random
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+import transaction
+import ZODB
+import ZODB.config
+from BTrees.LOBTree import LOBTree
+from persistent.mapping import PersistentMapping
+
+from relstorage.children import child_env
+from relstorage.helptext import help_text
+
+from . import serverstate
+from .shootout import _create_databases
+from .shootout import _keywords
+from .shootout import adapter_section
+from .shootout import server_arguments
+
+IMPORT = '%import relstorage\n'
+#: Objects read, and objects changed by the measured commit.
+SAMPLE = 1000
+
+
+def parse_args(argv):
+    parser = argparse.ArgumentParser(prog='speedtest.scale',
+                                     description=help_text(__doc__))
+    add = parser.add_argument
+    add('--objects', type=int, default=10000000,
+        help='objects at the end of the build (%(default)s)')
+    add('--baseline', type=int, default=100000,
+        help='objects at the first measurement (%(default)s)')
+    add('--batch', type=int, default=10000,
+        help='objects per build commit (%(default)s)')
+    add('--databases', default='postgresql,sqlite',
+        help='comma separated, of postgresql, mysql, sqlite '
+             '(%(default)s)')
+    add('--prefix', default='rsscale',
+        help='server databases are PREFIX_hf (%(default)s)')
+    server_arguments(add)
+    add('--keep', action='store_true',
+        help='keep the SQLite directory (printed)')
+    add('--seed', type=int, default=1, help='random seed (%(default)s)')
+    add('--json', help='write the figures to this file')
+    return parser.parse_args(argv)
+
+
+class Build:
+    """Grows the database in commits of *batch*, keeping a uniform random
+    sample (a reservoir) of ``(key, oid)`` of the objects kept."""
+
+    def __init__(self, db, batch, rng):
+        self.db = db
+        self.batch = batch
+        self.rng = rng
+        self.count = 0
+        self.kept = 0
+        self.sample = []
+        self.rates = []  # (objects so far, objects per second)
+        with db.transaction() as conn:
+            conn.root()['tree'] = LOBTree()
+
+    def keep(self, item):
+        self.kept += 1
+        if len(self.sample) < 2 * SAMPLE:
+            self.sample.append(item)
+        else:
+            i = self.rng.randrange(self.kept)
+            if i < len(self.sample):
+                self.sample[i] = item
+
+    def grow(self, to):
+        conn = self.db.open()
+        try:
+            root = conn.root()
+            tree = root['tree']
+            while self.count < to:
+                n = min(self.batch, to - self.count)
+                started = time.perf_counter()
+                kept = []
+                limbo = PersistentMapping()  # garbage after the next commit
+                for i in range(self.count, self.count + n):
+                    obj = PersistentMapping(value=i)
+                    if i % 10 == 9:
+                        limbo[i] = obj
+                    else:
+                        tree[i] = obj
+                        kept.append((i, obj))
+                root['limbo'] = limbo
+                transaction.commit()
+                self.rates.append(
+                    (self.count + n, n / (time.perf_counter() - started)))
+                for i, obj in kept:
+                    self.keep((i, obj._p_oid))
+                self.count += n
+                conn.cacheMinimize()
+        finally:
+            transaction.abort()
+            conn.close()
+
+
+def measure(section, sample, size_of):
+    """Size on disk; cold and hot reads of SAMPLE objects; a commit
+    changing SAMPLE others: seconds each."""
+    picked = list(sample)
+    reads = [oid for _, oid in picked[:SAMPLE]]
+    changes = [oid for _, oid in picked[SAMPLE:2 * SAMPLE]]
+    storage = ZODB.config.storageFromString(IMPORT + section)
+    try:
+        figures = {'bytes': size_of(storage)}
+        for kind in ('cold', 'hot'):
+            started = time.perf_counter()
+            for oid in reads:
+                storage.load(oid)
+            figures[kind] = time.perf_counter() - started
+        db = ZODB.DB(storage)
+        try:
+            tm = transaction.TransactionManager()
+            conn = db.open(transaction_manager=tm)
+            for oid in changes:
+                obj = conn.get(oid)
+                obj['value'] = -obj['value']
+            started = time.perf_counter()
+            tm.commit()
+            figures['commit'] = time.perf_counter() - started
+            conn.close()
+        finally:
+            db.close()
+    finally:
+        storage.close()
+    return figures
+
+
+def pack(section, workdir):
+    """zodbpack --days 0 in a process of its own: seconds, peak MB, and
+    its summary."""
+    config = os.path.join(workdir, 'scale.conf')
+    with open(config, 'w') as f:
+        f.write(IMPORT + section + '\n')
+    log = os.path.join(workdir, 'zodbpack.log')
+    with open(log, 'w') as out:
+        started = time.perf_counter()
+        proc = subprocess.Popen(
+            [sys.executable, '-m', 'relstorage.zodbpack', '--days', '0',
+             config], stdout=out, stderr=subprocess.STDOUT, cwd=workdir,
+            env=child_env())
+        # The child's own resource use, not this process's.
+        _pid, status, usage = os.wait4(proc.pid, 0)
+        seconds = time.perf_counter() - started
+    with open(log) as f:
+        output = f.read()
+    code = os.waitstatus_to_exitcode(status)
+    figures = {'seconds': seconds, 'peak_mb': usage.ru_maxrss / 1024.0,
+               'summary': [line.strip() for line in output.splitlines()
+                           if line.strip().startswith('packed to')]}
+    if code:
+        figures['error'] = 'zodbpack exited with %d: %s' % (
+            code, output.strip()[-2000:])
+    return figures
+
+
+def size_function(database, name, args, data_dir):
+    if database == 'sqlite':
+        return lambda storage: serverstate.directory_bytes(data_dir)
+
+    def size_of(storage):
+        state = (serverstate.postgresql('%s dbname=postgres' % args.pg_dsn,
+                                        [name])
+                 if database == 'postgresql' else
+                 serverstate.mysql(_keywords(args.mysql), [name]))
+        return state['database_bytes'][name]
+    return size_of
+
+
+def run_database(database, args, workdir):
+    name = '%s_hf' % args.prefix
+    data_dir = os.path.join(workdir, 'sqlite-%s' % database)
+    section = ('<relstorage>\n keep-history false\n pack-gc true\n%s\n'
+               '</relstorage>' % adapter_section(args, database, name,
+                                                 data_dir))
+    if database != 'sqlite':
+        _create_databases(args, [database], [name])
+    storage = ZODB.config.storageFromString(IMPORT + section)
+    storage.zap_all()
+    db = ZODB.DB(storage)
+    rng = random.Random(args.seed)
+    build = Build(db, args.batch, rng)
+    size_of = size_function(database, name, args, data_dir)
+    result = {'database': database, 'points': []}
+    try:
+        for target in sorted({min(args.baseline, args.objects),
+                              args.objects}):
+            started = time.perf_counter()
+            build.grow(target)
+            point = {'objects': build.count,
+                     'build_seconds': time.perf_counter() - started}
+            point.update(measure(section, build.sample, size_of))
+            result['points'].append(point)
+            print('%s at %d objects: %s' % (database, build.count,
+                                            _brief(point)), flush=True)
+    finally:
+        db.close()
+    rates = [rate for _, rate in build.rates]
+    tenth = max(len(rates) // 10, 1)
+    result['build_rate_by_tenth'] = [
+        statistics.median(rates[i:i + tenth])
+        for i in range(0, len(rates), tenth)]
+    result['pack'] = pack(section, workdir)
+    print('%s pack: %.1f s, peak RSS %.0f MB %s' % (
+        database, result['pack']['seconds'], result['pack']['peak_mb'],
+        result['pack'].get('error') or ' '.join(result['pack']['summary'])),
+        flush=True)
+    return result
+
+
+def _brief(point):
+    return ('%.2f GB, cold %.1f ms, hot %.2f ms, commit %.1f ms per %d'
+            % (point['bytes'] / 1e9, point['cold'] * 1e3,
+               point['hot'] * 1e3, point['commit'] * 1e3, SAMPLE))
+
+
+def report(results, out=sys.stdout):
+    for r in results:
+        first, last = r['points'][0], r['points'][-1]
+        rates = r['build_rate_by_tenth']
+        print('\n%s: %d -> %d objects' % (r['database'], first['objects'],
+                                          last['objects']), file=out)
+        for key in ('cold', 'hot', 'commit'):
+            print('  %-7s %9.2f ms -> %9.2f ms  (x%.2f)' % (
+                key, first[key] * 1e3, last[key] * 1e3,
+                last[key] / first[key]), file=out)
+        print('  size    %9.2f GB (%.0f bytes per object)' % (
+            last['bytes'] / 1e9, last['bytes'] / last['objects']), file=out)
+        print('  build   %s objects/s by tenth; last/first %.2f' % (
+            ' '.join('%.0f' % rate for rate in rates),
+            rates[-1] / rates[0]), file=out)
+        p = r['pack']
+        print('  pack    %.1f s, peak RSS %.0f MB%s' % (
+            p['seconds'], p['peak_mb'],
+            ('  ' + p['error']) if 'error' in p else ''), file=out)
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    workdir = tempfile.mkdtemp(prefix='speedtest-scale-')
+    results = []
+    try:
+        for database in args.databases.split(','):
+            results.append(run_database(database, args, workdir))
+    finally:
+        if args.keep:
+            print('kept', workdir)
+        else:
+            shutil.rmtree(workdir, ignore_errors=True)
+    report(results)
+    if args.json:
+        with open(args.json, 'w') as f:
+            json.dump({'machine': serverstate.machine(), 'args': vars(args),
+                       'results': results}, f, indent=1)
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())
