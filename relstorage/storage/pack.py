@@ -20,6 +20,7 @@ import logging
 import queue
 import threading
 import time
+from contextlib import closing
 from io import BytesIO
 
 from ZODB.POSException import StorageError
@@ -278,13 +279,16 @@ class Pack:
         with what it refers to; then mark what the roots reach."""
         packer = self.packer
         pairs = []
-        for page in self.pages(session):
-            for oid, refs in self.referring(page):
-                pairs.extend([(oid, ref) for ref in sorted(set(refs))])
-            if len(pairs) >= REFS_WRITTEN:
-                packer.add_references(writer, pairs)
-                del pairs[:]
-            self.metrics.pack_examined(len(page))
+        # closing(): on an error, the reader stops before the session is
+        # used again.
+        with closing(self.pages(session)) as pages:
+            for page in pages:
+                for oid, refs in self.referring(page):
+                    pairs.extend([(oid, ref) for ref in sorted(set(refs))])
+                if len(pairs) >= REFS_WRITTEN:
+                    packer.add_references(writer, pairs)
+                    del pairs[:]
+                self.metrics.pack_examined(len(page))
         packer.add_references(writer, pairs)
         roots = {0}
         for oid, state in packer.states_after(session, self.pack_tid):
