@@ -22,6 +22,13 @@ def _b(value):
     return bytes(value) if value is not None else None
 
 
+def removed_rows(session, rows):
+    """``(revisions, bytes)`` of the ``(state_size, blob_id)`` *rows* of
+    revisions being removed, whose blobs are removed here."""
+    delete_blobs(session, [blob for _, blob in rows if blob is not None])
+    return len(rows), sum(size for size, _ in rows)
+
+
 def forget_meta(session, names):
     """Remove the relstorage_meta entries *names*."""
     session.execute('DELETE FROM relstorage_meta WHERE name IN %s'
@@ -198,19 +205,11 @@ class Packer:
         """Remove every revision of *oids*, a run of pack_gc's oids taken
         in order (garbage_after), and their blobs; return ``(revisions,
         bytes)`` removed."""
-        bounds = (oids[0], oids[-1]) * 2
-        revisions = size = 0
-        blob_ids = []
-        for state_size, blob_id in session.fetchall(
-                'SELECT state_size, blob_id FROM object_state WHERE '
-                + GARBAGE_RANGE, bounds):
-            revisions += 1
-            size += state_size
-            if blob_id is not None:
-                blob_ids.append(blob_id)
-        delete_blobs(session, blob_ids)
+        removed = removed_rows(session, session.fetchall(
+            'SELECT state_size, blob_id FROM object_state WHERE '
+            + GARBAGE_RANGE, (oids[0], oids[-1]) * 2))
         self.delete_objects(session, oids)
-        return revisions, size
+        return removed
 
     def delete_objects(self, session, oids):
         bounds = (oids[0], oids[-1]) * 2
@@ -273,17 +272,13 @@ class HistoryPreservingPacker(Packer):
             # database can seek.
             where = ' OR '.join(['(zoid = %s AND tid < %s)'] * len(part))
             params = [value for pair in part for value in pair]
-            blob_ids = []
-            for state_size, blob_id in session.fetchall(
-                    'SELECT state_size, blob_id FROM object_state WHERE '
-                    + where, params):
-                revisions += 1
-                size += state_size
-                if blob_id is not None:
-                    blob_ids.append(blob_id)
-            delete_blobs(session, blob_ids)
+            part_revisions, part_size = removed_rows(session, session.fetchall(
+                'SELECT state_size, blob_id FROM object_state WHERE '
+                + where, params))
             session.execute('DELETE FROM object_state WHERE ' + where,
                             params)
+            revisions += part_revisions
+            size += part_size
         return revisions, size
 
     def finish(self, session, pack_tid):

@@ -14,10 +14,10 @@ from ..adapter import Adapter
 from ..locker import Locker
 from ..mover import HistoryFreeMover
 from ..mover import HistoryPreservingMover
-from ..blobs import delete_blobs
 from ..packer import GARBAGE_RANGE
 from ..packer import HistoryFreePacker
 from ..packer import HistoryPreservingPacker
+from ..packer import removed_rows
 from ..oidallocator import SequenceOIDAllocator
 from ..schema import Schema
 from .inspect import PostgreSQLStatistics
@@ -281,13 +281,6 @@ class PostgreSQLHFMover(PostgreSQLMoverMixin, HistoryFreeMover):
                 oid=p64(oid) if oid is not None else None) from None
 
 
-def _removed(session, rows):
-    """``(revisions, bytes)`` of the removed ``(state_size, blob_id)``
-    *rows*, whose blobs go too."""
-    delete_blobs(session, [blob for _, blob in rows if blob is not None])
-    return len(rows), sum(size for size, _ in rows)
-
-
 class PostgreSQLPackerMixin:
 
     def add_references(self, session, pairs):
@@ -304,7 +297,7 @@ class PostgreSQLPackerMixin:
         for table in self.object_tables[1:]:
             session.execute('DELETE FROM %s WHERE %s'
                             % (table, GARBAGE_RANGE), bounds)
-        return _removed(session, rows)
+        return removed_rows(session, rows)
 
     def mark(self, session):
         # Temporary tables are never analyzed on their own; without their
@@ -329,7 +322,7 @@ class PostgreSQLHPPacker(PostgreSQLPackerMixin, HistoryPreservingPacker):
             '%s::bigint[]) AS k (zoid, tid) WHERE s.zoid = k.zoid AND '
             's.tid < k.tid RETURNING s.state_size, s.blob_id',
             ([oid for oid, _ in keep], [tid for _, tid in keep]))
-        return _removed(session, rows)
+        return removed_rows(session, rows)
 
 
 class PostgreSQLHFPacker(PostgreSQLPackerMixin, HistoryFreePacker):
