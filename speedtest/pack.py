@@ -12,8 +12,8 @@ Each side builds its database, commits beside the pack and counts what is
 left with its own Python, running the same script
 (``speedtest/packscripts.py``) in child processes. Each side's pack is
 ``zodbpack --days 0 CONFIG`` (garbage collection on), a process of its
-own, timed from start to exit; its peak memory is that process's own max
-RSS. The other side uses the ``misc`` test database (SQLite: a directory
+own, timed from start to exit; its peak memory is that process's own
+high-water mark of RSS (VmHWM, read while it runs). The other side uses the ``misc`` test database (SQLite: a directory
 of its own); with RelStorage 4.3 on MariaDB its build, writer and
 zodbpack take the server for MySQL 5.7 (see
 packscripts). Both sides must leave the same live data. Not a test:
@@ -181,6 +181,37 @@ class Writer:
         return self.commits
 
 
+def run_measured(argv, log, cwd, env):
+    """Run *argv* with its output in the file *log*: ``(seconds, peak
+    MB, exit status, output)``. The peak is the process's own high-water
+    mark (VmHWM), read while it runs: the max RSS that wait4() reports
+    also counts this process's memory, which a child holds between fork
+    and exec (0 where there is no /proc)."""
+    peak = 0
+    with open(log, 'w') as out:
+        started = time.perf_counter()
+        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT,
+                                cwd=cwd, env=env)
+        while proc.poll() is None:
+            peak = max(peak, _high_water_kb(proc.pid))
+            time.sleep(0.02)
+        seconds = time.perf_counter() - started
+    with open(log) as f:
+        output = f.read()
+    return seconds, peak / 1024.0, proc.returncode, output
+
+
+def _high_water_kb(pid):
+    try:
+        with open('/proc/%d/status' % pid) as f:
+            for line in f:
+                if line.startswith('VmHWM:'):
+                    return int(line.split()[1])
+    except (OSError, ValueError):
+        pass
+    return 0
+
+
 def pack(side, script, spec, workdir, verbose=False):
     """Pack *side*'s database with its zodbpack while its writer commits:
     the pack's seconds, peak RSS, exit status and output, and the
@@ -191,25 +222,15 @@ def pack(side, script, spec, workdir, verbose=False):
     writer = Writer(side, script, spec, workdir)
     time.sleep(0.5)
     log = os.path.join(workdir, side.name + '-pack.log')
-    with open(log, 'w') as out:
-        started = time.perf_counter()
-        proc = subprocess.Popen(side.zodbpack + ['--days', '0', config],
-                                stdout=out, stderr=subprocess.STDOUT,
-                                cwd=workdir, env=side.env)
-        # The child's own resource use, not this process's.
-        _pid, status, usage = os.wait4(proc.pid, 0)
-        seconds = time.perf_counter() - started
-    proc.returncode = os.waitstatus_to_exitcode(status)
+    seconds, peak_mb, code, output = run_measured(
+        side.zodbpack + ['--days', '0', config], log, workdir, side.env)
     time.sleep(0.5)
     commits = writer.stop()
-    with open(log) as f:
-        output = f.read()
     durations = sorted(c['seconds'] for c in commits)
     errors = [c['error'] for c in commits if c['error']]
     figures = {
         'command': side.zodbpack + ['--days', '0', 'CONFIG'],
-        'seconds': seconds, 'peak_mb': usage.ru_maxrss / 1024.0,
-        'exit_status': proc.returncode,
+        'seconds': seconds, 'peak_mb': peak_mb, 'exit_status': code,
         'output_tail': output.strip().splitlines()[-5:],
         'writer_commits': len(durations),
         'writer_longest_wait': durations[-1] if durations else 0,
@@ -223,9 +244,9 @@ def pack(side, script, spec, workdir, verbose=False):
                 side.name, record['seconds'], time.strftime(
                     '%H:%M:%S', time.localtime(record['at']))
                 + ('%.3f' % (record['at'] % 1))[1:]))
-    if proc.returncode:
+    if code:
         figures['error'] = 'zodbpack exited with %d: %s' % (
-            proc.returncode, output.strip()[-2000:])
+            code, output.strip()[-2000:])
     return figures
 
 

@@ -10,8 +10,9 @@ goes to a mapping the next commit unlinks, so that the database holds
 garbage. At ``--baseline`` objects and again at ``--objects`` it
 measures, with a storage opened afresh: the database's size on disk;
 reading 1,000 objects picked at random from all built so far (cold: the
-first read of each, from the database; hot: the same again, from the
-storage's cache); committing a change to 1,000 others. At the end it
+first read of each, from the database; hot: again, from the connection's
+cache; warm: again, from the storage's cache); committing a change to
+1,000 others. At the end it
 packs with ``zodbpack --days 0`` (garbage collection on) in a process of
 its own, timing it and reading its peak RSS. The build rate is reported
 for each tenth of the build: the last against the first shows whether
@@ -29,7 +30,6 @@ import os
 import random
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -44,6 +44,7 @@ from relstorage.children import child_env
 from relstorage.helptext import help_text
 
 from . import serverstate
+from .pack import run_measured
 from .shootout import _create_databases
 from .shootout import _keywords
 from .shootout import adapter_section
@@ -132,57 +133,53 @@ class Build:
 
 
 def measure(section, sample, size_of):
-    """Size on disk; cold and hot reads of SAMPLE objects; a commit
-    changing SAMPLE others: seconds each."""
+    """Size on disk, and through a ZODB connection of a storage opened
+    afresh: reading SAMPLE objects (cold: from the database; hot: again,
+    from the connection's cache; warm: again, from the storage's cache,
+    the connection's emptied) and a commit changing SAMPLE others:
+    seconds each."""
     picked = list(sample)
     reads = [oid for _, oid in picked[:SAMPLE]]
     changes = [oid for _, oid in picked[SAMPLE:2 * SAMPLE]]
-    storage = ZODB.config.storageFromString(IMPORT + section)
+    db = ZODB.DB(ZODB.config.storageFromString(IMPORT + section))
     try:
-        figures = {'bytes': size_of(storage)}
-        for kind in ('cold', 'hot'):
+        figures = {'bytes': size_of(db.storage)}
+        tm = transaction.TransactionManager()
+        conn = db.open(transaction_manager=tm)
+        started = time.perf_counter()
+        objects = [conn.get(oid) for oid in reads]
+        for obj in objects:
+            obj['value']
+        figures['cold'] = time.perf_counter() - started
+        for kind in ('hot', 'warm'):
+            if kind == 'warm':
+                conn.cacheMinimize()  # ghosts: their states are reloaded
             started = time.perf_counter()
-            for oid in reads:
-                storage.load(oid)
+            for obj in objects:
+                obj['value']
             figures[kind] = time.perf_counter() - started
-        db = ZODB.DB(storage)
-        try:
-            tm = transaction.TransactionManager()
-            conn = db.open(transaction_manager=tm)
-            for oid in changes:
-                obj = conn.get(oid)
-                obj['value'] = -obj['value']
-            started = time.perf_counter()
-            tm.commit()
-            figures['commit'] = time.perf_counter() - started
-            conn.close()
-        finally:
-            db.close()
+        for oid in changes:
+            obj = conn.get(oid)
+            obj['value'] = -obj['value']
+        started = time.perf_counter()
+        tm.commit()
+        figures['commit'] = time.perf_counter() - started
+        conn.close()
     finally:
-        storage.close()
+        db.close()
     return figures
 
 
 def pack(section, workdir):
-    """zodbpack --days 0 in a process of its own: seconds, peak MB, and
-    its summary."""
+    """zodbpack --days 0 in a process of its own: seconds, peak MB (its
+    own, see speedtest.pack.run_measured), and its summary."""
     config = os.path.join(workdir, 'scale.conf')
     with open(config, 'w') as f:
         f.write(IMPORT + section + '\n')
-    log = os.path.join(workdir, 'zodbpack.log')
-    with open(log, 'w') as out:
-        started = time.perf_counter()
-        proc = subprocess.Popen(
-            [sys.executable, '-m', 'relstorage.zodbpack', '--days', '0',
-             config], stdout=out, stderr=subprocess.STDOUT, cwd=workdir,
-            env=child_env())
-        # The child's own resource use, not this process's.
-        _pid, status, usage = os.wait4(proc.pid, 0)
-        seconds = time.perf_counter() - started
-    with open(log) as f:
-        output = f.read()
-    code = os.waitstatus_to_exitcode(status)
-    figures = {'seconds': seconds, 'peak_mb': usage.ru_maxrss / 1024.0,
+    seconds, peak_mb, code, output = run_measured(
+        [sys.executable, '-m', 'relstorage.zodbpack', '--days', '0', config],
+        os.path.join(workdir, 'zodbpack.log'), workdir, child_env())
+    figures = {'seconds': seconds, 'peak_mb': peak_mb,
                'summary': [line.strip() for line in output.splitlines()
                            if line.strip().startswith('packed to')]}
     if code:
@@ -246,9 +243,10 @@ def run_database(database, args, workdir):
 
 
 def _brief(point):
-    return ('%.2f GB, cold %.1f ms, hot %.2f ms, commit %.1f ms per %d'
-            % (point['bytes'] / 1e9, point['cold'] * 1e3,
-               point['hot'] * 1e3, point['commit'] * 1e3, SAMPLE))
+    return ('%.2f GB, cold %.1f ms, warm %.2f ms, hot %.2f ms, commit '
+            '%.1f ms per %d' % (point['bytes'] / 1e9, point['cold'] * 1e3,
+                                point['warm'] * 1e3, point['hot'] * 1e3,
+                                point['commit'] * 1e3, SAMPLE))
 
 
 def report(results, out=sys.stdout):
@@ -257,7 +255,7 @@ def report(results, out=sys.stdout):
         rates = r['build_rate_by_tenth']
         print('\n%s: %d -> %d objects' % (r['database'], first['objects'],
                                           last['objects']), file=out)
-        for key in ('cold', 'hot', 'commit'):
+        for key in ('cold', 'warm', 'hot', 'commit'):
             print('  %-7s %9.2f ms -> %9.2f ms  (x%.2f)' % (
                 key, first[key] * 1e3, last[key] * 1e3,
                 last[key] / first[key]), file=out)

@@ -509,6 +509,10 @@ class SQLiteAdapter(Adapter):
     def prepare_pack_session(self, session):
         session.execute('PRAGMA busy_timeout = 0')
         session.writer_wait = 0
+        # The pack's scratch tables hold the whole reference graph: in a
+        # temporary file (with SQLite's small page cache in front of it),
+        # not in this process's memory as commits' temp_store is.
+        session.execute('PRAGMA temp_store = FILE')
 
     def after_pack_reads(self, session):
         # The pre-pack's snapshot kept the WAL from being checkpointed
