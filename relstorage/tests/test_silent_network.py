@@ -11,7 +11,7 @@ client saw succeed is in the database.
 """
 import json
 import os
-import select
+import queue
 import signal
 import socket
 import subprocess
@@ -53,15 +53,23 @@ def namespace():
 
 def _drain(child):
     """Collect the client's stderr as it comes (a full pipe would block
-    the client) in ``child.errors``."""
+    the client) in ``child.errors``, and its reports, line by line, in
+    ``child.reports``. (select() on the stdout pipe cannot tell of a
+    line already read into the pipe's buffer with the one before it.)"""
     child.errors = []
+    child.reports = queue.Queue()
 
-    def run():
+    def errors():
         for line in child.stderr:
             child.errors.append(line)
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    child.drainer = thread
+
+    def reports():
+        for line in child.stdout:
+            child.reports.put(line)
+        child.reports.put('')  # the client ended
+    child.drainer = threading.Thread(target=errors, daemon=True)
+    child.drainer.start()
+    threading.Thread(target=reports, daemon=True).start()
 
 
 def _stderr(child):
@@ -73,8 +81,9 @@ def _read(child, server, timeout=BOUND + 60):
     """The client's next report; a client silent for *timeout* seconds
     has hung, and fails the test with the stacks of its threads
     (faulthandler, on SIGUSR1) and the end of the server's log."""
-    ready, _, _ = select.select([child.stdout], [], [], timeout)
-    if not ready:
+    try:
+        line = child.reports.get(timeout=timeout)
+    except queue.Empty:
         child.send_signal(signal.SIGUSR1)
         time.sleep(2)
         child.kill()
@@ -82,8 +91,7 @@ def _read(child, server, timeout=BOUND + 60):
         raise AssertionError(
             'the client said nothing for %s s (hung); its stderr:\n%s\n'
             'the server log:\n%s' % (timeout, _stderr(child),
-                                     server.log_tail()))
-    line = child.stdout.readline()
+                                     server.log_tail())) from None
     if not line:
         child.wait()
         raise AssertionError('the client ended: %s' % _stderr(child))
