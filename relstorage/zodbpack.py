@@ -110,6 +110,12 @@ def describe(result):
     return text
 
 
+def workers_text(count):
+    if not count:
+        return ''
+    return ' with %d worker process%s' % (count, 'es' if count > 1 else '')
+
+
 def setup_logging():
     """What the command-line tools log: INFO and up, to stderr."""
     logging.basicConfig(
@@ -152,10 +158,11 @@ def pack_one(name, section, days, check_only, out, prepack_only=False,
         print('  packed to %s: %s in %.1f s%s'
               % (time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(t)),
                  describe(result), seconds,
-                 ' (pre-pack %.1f s, then %d batches; %.0f s spent letting '
-                 'commits go first)' % (result.get('prepack_seconds', 0),
-                                        result['batches'],
-                                        result['busy_seconds'])
+                 ' (pre-pack %.1f s%s, then %d batches; %.0f s spent '
+                 'letting commits go first)'
+                 % (result.get('prepack_seconds', 0),
+                    workers_text(result.get('prepack_workers')),
+                    result['batches'], result['busy_seconds'])
                  if 'batches' in result else ''), file=out)
         return 0
     finally:

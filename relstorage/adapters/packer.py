@@ -211,9 +211,11 @@ class Packer:
         self.delete_objects(session, oids)
         return removed
 
-    def delete_objects(self, session, oids):
+    def delete_objects(self, session, oids, tables=None):
+        """Delete the rows of *oids* from *tables* (all the object
+        tables by default)."""
         bounds = (oids[0], oids[-1]) * 2
-        for table in self.object_tables:
+        for table in (self.object_tables if tables is None else tables):
             session.execute('DELETE FROM %s WHERE %s'
                             % (table, GARBAGE_RANGE), bounds)
 

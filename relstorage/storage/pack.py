@@ -6,7 +6,8 @@ current at the pack time a page at a time and writes their references
 into scratch tables of the database, where one recursive query then
 follows them from the root (and from everything committed after the pack
 time) and so finds the garbage; the packing process holds no more than a
-page (see relstorage.adapters.packer). The
+few pages (see relstorage.adapters.packer). With more than one CPU,
+worker processes unpickle the pages (see refworkers). The
 removal then runs in batches, each a short transaction holding the commit
 lock for at most about ``pack-batch-timeout`` seconds, so that writers wait
 at most one batch; when the commit lock is busy the pack waits
@@ -21,12 +22,12 @@ import queue
 import threading
 import time
 from contextlib import closing
-from io import BytesIO
 
 from ZODB.POSException import StorageError
 
 from ..exceptions import CorruptRecord
-from ZODB._compat import PersistentUnpickler
+from .refworkers import Workers
+from .refworkers import page_references
 from ZODB.serialize import referencesf
 from ZODB.TimeStamp import TimeStamp
 from ZODB.utils import u64
@@ -44,20 +45,6 @@ BATCH_SHARE = 0.8
 REFS_WRITTEN = 20000
 
 
-def _oids(persistent_ids):
-    """The oids of ordinary references among *persistent_ids*, as ZODB's
-    referencesf takes them (weak and cross-database references are
-    lists, and left out)."""
-    for ref in persistent_ids:
-        if isinstance(ref, tuple):
-            ref = ref[0]
-        elif isinstance(ref, list):
-            continue
-        if isinstance(ref, str):
-            ref = ref.encode('ascii')
-        yield ref
-
-
 def tid_for_time(t):
     return u64(TimeStamp(*time.gmtime(t)[:5] + (t % 60,)).raw())
 
@@ -67,6 +54,46 @@ class PackResult(dict):
     (garbage), revisions, transactions and bytes of state removed,
     batches, times it found the commit lock busy and waited (and the
     seconds so spent), seconds in all."""
+
+
+class _ReferenceWriter(threading.Thread):
+    """Adds the pre-pack's references to pack_ref in a thread of its own,
+    so that the database takes one lot in while the next pages are read.
+    A context manager: on leaving, the thread has ended (and its error,
+    if any, is raised unless another is on its way)."""
+
+    def __init__(self, packer, session):
+        super().__init__(daemon=True, name='relstorage-prepack-writer')
+        self.packer = packer
+        self.session = session
+        self.lots = queue.Queue(maxsize=1)
+        self.error = None
+
+    def run(self):
+        while True:
+            pairs = self.lots.get()
+            if pairs is None:
+                return
+            if self.error is None:
+                try:
+                    self.packer.add_references(self.session, pairs)
+                except BaseException as e:  # noqa: BLE001 -- raised there
+                    self.error = e
+
+    def add(self, pairs):
+        if self.error is not None:
+            raise self.error
+        self.lots.put(pairs)
+
+    def __enter__(self):
+        self.start()
+        return self
+
+    def __exit__(self, kind, value, traceback):
+        self.lots.put(None)
+        self.join()
+        if kind is None and self.error is not None:
+            raise self.error
 
 
 class PackAlreadyRunning(StorageError):
@@ -223,73 +250,57 @@ class Pack:
                 'removed' % (self.adapter.describe(), oid, type(e).__name__,
                              e)) from e
 
-    def page_references(self, page):
-        """``(oid, [oids it refers to])`` for each ``(oid, state)`` of
-        *page*, in order (see referring())."""
-        found = dict(self.referring(page))
-        for oid, _state in page:
-            yield oid, found.get(oid, [])
-
     def referring(self, page):
         """``(oid, [oids it refers to])`` for each ``(oid, state)`` of
-        *page* that refers to any object. With ZODB's referencesf, one
-        unpickler reads the whole page (an unpickler per state cost twice
-        as much); a state it cannot read, or that does not end where its
-        length says, is read again on its own, as references() does,
-        which names it."""
+        *page* that refers to any object, each oid once, in order (a
+        state that does not unpickle stops the pack, as in
+        references())."""
         if self.referencesf is not referencesf:
+            found = []
             for oid, state in page:
                 refs = self.references(oid, state)
                 if refs:
-                    yield oid, refs
-            return
-        stream = BytesIO(b''.join([state for _, state in page if state]))
-        found = []
-        reader = PersistentUnpickler(None, found.append, stream)
-        noload = reader.noload
-        tell = stream.tell
-        end = 0
-        for oid, state in page:
-            if not state:
-                continue
-            end += len(state)
-            try:
-                noload()
-                noload()
-                whole = tell() == end
-            except Exception:  # noqa: BLE001 -- read again on its own
-                whole = False
-            if not whole:
-                refs = self.references(oid, state)
-                stream.seek(end)
-                reader = PersistentUnpickler(None, found.append, stream)
-                noload = reader.noload
-            elif found:
-                refs = [u64(ref) for ref in _oids(found)]
-            else:
-                continue
-            del found[:]
-            if refs:
-                yield oid, refs
+                    found.append((oid, sorted(set(refs))))
+            return found
+        return self.checked(page, *page_references(page))
+
+    def checked(self, page, found, bad):
+        """*found*, unless page_references() met a *bad* state: then the
+        error that names it."""
+        if bad is not None:
+            self.references(bad, dict(page)[bad])  # raises CorruptRecord
+            raise CorruptRecord('packing the %s stopped at object 0x%x: '
+                                'its state does not unpickle'
+                                % (self.adapter.describe(), bad))
+        return found
 
     def graph(self, session, writer):
         """Write into *writer*'s scratch tables the references of every
         state current at the pack time (read on *session*) and the roots:
         the root object and everything committed after the pack time,
-        with what it refers to; then mark what the roots reach."""
+        with what it refers to; then mark what the roots reach. With
+        ZODB's referencesf, worker processes read references too (see
+        refworkers)."""
         packer = self.packer
         pairs = []
-        # closing(): on an error, the reader stops before the session is
-        # used again.
-        with closing(self.pages(session)) as pages:
-            for page in pages:
-                for oid, refs in self.referring(page):
-                    pairs.extend([(oid, ref) for ref in sorted(set(refs))])
+        if self.referencesf is referencesf:
+            workers = Workers()
+        else:
+            workers = Workers(0, lambda page: (self.referring(page), None))
+        # closing(): on an error, the reader and the writer stop before
+        # their sessions are used again.
+        with closing(self.pages(session)) as pages, workers, \
+                _ReferenceWriter(packer, writer) as writing:
+            for page, found, bad in workers.read(pages):
+                for oid, refs in self.checked(page, found, bad):
+                    pairs.extend([(oid, ref) for ref in refs])
                 if len(pairs) >= REFS_WRITTEN:
-                    packer.add_references(writer, pairs)
-                    del pairs[:]
+                    writing.add(pairs)
+                    pairs = []
                 self.metrics.pack_examined(len(page))
-        packer.add_references(writer, pairs)
+            writing.add(pairs)
+        self.result['prepack_workers'] = workers.started
+        self.result['prepack_worker_pages'] = workers.by_workers
         roots = {0}
         for oid, state in packer.states_after(session, self.pack_tid):
             roots.add(oid)

@@ -58,6 +58,7 @@ def _pack_and_check(storage, size, edges, linked):
         assert result['objects_removed'] == size - len(expected)
         with db.transaction() as conn:
             assert [o['i'] for o in conn.root()['linked']] == sorted(linked)
+        return result
     finally:
         db.close()
 

@@ -240,10 +240,12 @@ class MySQLPackerMixin:
     executemany would send one per row: 2 s of round trips for 6,667
     objects history kept)."""
 
-    def delete_objects(self, session, oids):
+    def delete_objects(self, session, oids, tables=None):
+        if tables is None:
+            tables = self.object_tables
         session.execute_script([
             ('DELETE FROM %s WHERE zoid = %%s' % table, (oid,))
-            for table in self.object_tables for oid in oids])
+            for table in tables for oid in oids])
 
     def mark(self, session):
         # A recursive query stops at cte_max_recursion_depth levels on
@@ -378,7 +380,8 @@ class MySQLAdapter(Adapter):
                                            p.get('port', 3306)))
         flavour = self.server.flavour if self.server else 'MySQL'
         return '%s database (db=%s %s user=%s)' % (
-            flavour, p.get('db', '<default>'), where, p.get('user', '<default>'))
+            flavour, p.get('db', '<default>'), where,
+            p.get('user', '<default>'))
 
     def location(self):
         p = self.params

@@ -294,9 +294,7 @@ class PostgreSQLPackerMixin:
         rows = session.fetchall(
             'DELETE FROM object_state WHERE %s RETURNING state_size, '
             'blob_id' % GARBAGE_RANGE, bounds)
-        for table in self.object_tables[1:]:
-            session.execute('DELETE FROM %s WHERE %s'
-                            % (table, GARBAGE_RANGE), bounds)
+        self.delete_objects(session, oids, self.object_tables[1:])
         return removed_rows(session, rows)
 
     def mark(self, session):

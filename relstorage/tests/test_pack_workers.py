@@ -1,0 +1,114 @@
+"""The pre-pack with worker processes reading references (real processes,
+started as a large database would start them): the same garbage found as
+without them, a damaged state read by a worker named by the pack, and a
+worker that cannot start leaving its pages to the packing process."""
+import logging
+import random
+import time
+
+import pytest
+import ZODB
+from persistent.mapping import PersistentMapping
+from ZODB.serialize import referencesf
+
+from relstorage.exceptions import CorruptRecord
+from relstorage.storage import pack as pack_module
+from relstorage.storage import refworkers
+
+from .dbs import DatabaseFactory
+from .test_hostile_rows import _damage
+from .test_pack_graph import _pack_and_check
+
+SIZE = 400
+
+
+@pytest.fixture
+def workers(monkeypatch):
+    """Small pages, and two workers started after the first page."""
+    monkeypatch.setattr(pack_module, 'PAGE', 20)
+    monkeypatch.setattr(refworkers, 'START_AFTER', 1)
+    monkeypatch.setenv('RELSTORAGE_PACK_WORKERS', '2')
+
+
+def _graph(seed):
+    rng = random.Random(seed)
+    edges = {i: rng.sample(range(SIZE), rng.randint(0, 3))
+             for i in range(SIZE) if rng.random() < 0.9}
+    return edges, set(rng.sample(range(SIZE), 5))
+
+
+def test_workers_find_the_same_garbage(factory, workers):
+    edges, linked = _graph(7)
+    result = _pack_and_check(factory.storage(zap=True), SIZE, edges, linked)
+    assert result['prepack_workers'] == 2
+    # Every page went somewhere; the workers read some of them.
+    assert result['prepack_worker_pages'] > 0
+
+
+def test_a_worker_that_cannot_start(workers, monkeypatch, caplog):
+    monkeypatch.setattr(refworkers, '_SERVE', 'import sys; sys.exit(3)')
+    edges, linked = _graph(8)
+    factory = DatabaseFactory('sqlite', True)
+    try:
+        with caplog.at_level(logging.WARNING, logger=refworkers.__name__):
+            result = _pack_and_check(factory.storage(), SIZE, edges, linked)
+    finally:
+        factory.cleanup()
+    assert result['prepack_worker_pages'] == 0
+    assert 'pre-pack worker process failed' in caplog.text
+
+
+def test_a_worker_process_reads_pages_as_this_process_does(workers):
+    # One page at a time: the first page always goes to the worker.
+    db = ZODB.DB(None)
+    with db.transaction() as conn:
+        conn.root()['all'] = [PersistentMapping(i=i, peer=conn.root())
+                              for i in range(30)]
+    with db.transaction() as conn:
+        oids = [o._p_oid for o in conn.root()['all']]
+    page = [(int.from_bytes(oid, 'big'), db.storage.load(oid)[0])
+            for oid in [ZODB.utils.z64] + oids]
+    db.close()
+    broken = list(page)
+    broken[7] = (broken[7][0], broken[7][1][:-9])
+    for pages, expected in (
+            (page, refworkers.page_references(page)),
+            (broken, refworkers.page_references(broken))):
+        assert expected[0]  # references found...
+        assert (expected[1] is None) == (pages is page)  # ...and the bad
+        with refworkers.Workers(1) as workers:
+            assert [(found, bad) for _, found, bad in workers.read([pages])]\
+                == [expected]
+            assert workers.by_workers == 1
+    assert refworkers.page_references(broken)[1] == broken[7][0]
+
+
+def test_a_damaged_state_stops_the_pack(workers):
+    factory = DatabaseFactory('sqlite', False)
+    try:
+        db = ZODB.DB(factory.storage())
+        with db.transaction() as conn:
+            conn.root()['all'] = [PersistentMapping(i=i)
+                                  for i in range(SIZE)]
+            conn.root()['garbage'] = PersistentMapping()
+        with db.transaction() as conn:
+            del conn.root()['garbage']
+            last = conn.root()['all'][-1]._p_oid
+        state = db.storage.load(last)[0]
+        db.close()
+        # The last pages go to the workers: the first is read here.
+        _damage(factory, last, state[:len(state) // 2], len(state) // 2)
+        storage = factory.storage()
+        try:
+            with pytest.raises(CorruptRecord,
+                               match='0x%x' % int.from_bytes(last, 'big')):
+                storage.pack(time.time() + 1, referencesf)
+        finally:
+            storage.close()
+        storage = factory.storage()
+        try:  # nothing was removed, not even the garbage
+            assert len(storage) == SIZE + 2
+        finally:
+            storage.close()
+    finally:
+        factory.cleanup()
