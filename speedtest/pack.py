@@ -183,22 +183,42 @@ class Writer:
 
 def run_measured(argv, log, cwd, env):
     """Run *argv* with its output in the file *log*: ``(seconds, peak
-    MB, exit status, output)``. The peak is the process's own high-water
-    mark (VmHWM), read while it runs: the max RSS that wait4() reports
-    also counts this process's memory, which a child holds between fork
-    and exec (0 where there is no /proc)."""
-    peak = 0
+    MB, exit status, output)``. The peak is the sum of the high-water
+    marks of RSS (VmHWM, read while they run) of the process and of every
+    process it starts (the pack's workers), which is at least the peak
+    of their total: the max RSS that wait4() reports also counts this
+    process's memory, which a child holds between fork and exec, and
+    leaves out the workers (0 where there is no /proc)."""
+    peaks = {}
     with open(log, 'w') as out:
         started = time.perf_counter()
         proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT,
                                 cwd=cwd, env=env)
         while proc.poll() is None:
-            peak = max(peak, _high_water_kb(proc.pid))
+            for pid in _tree(proc.pid):
+                peaks[pid] = max(peaks.get(pid, 0), _high_water_kb(pid))
             time.sleep(0.02)
         seconds = time.perf_counter() - started
     with open(log) as f:
         output = f.read()
-    return seconds, peak / 1024.0, proc.returncode, output
+    return seconds, sum(peaks.values()) / 1024.0, proc.returncode, output
+
+
+def _tree(pid):
+    """*pid* and its descendants."""
+    found = [pid]
+    for parent in found:
+        try:
+            tasks = os.listdir('/proc/%d/task' % parent)
+        except OSError:
+            continue
+        for task in tasks:
+            try:
+                with open('/proc/%d/task/%s/children' % (parent, task)) as f:
+                    found.extend(int(child) for child in f.read().split())
+            except (OSError, ValueError):
+                pass
+    return found
 
 
 def _high_water_kb(pid):

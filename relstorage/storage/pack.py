@@ -26,8 +26,8 @@ from contextlib import closing
 from ZODB.POSException import StorageError
 
 from ..exceptions import CorruptRecord
+from ..pickledrefs import page_references
 from .refworkers import Workers
-from .refworkers import page_references
 from ZODB.serialize import referencesf
 from ZODB.TimeStamp import TimeStamp
 from ZODB.utils import u64

@@ -5,10 +5,10 @@ The pre-pack unpickles every state current at the pack time, and
 unpickling holds Python's GIL: on a large database it is most of the
 pack. With more than one CPU, the pages go to worker processes while
 this process reads the next pages and writes references to the
-database. A worker is a Python running this module's serve() alone
-(nothing of the packing program runs again in it), given this process's
-``sys.path``. A worker that cannot start or that fails leaves its pages
-to this process, with a warning; the pack goes on.
+database. A worker is a Python running relstorage.pickledrefs's serve()
+alone (nothing of the packing program runs again in it), given this
+process's ``sys.path``. A worker that cannot start or that fails leaves
+its pages to this process, with a warning; the pack goes on.
 
 ``RELSTORAGE_PACK_WORKERS`` sets how many workers (0: none, every page
 is read here); by default as many as the CPUs this process may use, at
@@ -20,19 +20,16 @@ this process alone.)
 """
 import logging
 import os
-import pickle
 import queue
-import struct
 import subprocess
 import sys
 import threading
-from io import BytesIO
-
-from ZODB._compat import PersistentUnpickler
-from ZODB.serialize import referencesf
-from ZODB.utils import u64
 
 from ..children import child_env
+from ..pickledrefs import READY
+from ..pickledrefs import page_references
+from ..pickledrefs import receive
+from ..pickledrefs import send
 
 log = logging.getLogger(__name__)
 
@@ -40,75 +37,11 @@ log = logging.getLogger(__name__)
 START_AFTER = 20
 #: Most workers started by default.
 MOST = 4
-#: Seconds a worker may take to start (import ZODB) before it is given
-#: up.
+#: Seconds a worker may take to start before it is given up.
 START_TIMEOUT = 60
-_HEADER = struct.Struct('>Q')
-_READY = b'relstorage-refworker-ready'
 #: What a worker runs (-P: the working directory is not searched first).
-_SERVE = ('import sys; from relstorage.storage.refworkers import serve; '
+_SERVE = ('import sys; from relstorage.pickledrefs import serve; '
           'serve(sys.stdin.buffer, sys.stdout.buffer)')
-
-
-def _oids(persistent_ids):
-    """The oids of ordinary references among *persistent_ids*, as ZODB's
-    referencesf takes them (weak and cross-database references are
-    lists, and left out)."""
-    for ref in persistent_ids:
-        if isinstance(ref, tuple):
-            ref = ref[0]
-        elif isinstance(ref, list):
-            continue
-        if isinstance(ref, str):
-            ref = ref.encode('ascii')
-        yield ref
-
-
-def page_references(page):
-    """``(found, bad)`` for *page*, a list of ``(oid, state)``: *found*
-    lists ``(oid, [oids it refers to])`` for each state that refers to
-    any object, in order, each oid once and in order; *bad* is None, or
-    the oid of a state that does not unpickle (*found* then stops before
-    it).
-
-    One unpickler reads the whole page (an unpickler per state costs
-    twice as much); a state it cannot read, or that does not end where
-    its length says, is read again on its own with ZODB's referencesf.
-    """
-    stream = BytesIO(b''.join([state for _, state in page if state]))
-    found = []
-    persistent_ids = []
-    reader = PersistentUnpickler(None, persistent_ids.append, stream)
-    noload = reader.noload
-    tell = stream.tell
-    end = 0
-    for oid, state in page:
-        if not state:
-            continue
-        end += len(state)
-        try:
-            noload()
-            noload()
-            whole = tell() == end
-        except Exception:  # noqa: BLE001 -- read again on its own
-            whole = False
-        if not whole:
-            try:
-                refs = sorted({u64(ref) for ref in referencesf(state)})
-            except Exception:  # noqa: BLE001 -- the caller names it
-                return found, oid
-            stream.seek(end)
-            reader = PersistentUnpickler(None, persistent_ids.append,
-                                         stream)
-            noload = reader.noload
-        elif persistent_ids:
-            refs = sorted({u64(ref) for ref in _oids(persistent_ids)})
-        else:
-            continue
-        del persistent_ids[:]
-        if refs:
-            found.append((oid, refs))
-    return found, None
 
 
 def default_count():
@@ -126,36 +59,6 @@ def default_count():
     except AttributeError:  # not on Linux
         cpus = os.cpu_count() or 1
     return min(cpus, MOST) if cpus > 1 else 0
-
-
-def _send(stream, obj):
-    data = pickle.dumps(obj, pickle.HIGHEST_PROTOCOL)
-    stream.write(_HEADER.pack(len(data)))
-    stream.write(data)
-    stream.flush()
-
-
-def _receive(stream):
-    """The next object sent on *stream*; EOFError at its end."""
-    header = stream.read(_HEADER.size)
-    if len(header) < _HEADER.size:
-        raise EOFError('the stream ended')
-    size, = _HEADER.unpack(header)
-    data = stream.read(size)
-    if len(data) < size:
-        raise EOFError('the stream ended inside a message')
-    return pickle.loads(data)
-
-
-def serve(requests, replies):
-    """A worker's loop: page_references() of each page received."""
-    _send(replies, _READY)
-    while True:
-        try:
-            page = _receive(requests)
-        except EOFError:
-            return
-        _send(replies, page_references(page))
 
 
 class _Worker(threading.Thread):
@@ -179,10 +82,10 @@ class _Worker(threading.Thread):
             timer = threading.Timer(START_TIMEOUT, self.process.kill)
             timer.start()
             try:
-                ready = _receive(self.process.stdout)
+                ready = receive(self.process.stdout)
             finally:
                 timer.cancel()
-            if ready != _READY:
+            if ready != READY:
                 raise EOFError('it said %r' % (ready,))
         except Exception as e:  # noqa: BLE001 -- reported, pages go back
             self.fail(e, None)
@@ -192,8 +95,8 @@ class _Worker(threading.Thread):
             if page is None:
                 return
             try:
-                _send(self.process.stdin, page)
-                found, bad = _receive(self.process.stdout)
+                send(self.process.stdin, page)
+                found, bad = receive(self.process.stdout)
             except Exception as e:  # noqa: BLE001 -- reported
                 self.fail(e, page)
                 return

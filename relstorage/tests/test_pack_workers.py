@@ -12,6 +12,7 @@ from persistent.mapping import PersistentMapping
 from ZODB.serialize import referencesf
 
 from relstorage.exceptions import CorruptRecord
+from relstorage import pickledrefs
 from relstorage.storage import pack as pack_module
 from relstorage.storage import refworkers
 
@@ -72,15 +73,15 @@ def test_a_worker_process_reads_pages_as_this_process_does(workers):
     broken = list(page)
     broken[7] = (broken[7][0], broken[7][1][:-9])
     for pages, expected in (
-            (page, refworkers.page_references(page)),
-            (broken, refworkers.page_references(broken))):
+            (page, pickledrefs.page_references(page)),
+            (broken, pickledrefs.page_references(broken))):
         assert expected[0]  # references found...
         assert (expected[1] is None) == (pages is page)  # ...and the bad
         with refworkers.Workers(1) as workers:
             assert [(found, bad) for _, found, bad in workers.read([pages])]\
                 == [expected]
             assert workers.by_workers == 1
-    assert refworkers.page_references(broken)[1] == broken[7][0]
+    assert pickledrefs.page_references(broken)[1] == broken[7][0]
 
 
 def test_a_damaged_state_stops_the_pack(workers):
@@ -112,3 +113,37 @@ def test_a_damaged_state_stops_the_pack(workers):
             storage.close()
     finally:
         factory.cleanup()
+
+
+def test_state_references_agree_with_zodb():
+    # Ordinary references, weak references, references to an object of
+    # another database and to a persistent class instance's class: the
+    # same oids as ZODB's referencesf, each once, in order.
+    from persistent.wref import WeakRef
+    from ZODB.utils import u64
+    databases = {}
+    db = ZODB.DB(None, databases=databases, database_name='main')
+    other = ZODB.DB(None, databases=databases, database_name='other')
+    with db.transaction() as conn:
+        conn.get_connection('other').root()['x'] = PersistentMapping()
+    with db.transaction() as conn:
+        root = conn.root()
+        elsewhere = conn.get_connection('other').root()
+        root['a'] = PersistentMapping(peer=root, far=elsewhere['x'])
+        root['b'] = PersistentMapping(weak=WeakRef(root['a']),
+                                      twice=[root['a'], root['a']])
+        root['c'] = PersistentMapping()
+    records = []
+    for txn in db.storage.iterator():
+        records.extend((u64(r.oid), r.data) for r in txn)
+    assert len(records) == 5  # the root twice
+    for oid, state in records:
+        assert pickledrefs.state_references(state) \
+            == sorted({u64(ref) for ref in referencesf(state)})
+    found, bad = pickledrefs.page_references(records)
+    assert bad is None
+    assert found == [(oid, pickledrefs.state_references(state))
+                     for oid, state in records
+                     if pickledrefs.state_references(state)]
+    other.close()
+    db.close()
