@@ -1,8 +1,9 @@
 """Pack benchmark: build a database with history and garbage, pack it with
 ``zodbpack`` while another client keeps committing, and report the pack
-time, the packing process's peak memory and the longest time the writer
-waited for a commit -- with ``--other-venv``, next to RelStorage 4.3's own
-zodbpack (in a virtualenv of its own) on an identical database.
+time, the peak memory of the packing process (with its workers) and the
+longest time the writer waited for a commit -- with ``--other-venv``,
+next to RelStorage 4.3's own zodbpack (in a virtualenv of its own) on an
+identical database.
 
     python -m speedtest.pack [--objects 100000] [--database sqlite]
         [--keep-history|--no-keep-history] [--other-venv [DIR]]
@@ -12,12 +13,13 @@ Each side builds its database, commits beside the pack and counts what is
 left with its own Python, running the same script
 (``speedtest/packscripts.py``) in child processes. Each side's pack is
 ``zodbpack --days 0 CONFIG`` (garbage collection on), a process of its
-own, timed from start to exit; its peak memory is that process's own
-high-water mark of RSS (VmHWM, read while it runs). The other side uses the ``misc`` test database (SQLite: a directory
-of its own); with RelStorage 4.3 on MariaDB its build, writer and
-zodbpack take the server for MySQL 5.7 (see
-packscripts). Both sides must leave the same live data. Not a test:
-nothing here asserts on time.
+own, timed from start to exit; its peak memory is the sum of the
+high-water marks of RSS (VmHWM, read while they run) of that process and
+of the processes it starts (see run_measured()). The other side uses
+the ``misc`` test database (SQLite: a directory of its own); with
+RelStorage 4.3 on MariaDB its build, writer and zodbpack take the server
+for MySQL 5.7 (see packscripts). Both sides must leave the same live
+data. Not a test: nothing here asserts on time.
 """
 import argparse
 import json

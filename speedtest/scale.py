@@ -228,7 +228,8 @@ def settle(database, args, name, data_dir):
 
 def pack(section, workdir):
     """zodbpack --days 0 in a process of its own: seconds, peak MB (its
-    own, see speedtest.pack.run_measured), and its summary."""
+    own with its workers', see speedtest.pack.run_measured), and its
+    summary."""
     config = os.path.join(workdir, 'scale.conf')
     with open(config, 'w') as f:
         f.write(IMPORT + section + '\n')
