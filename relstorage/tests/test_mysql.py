@@ -1,14 +1,19 @@
 """MySQL/MariaDB specifics: GET_LOCK never left behind, unix socket and
-TCP, both drivers, clear connection errors, how states are uploaded."""
+TCP, both drivers, clear connection errors, how states are uploaded, a
+pack that never waits for a row a committer locked."""
 import re
+import time
 
 import pytest
 import ZODB
 import ZODB.config
+from persistent.mapping import PersistentMapping
 from ZODB.Connection import TransactionMetaData
 from ZODB.POSException import ConflictError
+from ZODB.serialize import referencesf
 from ZODB.tests.MinPO import MinPO
 from ZODB.tests.StorageTestBase import zodb_pickle
+from ZODB.utils import u64
 
 from relstorage.exceptions import DatabaseUnavailable
 from relstorage.options import Options
@@ -364,3 +369,44 @@ def test_connection_lost_while_the_commit_scripts_results_come_back(factory):
         assert _commit_lock_holder() is None
     finally:
         storage.close()
+
+
+@pytest.mark.parametrize('keep_history', [True, False], ids=['HP', 'HF'])
+def test_pack_never_waits_for_a_live_row_a_committer_locked(keep_history):
+    """A committer locks its objects' rows before it asks for the commit
+    lock; a pack batch holds the commit lock. The batch's deletes must
+    lock only the garbage's rows: here a live object between two garbage
+    objects is locked the way a voting commit locks it, and the pack
+    (which would give up after commit-lock-timeout) must go through."""
+    require('mysql')
+    factory = DatabaseFactory('mysql', keep_history)
+    storage = factory.storage(zap=True, commit_lock_timeout=2)
+    db = ZODB.DB(storage)
+    holder = None
+    try:
+        with db.transaction() as conn:
+            root = conn.root()
+            objects = [PersistentMapping(i=i) for i in range(60)]
+            root['all'] = objects
+            root['live'] = objects[30]
+        with db.transaction() as conn:
+            live = conn.root()['live']._p_oid
+            conn.root()['live']['i'] = -1  # an old revision, with history
+            conn.root()['all'] = None
+        adapter = storage._adapter
+        holder = adapter.connect(for_store=True)
+        holder.begin(adapter.store_begin_sql)
+        assert holder.fetchall(
+            'SELECT zoid FROM %s WHERE zoid = %%s FOR UPDATE'
+            % adapter.mover.lock_table, (u64(live),))
+        result = storage.pack_with_result(time.time() + 1, referencesf)
+        assert result['objects_removed'] == 59
+        # With history: the live object's old revision and the root's two.
+        assert result['revisions_removed'] == (62 if keep_history else 59)
+        assert storage.load(live)[0]
+    finally:
+        if holder is not None:
+            holder.rollback_quietly()
+            holder.close()
+        db.close()
+        factory.cleanup()

@@ -232,20 +232,23 @@ class MySQLHFMover(MySQLMoverMixin, HistoryFreeMover):
 
 
 class MySQLPackerMixin:
-    """InnoDB may answer ``DELETE ... WHERE zoid IN (...)`` on a small
-    table with a full scan, which waits for every row a voting committer
-    has locked -- while the pack holds the commit lock that committer
-    waits for. Deleting by primary key, one row at a time, touches only
-    the garbage rows. The statements go in one message (the driver's
-    executemany would send one per row: 2 s of round trips for 6,667
-    objects history kept)."""
+    """InnoDB may answer ``DELETE ... WHERE zoid IN (...)``, or a range of
+    the primary key joined to pack_gc, by scanning object rows, locking
+    each one it reads: it would wait for a live row that a voting
+    committer has locked -- while the pack holds the commit lock that
+    committer waits for. The deletes are joined from pack_gc
+    (STRAIGHT_JOIN: that order, whatever the optimizer would choose), so
+    that InnoDB reads pack_gc's run of oids and locks only the rows of
+    those objects (a store session reads committed: no gap locks)."""
 
     def delete_objects(self, session, oids, tables=None):
         if tables is None:
             tables = self.object_tables
-        session.execute_script([
-            ('DELETE FROM %s WHERE zoid = %%s' % table, (oid,))
-            for table in tables for oid in oids])
+        for table in tables:
+            session.execute(
+                'DELETE t FROM pack_gc g STRAIGHT_JOIN %s t ON t.zoid = '
+                'g.zoid WHERE g.zoid BETWEEN %%s AND %%s' % table,
+                (oids[0], oids[-1]))
 
     def mark(self, session):
         # A recursive query stops at cte_max_recursion_depth levels on
