@@ -262,7 +262,13 @@ class MySQLPackerMixin:
 
 
 class MySQLHPPacker(MySQLPackerMixin, HistoryPreservingPacker):
-    pass
+    # By the primary key, in order, so that LIMIT ends the scan: left to
+    # itself MariaDB read the tid index's whole range past the last oid,
+    # grouped it in a temporary table and sorted it, for every step (0.4
+    # s a step at 1,000,000 objects, against 0.03).
+    old_after_sql = HistoryPreservingPacker.old_after_sql.replace(
+        'FROM object_state WHERE', 'FROM object_state FORCE INDEX (PRIMARY) '
+        'WHERE')
 
 
 class MySQLHFPacker(MySQLPackerMixin, HistoryFreePacker):
