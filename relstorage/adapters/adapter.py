@@ -180,14 +180,21 @@ class Adapter:
     def prepare(self):
         if self._prepared:
             return
+        may_create = (self.options.create_schema
+                      and not self.options.read_only)
         session = self.connect(for_store=True)
         try:
-            session.begin(None if self.options.read_only
-                          or not self.options.create_schema
-                          else self.schema_begin_sql)
+            session.begin(self.schema_begin_sql if may_create else None)
+            if may_create:
+                # Processes that start together on an empty database: the
+                # first creates the schema, the others wait and find it.
+                # Taken before the first look (PostgreSQL would remember,
+                # for the rest of the transaction, that the table was
+                # missing).
+                self.locker.hold_schema_lock(session)
             meta = self.schema.read_meta(session)
             if meta is None:
-                if self.options.read_only or not self.options.create_schema:
+                if not may_create:
                     raise NoSchema(
                         '%s holds no relstorage schema, and %s'
                         % (self.describe(),
@@ -203,6 +210,11 @@ class Adapter:
                 self.wrote_outside_commits(session)
         finally:
             session.rollback_quietly()
+            if may_create:
+                try:
+                    self.locker.release_schema_lock(session)
+                except Exception:  # noqa: BLE001 -- a lost connection
+                    pass           # has released it already
             session.close()
         self._prepared = True
 

@@ -155,6 +155,18 @@ class Locker:
         would do, but a server ends a closed connection asynchronously, so
         a pack started right after this one could still find it held."""
 
+    def hold_schema_lock(self, session):
+        """Wait (up to commit-lock-timeout) for the lock that processes
+        creating the schema of an empty database take in turn, so that
+        one creates it and the others find it made. Released by
+        release_schema_lock, after the transaction ends. None where the
+        transaction that creates the schema excludes the others already
+        (SQLite's BEGIN IMMEDIATE)."""
+
+    def release_schema_lock(self, session):
+        """Release what hold_schema_lock took, if it outlives the
+        transaction."""
+
     def after_rollback(self, session):
         """Release what a rollback does not (session-level locks)."""
 

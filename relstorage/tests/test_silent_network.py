@@ -188,9 +188,12 @@ def test_connections_carry_the_network_timeout(db):
     """Both ends of every connection: keepalives and TCP_USER_TIMEOUT on
     the client's socket; on the server, PostgreSQL's own keepalives for
     the session, MySQL's wait_timeout for store sessions (a client that
-    vanished mid-commit leaves no locks behind for long)."""
+    vanished mid-commit leaves no locks behind for long). On the run's
+    private server: this module runs beside the tests of the shared
+    servers, which drop and create the tables there."""
     require(db)
-    storage = DatabaseFactory(db, True).storage(network_timeout=12)
+    factory = DatabaseFactory(db, True, server=private_server(db))
+    storage = factory.storage(zap=True, network_timeout=12)
     try:
         inst = storage.new_instance()
         inst.poll_invalidations()

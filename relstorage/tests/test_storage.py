@@ -1006,3 +1006,41 @@ def test_sqlite_rows_are_written_in_oid_order_so_pages_fill(tmp_path):
         assert all(storage.load(oid)[0] == oid * 187 for oid in oids)
     finally:
         storage.close()
+
+
+@pytest.mark.parametrize('db', ['postgresql', 'mysql'])
+def test_clients_creating_the_schema_at_once(db):
+    """Instances that start together on an empty server database: one
+    creates the schema, the others wait for it and use it; none fails
+    on the tables the other is creating."""
+    import threading
+    from .dbs import DatabaseFactory
+    factory = DatabaseFactory(db, True)
+    for round_ in range(5):
+        factory.adapter().drop_all()
+        adapters = [factory.adapter() for _ in range(4)]
+        barrier = threading.Barrier(len(adapters))
+        errors = []
+
+        def prepare(adapter):
+            barrier.wait()
+            try:
+                adapter.prepare()
+            except Exception as e:  # reported below
+                errors.append(e)
+        threads = [threading.Thread(target=prepare, args=(adapter,))
+                   for adapter in adapters]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(120)
+        assert errors == [], round_
+        session = adapters[0].connect(for_store=False)
+        try:
+            assert dict(session.fetchall(
+                'SELECT name, value FROM relstorage_meta'))[
+                    'keep_history'] == 'true'
+        finally:
+            session.close()
+        for adapter in adapters:
+            adapter.close()

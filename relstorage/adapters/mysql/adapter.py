@@ -6,6 +6,7 @@ import logging
 import re
 
 from ...exceptions import DatabaseUnavailable
+from ...exceptions import SchemaError
 from ..adapter import OID_BLOCK
 from ..adapter import Adapter
 from .. import replicas
@@ -32,6 +33,7 @@ log = logging.getLogger(__name__)
 #: stay under MySQL's 64-character limit.
 COMMIT_LOCK = "CONCAT('relstorage.commit.', LEFT(MD5(DATABASE()), 16))"
 PACK_LOCK = "CONCAT('relstorage.pack.', LEFT(MD5(DATABASE()), 16))"
+SCHEMA_LOCK = "CONCAT('relstorage.schema.', LEFT(MD5(DATABASE()), 16))"
 
 TEMP_STORE_DDL = """
 CREATE TEMPORARY TABLE IF NOT EXISTS temp_store (
@@ -140,6 +142,20 @@ class MySQLLocker(Locker):
 
     def release_pack_lock(self, session):
         session.execute('DO RELEASE_LOCK(%s)' % PACK_LOCK)
+
+    def hold_schema_lock(self, session):
+        # Session-level (DDL commits as it goes): released by
+        # release_schema_lock, or with the connection.
+        timeout = self.adapter.options.commit_lock_timeout
+        if session.scalar('SELECT GET_LOCK(%s, %%s)' % SCHEMA_LOCK,
+                          (timeout,)) != 1:
+            raise SchemaError(
+                'another process has been creating the relstorage schema '
+                'in %s for longer than commit-lock-timeout (%ss)'
+                % (self.adapter.describe(), timeout))
+
+    def release_schema_lock(self, session):
+        session.execute('DO RELEASE_LOCK(%s)' % SCHEMA_LOCK)
 
     def after_rollback(self, session):
         if session.holds_commit_lock:

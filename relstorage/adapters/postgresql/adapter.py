@@ -36,6 +36,7 @@ log = logging.getLogger(__name__)
 #: constants will do; these spell "RelS" and "RelP").
 COMMIT_LOCK_KEY = 0x52656c53
 PACK_LOCK_KEY = 0x52656c50
+SCHEMA_LOCK_KEY = 0x52656c44
 
 #: Every commit notifies this channel (NOTIFY is scoped to the database);
 #: load sessions with a poll-interval listen on it.
@@ -145,6 +146,12 @@ class PostgreSQLLocker(Locker):
 
     def release_pack_lock(self, session):
         session.execute('SELECT pg_advisory_unlock(%s)', (PACK_LOCK_KEY,))
+
+    def hold_schema_lock(self, session):
+        # Released with the transaction; the session's lock_timeout bounds
+        # the wait.
+        session.execute('SELECT pg_advisory_xact_lock(%s)',
+                        (SCHEMA_LOCK_KEY,))
 
     def is_lock_error(self, error):
         errors = self.adapter.driver.errors
