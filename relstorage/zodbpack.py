@@ -124,7 +124,7 @@ def setup_logging():
 
 
 def pack_one(name, section, days, check_only, out, prepack_only=False,
-             use_prepack_state=False):
+             use_prepack_state=False, workers=None):
     storage = section.open()
     try:
         print('%s (%s):' % (name, storage.getName()), file=out)
@@ -138,7 +138,8 @@ def pack_one(name, section, days, check_only, out, prepack_only=False,
                 progress=(TerminalProgress(out, started) if out.isatty()
                           else None),
                 prepack_only=prepack_only or None,
-                use_prepack_state=use_prepack_state or None)
+                use_prepack_state=use_prepack_state or None,
+                workers=workers)
             if 'garbage_found' in result:
                 print('  pre-pack to %s: %d unreachable objects found and '
                       'kept for --use-prepack-state, in %.1f s'
@@ -182,11 +183,18 @@ def main(argv=None, out=None):
     parser.add_argument('--check-refs-only', action='store_true',
                         help='report references to missing objects; '
                              'pack nothing')
+    parser.add_argument('--workers', type=int, metavar='N',
+                        help='worker processes the pre-pack reads '
+                             'references in (default: '
+                             'RELSTORAGE_PACK_WORKERS, else the CPUs, at '
+                             'most 4; 0: none)')
     parser.add_argument('config', help='file of storage sections')
     args = parser.parse_args(argv)
     setup_logging()
     if args.days < 0:
         parser.error('--days must not be negative')
+    if args.workers is not None and not 0 <= args.workers <= 64:
+        parser.error('--workers must be from 0 to 64')
     if args.prepack and args.use_prepack_state:
         parser.error('--prepack and --use-prepack-state exclude each other')
     if args.check_refs_only and (args.prepack or args.use_prepack_state):
@@ -195,7 +203,7 @@ def main(argv=None, out=None):
     return run_sections('zodbpack', args.config, lambda name, section:
                         pack_one(name, section, args.days,
                                  args.check_refs_only, out, args.prepack,
-                                 args.use_prepack_state))
+                                 args.use_prepack_state, args.workers))
 
 
 def run_sections(prog, path, run_one):

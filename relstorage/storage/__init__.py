@@ -265,7 +265,8 @@ class RelStorage(Loader, TPC, History, Iteration, BlobMethods,
         self.pack_with_result(t, referencesf, gc, progress)
 
     def pack_with_result(self, t, referencesf, gc=None, progress=None,
-                         prepack_only=None, use_prepack_state=None):
+                         prepack_only=None, use_prepack_state=None,
+                         workers=None):
         """Remove revisions not current at time *t* and, with pack-gc (or
         *gc*), objects unreachable from the root at *t*. Returns counts
         (a PackResult).
@@ -275,7 +276,10 @@ class RelStorage(Loader, TPC, History, Iteration, BlobMethods,
         the pack-prepack-only option) only finds the garbage and keeps the
         finding in the database; *use_prepack_state* (default:
         pack-skip-prepack) removes what the last such pre-pack found,
-        to the pack time it used, instead of running one."""
+        to the pack time it used, instead of running one. *workers* is
+        how many worker processes the pre-pack reads references in
+        (default: RELSTORAGE_PACK_WORKERS in the environment, else the
+        CPUs, at most 4; none with one CPU)."""
         self._check_writable()
         options = self._options
         if gc is None:
@@ -289,7 +293,7 @@ class RelStorage(Loader, TPC, History, Iteration, BlobMethods,
                              'pre-pack (pack-prepack-only and '
                              'pack-skip-prepack)')
         result = Pack(self, t, referencesf, gc, progress, prepack_only,
-                      use_prepack_state).run()
+                      use_prepack_state, workers).run()
         log.info('packed %s to %s: %s', self._name, time.ctime(t),
                  dict(result))
         return result

@@ -104,8 +104,11 @@ class Pack:
     """One run of pack() over one storage's adapter."""
 
     def __init__(self, storage, t, referencesf, gc, progress=None,
-                 prepack_only=False, use_prepack_state=False):
+                 prepack_only=False, use_prepack_state=False,
+                 workers=None):
         self.storage = storage
+        #: Worker processes of the pre-pack (None: Workers' default).
+        self.workers = workers
         self.prepack_only = prepack_only
         self.use_prepack_state = use_prepack_state
         self.progress = progress
@@ -284,7 +287,7 @@ class Pack:
         packer = self.packer
         pairs = []
         if self.referencesf is referencesf:
-            workers = Workers()
+            workers = Workers(self.workers)
         else:
             workers = Workers(0, lambda page: (self.referring(page), None))
         # closing(): on an error, the reader and the writer stop before

@@ -8,11 +8,14 @@ this process reads the next pages and writes references to the
 database. A worker is a Python running relstorage.pickledrefs's serve()
 alone (nothing of the packing program runs again in it), given this
 process's ``sys.path``. A worker that cannot start or that fails leaves
-its pages to this process, with a warning; the pack goes on.
+its pages to this process, with a warning; the pack goes on. So does
+one that stops answering: a page it has not answered within
+PAGE_TIMEOUT seconds gets it stopped (killed).
 
-``RELSTORAGE_PACK_WORKERS`` sets how many workers (0: none, every page
-is read here); by default as many as the CPUs this process may use, at
-most MOST, and none with a single CPU. They start only once the
+``zodbpack --workers N`` (pack_with_result's *workers*), or else
+``RELSTORAGE_PACK_WORKERS`` in the environment, sets how many workers
+(0: none, every page is read here); by default as many as the CPUs this
+process may use, at most MOST, and none with a single CPU. They start only once the
 pre-pack has read START_AFTER pages, so a small database never starts
 one. (On two CPUs beside PostgreSQL, 9,000,000 states took 61 s with two
 workers, 80 s with one sharing the pages with this process, and 90 s in
@@ -24,6 +27,7 @@ import queue
 import subprocess
 import sys
 import threading
+import time
 
 from ..children import child_env
 from ..pickledrefs import READY
@@ -39,6 +43,9 @@ START_AFTER = 20
 MOST = 4
 #: Seconds a worker may take to start before it is given up.
 START_TIMEOUT = 60
+#: Seconds a worker may take over one page (about 1,000 states: some
+#: milliseconds) before it is stopped and its pages read here.
+PAGE_TIMEOUT = 120
 #: What a worker runs (-P: the working directory is not searched first).
 _SERVE = ('import sys; from relstorage.pickledrefs import serve; '
           'serve(sys.stdin.buffer, sys.stdout.buffer)')
@@ -72,6 +79,10 @@ class _Worker(threading.Thread):
         self.done = done
         self.closing = closing
         self.process = None
+        #: When the page under way was sent (None: no page under way).
+        self.busy_since = None
+        #: Stopped for taking longer than PAGE_TIMEOUT over a page.
+        self.hung = False
 
     def run(self):
         try:
@@ -94,13 +105,33 @@ class _Worker(threading.Thread):
             page = self.pages.get()
             if page is None:
                 return
+            self.busy_since = time.monotonic()
             try:
                 send(self.process.stdin, page)
                 found, bad = receive(self.process.stdout)
             except Exception as e:  # noqa: BLE001 -- reported
+                self.busy_since = None
+                if self.hung:
+                    e = TimeoutError('it did not answer within %s s; '
+                                     'stopped' % PAGE_TIMEOUT)
                 self.fail(e, page)
                 return
+            self.busy_since = None
             self.done.put((page, found, bad))
+
+    def watch(self, now):
+        """Kill the process if it has spent PAGE_TIMEOUT on a page (the
+        thread's read then fails, and its pages come back here)."""
+        since = self.busy_since
+        if since is not None and now - since > PAGE_TIMEOUT:
+            self.hung = True
+            self.kill()
+
+    def kill(self):
+        try:
+            self.process.kill()
+        except OSError:  # gone already
+            pass
 
     def fail(self, error, page):
         """Give *page*, and every page after it, back to the packing
@@ -121,6 +152,10 @@ class _Worker(threading.Thread):
         process = self.process
         if process is None:
             return
+        if self.busy_since is not None:
+            # Its page is dropped; and closing the pipe would wait for a
+            # write it may never take.
+            self.kill()
         try:
             process.stdin.close()  # waits for a write under way
         except OSError:
@@ -135,8 +170,8 @@ class _Worker(threading.Thread):
 class Workers:
     """Reads the references of pages of states: here (with *local*, which
     answers as page_references() does) until START_AFTER pages have been
-    read, then in *count* worker processes (default_count()), here again
-    only for a worker that failed."""
+    read, then in *count* worker processes (None: default_count()),
+    here again only for a worker that failed or stopped answering."""
 
     def __init__(self, count=None, local=page_references):
         self.count = default_count() if count is None else count
@@ -155,6 +190,15 @@ class Workers:
             worker.start()
             self.workers.append(worker)
         self.started = self.count
+        threading.Thread(target=self._watch, daemon=True,
+                         name='relstorage-prepack-watchdog').start()
+
+    def _watch(self):
+        workers = list(self.workers)
+        while not self.closing.wait(min(PAGE_TIMEOUT / 4, 5)):
+            now = time.monotonic()
+            for worker in workers:
+                worker.watch(now)
 
     def read(self, pages):
         """``(page, found, bad)`` for each page of *pages* (in any

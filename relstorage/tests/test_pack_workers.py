@@ -1,8 +1,11 @@
 """The pre-pack with worker processes reading references (real processes,
 started as a large database would start them): the same garbage found as
 without them, a damaged state read by a worker named by the pack, and a
-worker that cannot start leaving its pages to the packing process."""
+worker that cannot start, or that stops answering, leaving its pages to
+the packing process; zodbpack --workers and RELSTORAGE_PACK_WORKERS."""
+import io
 import logging
+import os
 import random
 import time
 
@@ -13,6 +16,7 @@ from ZODB.serialize import referencesf
 
 from relstorage.exceptions import CorruptRecord
 from relstorage import pickledrefs
+from relstorage import zodbpack
 from relstorage.storage import pack as pack_module
 from relstorage.storage import refworkers
 
@@ -40,7 +44,8 @@ def _graph(seed):
 
 def test_workers_find_the_same_garbage(factory, workers):
     edges, linked = _graph(7)
-    result = _pack_and_check(factory.storage(zap=True), SIZE, edges, linked)
+    result = _pack_and_check(factory.storage(zap=True),
+                             SIZE, edges, linked)
     assert result['prepack_workers'] == 2
     # Every page went somewhere; the workers read some of them.
     assert result['prepack_worker_pages'] > 0
@@ -52,11 +57,99 @@ def test_a_worker_that_cannot_start(workers, monkeypatch, caplog):
     factory = DatabaseFactory('sqlite', True)
     try:
         with caplog.at_level(logging.WARNING, logger=refworkers.__name__):
-            result = _pack_and_check(factory.storage(), SIZE, edges, linked)
+            result = _pack_and_check(factory.storage(), SIZE,
+                                     edges, linked)
     finally:
         factory.cleanup()
     assert result['prepack_worker_pages'] == 0
     assert 'pre-pack worker process failed' in caplog.text
+
+
+def test_a_worker_that_stops_answering(workers, monkeypatch, caplog):
+    """A worker that says it is ready and then never answers (a process
+    stuck, or stopped): past PAGE_TIMEOUT it is killed, and its pages
+    are read here; the other worker goes on."""
+    hang_second = (
+        'import os, sys, time\n'
+        'from relstorage.pickledrefs import serve, send, READY\n'
+        'lock = sys.argv[1]\n'
+        'try:\n'
+        '    os.close(os.open(lock, os.O_CREAT | os.O_EXCL))\n'
+        'except FileExistsError:\n'
+        '    send(sys.stdout.buffer, READY)\n'
+        '    time.sleep(3600)\n'
+        'serve(sys.stdin.buffer, sys.stdout.buffer)\n')
+    factory = DatabaseFactory('sqlite', True)
+    lock = os.path.join(factory.data_dir('main'), 'first-worker')
+    monkeypatch.setattr(refworkers, '_SERVE', 'import sys; exec(%r)'
+                        % hang_second)
+    monkeypatch.setattr(refworkers, 'PAGE_TIMEOUT', 1.5)
+    real_popen = refworkers.subprocess.Popen
+    started = []
+
+    def popen(argv, **kw):
+        process = real_popen(list(argv) + [lock], **kw)
+        started.append(process)
+        return process
+    monkeypatch.setattr(refworkers.subprocess, 'Popen', popen)
+    edges, linked = _graph(9)
+    try:
+        with caplog.at_level(logging.WARNING, logger=refworkers.__name__):
+            began = time.monotonic()
+            result = _pack_and_check(factory.storage(), SIZE,
+                                     edges, linked)
+            took = time.monotonic() - began
+    finally:
+        factory.cleanup()
+    assert len(started) == 2
+    assert 'did not answer within 1.5 s' in caplog.text
+    assert result['prepack_workers'] == 2
+    # The first worker read pages; the stuck one none.
+    assert result['prepack_worker_pages'] > 0
+    assert took < 60
+    # Neither process outlives the pack.
+    assert [p.poll() is not None for p in started] == [True, True]
+
+
+def test_zodbpack_workers_and_the_environment(workers, tmp_path,
+                                              monkeypatch):
+    edges, linked = _graph(10)
+    monkeypatch.setenv('RELSTORAGE_PACK_WORKERS', '0')
+    factory = DatabaseFactory('sqlite', True)
+    try:
+        result = _pack_and_check(factory.storage(), SIZE, edges, linked)
+        assert result['prepack_workers'] == 0
+        assert result['prepack_worker_pages'] == 0
+        config = tmp_path / 'pack.conf'
+        config.write_text(
+            '%%import relstorage\n<relstorage>\n'
+            ' <sqlite3>\n  data-dir %s\n </sqlite3>\n</relstorage>\n'
+            % factory.data_dir('main'))
+        for argv, said in ((['--workers', '1'], 'with 1 worker process'),
+                           ([], None)):
+            _build_more(factory)
+            out = io.StringIO()
+            assert zodbpack.main(argv + [str(config)], out=out) == 0
+            if said:
+                assert said in out.getvalue()
+            else:
+                assert 'worker' not in out.getvalue()
+    finally:
+        factory.cleanup()
+
+
+def _build_more(factory):
+    """Some new garbage to pack (the pre-pack runs only when there is
+    something to pack)."""
+    db = ZODB.DB(factory.storage())
+    try:
+        with db.transaction() as conn:
+            conn.root()['more'] = [PersistentMapping(i=i) for i in range(50)]
+        with db.transaction() as conn:
+            del conn.root()['more']
+        time.sleep(0.01)
+    finally:
+        db.close()
 
 
 def test_a_worker_process_reads_pages_as_this_process_does(workers):
