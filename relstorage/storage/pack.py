@@ -218,9 +218,13 @@ class Pack:
             raise StorageError(
                 'cannot pack to %016x: an earlier pack already went to '
                 '%016x, so older states are gone' % (self.pack_tid, last))
+        deleted = None
         if self.gc:
-            self.graph(session.session, writer)
-        self.packer.find_garbage(writer, self.pack_tid, self.gc)
+            # The graph's pages tell which objects are deleted as of the
+            # pack time: find_garbage need not look at every row again.
+            deleted = []
+            self.graph(session.session, writer, deleted)
+        self.packer.find_garbage(writer, self.pack_tid, self.gc, deleted)
         return view
 
     def save_prepack(self, writer, checked_tid):
@@ -277,11 +281,13 @@ class Pack:
                                 % (self.adapter.describe(), bad))
         return found
 
-    def graph(self, session, writer):
+    def graph(self, session, writer, deleted=None):
         """Write into *writer*'s scratch tables the references of every
         state current at the pack time (read on *session*) and the roots:
         the root object and everything committed after the pack time,
-        with what it refers to; then mark what the roots reach. With
+        with what it refers to; then mark what the roots reach. The
+        objects deleted as of the pack time are appended to *deleted*
+        (see Packer.states_at). With
         ZODB's referencesf, worker processes read references too (see
         refworkers)."""
         packer = self.packer
@@ -292,7 +298,7 @@ class Pack:
             workers = Workers(0, lambda page: (self.referring(page), None))
         # closing(): on an error, the reader and the writer stop before
         # their sessions are used again.
-        with closing(self.pages(session)) as pages, workers, \
+        with closing(self.pages(session, deleted)) as pages, workers, \
                 _ReferenceWriter(packer, writer) as writing:
             for page, found, bad in workers.read(pages):
                 for oid, refs in self.checked(page, found, bad):
@@ -311,7 +317,7 @@ class Pack:
         packer.add_roots(writer, roots)
         packer.mark(writer)
 
-    def pages(self, session):
+    def pages(self, session, deleted=None):
         """The states current at the pack time, a page at a time in oid
         order, read on *session* by a thread of its own one page ahead:
         the database finds the next page while this process reads the
@@ -324,7 +330,7 @@ class Pack:
             try:
                 while not stopping.is_set():
                     page = self.packer.states_at(session, self.pack_tid,
-                                                 after, PAGE)
+                                                 after, PAGE, deleted)
                     pages.put(page)
                     if not page:
                         return

@@ -407,3 +407,64 @@ def test_a_page_of_states_gives_each_state_its_own_references():
     finally:
         db.close()
         factory.cleanup()
+
+
+def _delete(storage, oid, serial):
+    from ZODB.Connection import TransactionMetaData
+    t = TransactionMetaData()
+    storage.tpc_begin(t)
+    storage.deleteObject(oid, serial, t)
+    storage.tpc_vote(t)
+    storage.tpc_finish(t)
+
+
+def _rows(storage, oid):
+    from ZODB.utils import u64
+    session = storage._adapter.connect(for_store=False)
+    try:
+        session.begin()
+        return session.scalar(
+            'SELECT COUNT(*) FROM object_state WHERE zoid = %s', (u64(oid),))
+    finally:
+        session.rollback_quietly()
+        session.close()
+
+
+@pytest.mark.parametrize('gc', [True, False], ids=['gc', 'no-gc'])
+def test_pack_removes_objects_deleted_by_the_pack_time(factory, gc):
+    """deleteObject's deletions current at the pack time go, with or
+    without garbage collection: one the root still refers to (a pre-pack
+    finds it among the states it reads) and one unlinked first; one
+    deleted after the pack time stays until a later pack."""
+    storage = factory.storage()
+    db = ZODB.DB(storage)
+    try:
+        with db.transaction() as conn:
+            for name in ('kept', 'referred', 'loose', 'late'):
+                conn.root()[name] = PersistentMapping(name=name)
+        with db.transaction() as conn:
+            objects = {name: (conn.root()[name]._p_oid,
+                              conn.root()[name]._p_serial)
+                       for name in ('kept', 'referred', 'loose', 'late')}
+            del conn.root()['loose']
+        _delete(storage, *objects['referred'])
+        _delete(storage, *objects['loose'])
+        time.sleep(0.02)
+        pack_time = time.time()
+        time.sleep(0.02)
+        _delete(storage, *objects['late'])
+        storage.pack_with_result(pack_time, referencesf, gc=gc)
+        assert _rows(storage, objects['referred'][0]) == 0
+        assert _rows(storage, objects['loose'][0]) == 0
+        assert _rows(storage, objects['kept'][0]) >= 1
+        # The late one keeps its state as of the pack time (with history)
+        # or its tombstone (without): a pack to now removes it.
+        assert _rows(storage, objects['late'][0]) >= 1
+        time.sleep(0.02)
+        storage.pack_with_result(time.time(), referencesf, gc=gc)
+        assert _rows(storage, objects['late'][0]) == 0
+        assert _rows(storage, objects['kept'][0]) == 1
+        with db.transaction() as conn:
+            assert conn.root()['kept']['name'] == 'kept'
+    finally:
+        db.close()

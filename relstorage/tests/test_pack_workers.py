@@ -68,7 +68,8 @@ def test_a_worker_that_cannot_start(workers, monkeypatch, caplog):
 def test_a_worker_that_stops_answering(workers, monkeypatch, caplog):
     """A worker that says it is ready and then never answers (a process
     stuck, or stopped): past PAGE_TIMEOUT it is killed, and its pages
-    are read here; the other worker goes on."""
+    are read here; the other worker goes on. (The stuck one is ready a
+    second before the other, so that it takes the first page.)"""
     hang_second = (
         'import os, sys, time\n'
         'from relstorage.pickledrefs import serve, send, READY\n'
@@ -78,6 +79,7 @@ def test_a_worker_that_stops_answering(workers, monkeypatch, caplog):
         'except FileExistsError:\n'
         '    send(sys.stdout.buffer, READY)\n'
         '    time.sleep(3600)\n'
+        'time.sleep(1)\n'
         'serve(sys.stdin.buffer, sys.stdout.buffer)\n')
     factory = DatabaseFactory('sqlite', True)
     lock = os.path.join(factory.data_dir('main'), 'first-worker')

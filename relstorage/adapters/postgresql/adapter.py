@@ -310,9 +310,9 @@ class PostgreSQLPackerMixin:
         session.execute('ANALYZE pack_root, pack_ref')
         super().mark(session)
 
-    def find_garbage(self, session, pack_tid, gc):
+    def find_garbage(self, session, pack_tid, gc, deleted=None):
         session.execute('ANALYZE pack_reached')
-        count = super().find_garbage(session, pack_tid, gc)
+        count = super().find_garbage(session, pack_tid, gc, deleted)
         session.execute('ANALYZE pack_gc')
         return count
 
