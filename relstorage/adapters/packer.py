@@ -298,14 +298,20 @@ class HistoryPreservingPacker(Packer):
             # database can seek.
             where = ' OR '.join(['(zoid = %s AND tid < %s)'] * len(part))
             params = [value for pair in part for value in pair]
-            part_revisions, part_size = removed_rows(session, session.fetchall(
-                'SELECT state_size, blob_id FROM object_state WHERE '
-                + where, params))
-            session.execute('DELETE FROM object_state WHERE ' + where,
-                            params)
+            part_revisions, part_size = removed_rows(
+                session, self.delete_states(session, where, params))
             revisions += part_revisions
             size += part_size
         return revisions, size
+
+    def delete_states(self, session, where, params):
+        """Delete the rows of object_state that *where* selects; return
+        their ``(state_size, blob_id)``."""
+        rows = session.fetchall(
+            'SELECT state_size, blob_id FROM object_state WHERE ' + where,
+            params)
+        session.execute('DELETE FROM object_state WHERE ' + where, params)
+        return rows
 
     def finish(self, session, pack_tid):
         """Mark transactions up to *pack_tid* packed and drop those left

@@ -38,9 +38,15 @@ def test_pack_removes_garbage_and_old_revisions(factory, batch_timeout):
         keep_oid, keep_tid, drop_oid = _build(db)
         before = len(storage)
         old_serials = [h['tid'] for h in storage.history(keep_oid, 10)]
+        rows_before = _state_rows(storage)
         time.sleep(0.01)
         result = storage.pack_with_result(time.time(), referencesf)
         assert result['objects_removed'] == 1
+        # What the pack says it removed is what went.
+        gone = set(rows_before) - set(_state_rows(storage))
+        assert result['revisions_removed'] == len(gone)
+        assert result['bytes_removed'] == sum(
+            rows_before[key] for key in gone) > 0
         assert result['batches'] >= 1
         assert len(storage) == before - 1
         with pytest.raises(POSKeyError):
@@ -407,6 +413,18 @@ def test_a_page_of_states_gives_each_state_its_own_references():
     finally:
         db.close()
         factory.cleanup()
+
+
+def _state_rows(storage):
+    """``{(zoid, tid): state_size}`` of every row of object_state."""
+    session = storage._adapter.connect(for_store=False)
+    try:
+        session.begin()
+        return {(zoid, tid): size for zoid, tid, size in session.fetchall(
+            'SELECT zoid, tid, state_size FROM object_state')}
+    finally:
+        session.rollback_quietly()
+        session.close()
 
 
 def _delete(storage, oid, serial):
