@@ -15,11 +15,11 @@ PAGE_TIMEOUT seconds gets it stopped (killed).
 ``zodbpack --workers N`` (pack_with_result's *workers*), or else
 ``RELSTORAGE_PACK_WORKERS`` in the environment, sets how many workers
 (0: none, every page is read here); by default as many as the CPUs this
-process may use, at most MOST, and none with a single CPU. They start only once the
-pre-pack has read START_AFTER pages, so a small database never starts
-one. (On two CPUs beside PostgreSQL, 9,000,000 states took 61 s with two
-workers, 80 s with one sharing the pages with this process, and 90 s in
-this process alone.)
+process may use, at most MOST, and none with a single CPU. They start
+only once the pre-pack has read START_AFTER pages, so a small database
+never starts one. (On two CPUs beside PostgreSQL, 9,000,000 states took
+61 s with two workers, 80 s with one sharing the pages with this
+process, and 90 s in this process alone.)
 """
 import logging
 import os
