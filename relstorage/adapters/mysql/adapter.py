@@ -261,9 +261,10 @@ class MySQLPackerMixin:
         # MariaDB returns what it deletes: the separate read of the rows
         # took as long as the delete.
         if getattr(self.adapter.server, 'mariadb', False):
+            # (*where* holds placeholders only, as in the base class.)
             return session.fetchall(
-                'DELETE FROM object_state WHERE %s RETURNING state_size, '
-                'blob_id' % where, params)
+                'DELETE FROM object_state WHERE ' + where
+                + ' RETURNING state_size, blob_id', params)
         return super().delete_states(session, where, params)
 
     def delete_objects(self, session, oids, tables=None):
