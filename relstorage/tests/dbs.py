@@ -17,6 +17,7 @@ cannot be reached fails under CI like the others.
 import os
 import shutil
 import tempfile
+import time
 import unittest
 
 from relstorage.children import child_env  # noqa: F401 -- for the tests
@@ -304,3 +305,15 @@ class DatabaseFactory:
         for path in self._dirs.values():
             shutil.rmtree(path, ignore_errors=True)
         self._dirs.clear()
+
+
+def wait_for(predicate, timeout=10):
+    """Whether *predicate()* became true within *timeout* seconds (for
+    what travels on its own, such as a commit's announcement, which
+    arrives shortly after the COMMIT)."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.002)
+    return True

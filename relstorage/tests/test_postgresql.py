@@ -13,6 +13,7 @@ from ZODB.utils import u64
 from .dbs import DatabaseFactory
 from .dbs import admin_query
 from .dbs import pg_dsn
+from .dbs import wait_for
 from .test_mysql import _first_revision
 
 
@@ -74,17 +75,6 @@ def test_zap_deletes_when_a_reader_holds_the_table(factory):
         storage.close()
 
 
-def _wait_for(predicate, timeout=10):
-    """Whether *predicate()* became true within *timeout* seconds (a
-    notification travels on its own, shortly after the COMMIT)."""
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.002)
-    return True
-
-
 def test_poll_interval_with_commit_announcements(factory):
     """With a poll-interval, every commit is announced (NOTIFY) to the
     load sessions listening: an instance within its interval sees another
@@ -124,7 +114,7 @@ def test_poll_interval_with_commit_announcements(factory):
             finally:
                 rtm.abort()
         # Without the announcement the view would stay for an hour.
-        assert _wait_for(sees_it)
+        assert wait_for(sees_it)
         assert session.round_trips > trips
     finally:
         writer.close()
