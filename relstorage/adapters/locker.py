@@ -6,6 +6,7 @@ locks after that. The commit lock serialises only the choice of the
 transaction id and the moment new rows become current.
 """
 from ..exceptions import CommitLockTimeout
+from ..exceptions import SchemaError
 from ..exceptions import UnableToLockRows
 from .session import in_list
 
@@ -162,6 +163,13 @@ class Locker:
         release_schema_lock, after the transaction ends. None where the
         transaction that creates the schema excludes the others already
         (SQLite's BEGIN IMMEDIATE)."""
+
+    def schema_lock_timeout(self):
+        return SchemaError(
+            'another process has been creating the relstorage schema in %s '
+            'for longer than commit-lock-timeout (%ss)'
+            % (self.adapter.describe(),
+               self.adapter.options.commit_lock_timeout))
 
     def release_schema_lock(self, session):
         """Release what hold_schema_lock took, if it outlives the

@@ -1053,3 +1053,39 @@ def test_clients_creating_the_schema_at_once(db):
             session.close()
         for adapter in adapters:
             adapter.close()
+
+
+@pytest.mark.parametrize('db', ['postgresql', 'mysql'])
+def test_waiting_for_another_schema_creator_is_bounded(db):
+    """A process that finds another one creating the schema waits for it
+    at most commit-lock-timeout, then says so; once the other is done,
+    the schema is created."""
+    import time
+    from relstorage.exceptions import SchemaError
+    from .dbs import DatabaseFactory
+    factory = DatabaseFactory(db, True)
+    factory.adapter().drop_all()
+    holder = factory.adapter()
+    session = holder.connect(for_store=True)
+    try:
+        session.begin(holder.schema_begin_sql)
+        holder.locker.hold_schema_lock(session)
+        waiter = factory.adapter(commit_lock_timeout=1)
+        started = time.monotonic()
+        with pytest.raises(SchemaError,
+                           match='another process has been creating the '
+                                 'relstorage schema in .* for longer than '
+                                 r'commit-lock-timeout \(1'):
+            waiter.prepare()
+        assert time.monotonic() - started < 30
+        waiter.close()
+    finally:
+        session.rollback_quietly()
+        holder.locker.release_schema_lock(session)
+        session.close()
+        holder.close()
+    adapter = factory.adapter(commit_lock_timeout=1)
+    try:
+        adapter.prepare()
+    finally:
+        adapter.close()

@@ -6,7 +6,6 @@ import logging
 import re
 
 from ...exceptions import DatabaseUnavailable
-from ...exceptions import SchemaError
 from ..adapter import OID_BLOCK
 from ..adapter import Adapter
 from .. import replicas
@@ -149,10 +148,7 @@ class MySQLLocker(Locker):
         timeout = self.adapter.options.commit_lock_timeout
         if session.scalar('SELECT GET_LOCK(%s, %%s)' % SCHEMA_LOCK,
                           (timeout,)) != 1:
-            raise SchemaError(
-                'another process has been creating the relstorage schema '
-                'in %s for longer than commit-lock-timeout (%ss)'
-                % (self.adapter.describe(), timeout))
+            raise self.schema_lock_timeout()
 
     def release_schema_lock(self, session):
         session.execute('DO RELEASE_LOCK(%s)' % SCHEMA_LOCK)

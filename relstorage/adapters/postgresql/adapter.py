@@ -150,8 +150,11 @@ class PostgreSQLLocker(Locker):
     def hold_schema_lock(self, session):
         # Released with the transaction; the session's lock_timeout bounds
         # the wait.
-        session.execute('SELECT pg_advisory_xact_lock(%s)',
-                        (SCHEMA_LOCK_KEY,))
+        try:
+            session.execute('SELECT pg_advisory_xact_lock(%s)',
+                            (SCHEMA_LOCK_KEY,))
+        except self.adapter.driver.errors.LockNotAvailable:
+            raise self.schema_lock_timeout() from None
 
     def is_lock_error(self, error):
         errors = self.adapter.driver.errors
