@@ -124,29 +124,24 @@ class Packer:
         them with the states (states_at), else found by deleted_sql (a
         look at every current object's row). Returns how many."""
         reached_clause = ''
-        if gc and deleted is not None:
-            self.gc_unreached(session, pack_tid)
-            for oids in chunks(deleted):
-                session.execute(
-                    'INSERT INTO pack_gc (zoid) SELECT zoid FROM '
-                    'pack_reached WHERE zoid IN %s' % in_list(oids), oids)
-            return self.garbage_count(session)
         if gc:
             # Two statements: with the deletions in an OR, PostgreSQL ran
             # a subquery per object instead of one anti-join.
-            self.gc_unreached(session, pack_tid)
+            session.execute(
+                'INSERT INTO pack_gc (zoid) SELECT c.zoid FROM %s c WHERE '
+                'c.tid <= %%s AND NOT EXISTS (SELECT 1 FROM pack_reached r '
+                'WHERE r.zoid = c.zoid)' % self.current_table, (pack_tid,))
+            if deleted is not None:
+                for oids in chunks(deleted):
+                    session.execute(
+                        'INSERT INTO pack_gc (zoid) SELECT zoid FROM '
+                        'pack_reached WHERE zoid IN %s' % in_list(oids),
+                        oids)
+                return self.garbage_count(session)
             reached_clause = (' AND EXISTS (SELECT 1 FROM pack_reached r '
                               'WHERE r.zoid = c.zoid)')
         session.execute(self.deleted_sql + reached_clause, (pack_tid,))
         return self.garbage_count(session)
-
-    def gc_unreached(self, session, pack_tid):
-        """Put in pack_gc the objects current at *pack_tid* that
-        pack_reached lacks."""
-        session.execute(
-            'INSERT INTO pack_gc (zoid) SELECT c.zoid FROM %s c WHERE '
-            'c.tid <= %%s AND NOT EXISTS (SELECT 1 FROM pack_reached r '
-            'WHERE r.zoid = c.zoid)' % self.current_table, (pack_tid,))
 
     def garbage_count(self, session):
         return int(session.scalar('SELECT COUNT(*) FROM pack_gc'))
