@@ -15,9 +15,14 @@ with a storage opened afresh and objects of its own (the median is
 reported, with the range): reading 1,000 objects picked at random from
 all built so far (cold: the first read of each, from the database; hot:
 again, from the connection's cache; warm: again, from the storage's
-cache); committing a change to 1,000 others. At the end it
-packs with ``zodbpack --days 0`` (garbage collection on) in a process of
-its own, timing it and reading its peak RSS. The build rate is reported
+cache); committing a change to 1,000 others. With each commit it
+measures what explains its cost: the bytes it wrote to the database's
+log (PostgreSQL's WAL, the whole server's, by its position; SQLite's
+WAL, emptied by a checkpoint first) and, on SQLite, the read system
+calls the process made (from /proc, on Linux; about one per page not in
+SQLite's page cache), also for the cold reads. At the end it packs
+with ``zodbpack --days 0`` (garbage collection on) in a process of its
+own, timing it and reading its peak RSS. The build rate is reported
 for each tenth of the build: the last against the first shows whether
 commits slow down as the database grows.
 
@@ -138,24 +143,97 @@ class Build:
             conn.close()
 
 
-def measure(section, picked):
+def read_calls():
+    """Read system calls this process has made (None off Linux): on
+    SQLite, about one per database page not in SQLite's page cache."""
+    try:
+        with open('/proc/self/io') as f:
+            for line in f:
+                if line.startswith('syscr:'):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return None
+
+
+def log_probe(database, args, name, data_dir):
+    """A function to call before a commit, returning one to call after
+    it that gives the bytes the commit wrote to the database's log:
+    PostgreSQL's WAL (the whole server's: a quiet server is assumed) or
+    SQLite's WAL (checkpointed empty first, then counted in frames);
+    None for MySQL."""
+    if database == 'postgresql':
+        import psycopg2
+        dsn = '%s dbname=%s' % (args.pg_dsn, name)
+
+        def before():
+            conn = psycopg2.connect(dsn)
+            conn.autocommit = True
+            cur = conn.cursor()
+            cur.execute('SELECT pg_current_wal_lsn()')
+            (start,) = cur.fetchone()
+
+            def after():
+                try:
+                    cur.execute('SELECT pg_wal_lsn_diff(pg_current_wal_lsn(),'
+                                ' %s)', (start,))
+                    return int(cur.fetchone()[0])
+                finally:
+                    conn.close()
+            return after
+        return before
+    if database == 'sqlite':
+        import sqlite3
+        path = os.path.join(data_dir, 'relstorage.sqlite3')
+
+        def before():
+            conn = sqlite3.connect(path, isolation_level=None)
+            conn.execute('PRAGMA wal_checkpoint(TRUNCATE)')
+
+            def after():
+                try:
+                    # (busy, frames in the WAL, frames checkpointed): a
+                    # passive checkpoint leaves the frames counted.
+                    frames = conn.execute(
+                        'PRAGMA wal_checkpoint(PASSIVE)').fetchone()[1]
+                    page = conn.execute('PRAGMA page_size').fetchone()[0]
+                    return frames * page
+                finally:
+                    conn.close()
+            return after
+        return before
+    return None
+
+
+def _delta(before, after):
+    return None if before is None or after is None else after - before
+
+
+def measure(section, picked, probe=None, count_reads=False):
     """Through a ZODB connection of a storage opened afresh: reading
     SAMPLE objects of *picked* (cold: from the database; hot: again, from
     the connection's cache; warm: again, from the storage's cache, the
     connection's emptied) and a commit changing SAMPLE others: seconds
-    each."""
-    reads = [oid for _, oid in picked[:SAMPLE]]
-    changes = [oid for _, oid in picked[SAMPLE:2 * SAMPLE]]
+    each; with the commit's log bytes by *probe* (see log_probe) and,
+    with *count_reads*, the read calls of the cold reads and of the
+    commit."""
+    calls_now = read_calls if count_reads else (lambda: None)
+    # (Half each, in a database too small for SAMPLE of both.)
+    count = min(SAMPLE, len(picked) // 2)
+    reads = [oid for _, oid in picked[:count]]
+    changes = [oid for _, oid in picked[count:2 * count]]
     db = ZODB.DB(ZODB.config.storageFromString(IMPORT + section))
     try:
         figures = {}
         tm = transaction.TransactionManager()
         conn = db.open(transaction_manager=tm)
+        calls = calls_now()
         started = time.perf_counter()
         objects = [conn.get(oid) for oid in reads]
         for obj in objects:
             obj['value']
         figures['cold'] = time.perf_counter() - started
+        figures['cold_read_calls'] = _delta(calls, calls_now())
         for kind in ('hot', 'warm'):
             if kind == 'warm':
                 conn.cacheMinimize()  # ghosts: their states are reloaded
@@ -166,24 +244,30 @@ def measure(section, picked):
         for oid in changes:
             obj = conn.get(oid)
             obj['value'] = -obj['value']
+        after = probe() if probe is not None else None
+        calls = calls_now()
         started = time.perf_counter()
         tm.commit()
         figures['commit'] = time.perf_counter() - started
+        figures['commit_read_calls'] = _delta(calls, calls_now())
+        figures['commit_log_bytes'] = after() if after is not None else None
         conn.close()
     finally:
         db.close()
     return figures
 
 
-def measure_rounds(section, sample):
+def measure_rounds(section, sample, probe=None, count_reads=False):
     """measure() ROUNDS times, each on objects of its own: the median of
     each figure, and every round's under ``rounds``."""
     picked = list(sample)
     # (A database smaller than the rounds need is measured once.)
     count = max(min(ROUNDS, len(picked) // (2 * SAMPLE)), 1)
-    rounds = [measure(section, picked[i * 2 * SAMPLE:(i + 1) * 2 * SAMPLE])
+    rounds = [measure(section, picked[i * 2 * SAMPLE:(i + 1) * 2 * SAMPLE],
+                      probe, count_reads)
               for i in range(count)]
-    figures = {key: statistics.median(r[key] for r in rounds)
+    figures = {key: (statistics.median(r[key] for r in rounds)
+                     if rounds[0][key] is not None else None)
                for key in rounds[0]}
     figures['rounds'] = rounds
     return figures
@@ -272,6 +356,7 @@ def run_database(database, args, workdir):
     rng = random.Random(args.seed)
     build = Build(db, args.batch, rng)
     size_of = size_function(database, name, args, data_dir)
+    probe = log_probe(database, args, name, data_dir)
     result = {'database': database, 'points': []}
     try:
         for target in sorted({min(args.baseline, args.objects),
@@ -286,7 +371,8 @@ def run_database(database, args, workdir):
                 point['bytes'] = size_of(storage)
             finally:
                 storage.close()
-            point.update(measure_rounds(section, build.sample))
+            point.update(measure_rounds(section, build.sample, probe,
+                                        database == 'sqlite'))
             result['points'].append(point)
             print('%s at %d objects: %s' % (database, build.count,
                                             _brief(point)), flush=True)
@@ -330,6 +416,14 @@ def report(results, out=sys.stdout):
                   % (key, first[key] * 1e3, last[key] * 1e3,
                      last[key] / first[key], _spread(first, key),
                      _spread(last, key)), file=out)
+        for key, unit, what in (
+                ('commit_log_bytes', 1e6, 'commit: MB written to the log'),
+                ('commit_read_calls', 1, 'commit: read calls'),
+                ('cold_read_calls', 1, 'cold reads: read calls')):
+            if first.get(key) is not None and last.get(key) is not None:
+                print('  %-31s %9.2f -> %9.2f  (x%.2f)' % (
+                    what, first[key] / unit, last[key] / unit,
+                    last[key] / max(first[key], 1)), file=out)
         print('  size    %9.2f GB (%.0f bytes per object)' % (
             last['bytes'] / 1e9, last['bytes'] / last['objects']), file=out)
         print('  build   %s objects/s by tenth; last/first %.2f' % (

@@ -348,6 +348,17 @@ class Chaos:
                     elif kind == 'X':
                         error = rest.split(':')[0]
                         errors[error] = errors.get(error, 0) + 1
+        # What those errors were: the workers' tracebacks (a worker's
+        # .err file holds one per unnamed error it met).
+        tracebacks = []
+        if errors:
+            for name in sorted(self.procs):
+                path = os.path.join(self.dir, name + '.log.err')
+                if os.path.exists(path):
+                    with open(path) as f:
+                        text = f.read()
+                    tracebacks += ['Traceback' + part for part in
+                                   text.split('Traceback')[1:]]
         problems = []
         storage = self.factory().storage(commit_lock_timeout=5)
         db = ZODB.DB(storage)
@@ -394,7 +405,8 @@ class Chaos:
             'cut short that committed': len(cut_short & set(transfers)),
             'retries': retries, 'faults': self.faults,
             'longest stall s': round(max(stalls or [0]), 2),
-            'errors seen by workers': errors, 'problems': problems}
+            'errors seen by workers': errors,
+            'worker tracebacks': tracebacks[:3], 'problems': problems}
         return summary
 
     def remove(self):

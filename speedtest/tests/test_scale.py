@@ -18,6 +18,11 @@ def test_scale_builds_measures_and_packs(tmp_path):
     for point in (first, last):
         assert min(point[key]
                    for key in ('cold', 'warm', 'hot', 'commit')) > 0
+        # The commit changed half the sample (a hundred objects or more):
+        # its WAL frames hold at least the table's pages they are on.
+        assert point['commit_log_bytes'] >= 4 * 4096, point
+        for key in ('cold_read_calls', 'commit_read_calls'):
+            assert point[key] is None or point[key] > 0, (key, point)
     assert len(result['build_rate_by_tenth']) >= 6
     pack = result['pack']
     assert 'error' not in pack, pack
@@ -27,3 +32,4 @@ def test_scale_builds_measures_and_packs(tmp_path):
     text = io.StringIO()
     scale.report([result], text)
     assert 'sqlite: 200 -> 600 objects' in text.getvalue()
+    assert 'commit: MB written to the log' in text.getvalue()
