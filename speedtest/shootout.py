@@ -179,7 +179,10 @@ def _means(path, tests, objects):
         suite = json.load(f)
     found = {}
     for bench in suite['benchmarks']:
-        name = bench['metadata']['name']
+        # pyperf keeps what all its benchmarks share (the name, when
+        # there is only one) in the suite's metadata.
+        name = dict(suite.get('metadata', {}),
+                    **bench.get('metadata', {}))['name']
         values = [v for run in bench['runs'] for v in run.get('values', ())]
         for test in tests:
             label = ': ' + TESTS[test] % objects if '%' in TESTS[test] \

@@ -40,6 +40,17 @@ def test_this_side_and_filestorage_on_sqlite(tmp_path):
     assert os.path.isdir(tmp_path / 'sqlite-ours-hf')
 
 
+def test_a_single_test_is_read(tmp_path):
+    # With one benchmark, zodbshootout's JSON (pyperf's) names it in the
+    # suite's metadata only.
+    args = _args()
+    contender = shootout.Contender('ours', sys.executable, args,
+                                   str(tmp_path), dict(os.environ))
+    result = contender.run('sqlite', 'hf', 1, ['add'])
+    assert 'error' not in result, result
+    assert result['add'] > 0
+
+
 def test_an_unknown_test_is_refused():
     with pytest.raises(SystemExit, match='unknown tests: cool'):
         shootout.main(['--tests', 'add,cool'])
