@@ -15,9 +15,14 @@ whose view falls inside one would be told "no change since p0" and served a
 state that was replaced in the meantime.  When the caller knows its report
 lists every revision (history-preserving polls can), the window is empty.
 
-A record for an object is a flat list ``[t1, a1, t2, a2, ...]`` sorted by
+A record for an object is a flat tuple ``(t1, a1, t2, a2, ...)`` sorted by
 tid, where ``a`` is the exclusive lower edge of the window below ``t``
-(``a == t`` for no window).  Most objects have one record.
+(``a == t`` for no window).  Most objects have one record.  Tuples, replaced
+rather than changed, because a tuple of ints is soon untracked by Python's
+cyclic garbage collector where a list never is: an index of 100,000 lists
+made every full collection of the whole process (the application's too)
+walk them, and more frequent, as each commit added a thousand long-lived
+containers.
 
 The class does no locking; :class:`~.storage_cache.StorageCache` owns it
 and calls it under its lock.
@@ -50,19 +55,16 @@ def is_current(rec, tid, view, p0):
 
 
 def _insert_pair(rec, tid, low):
-    """Put ``(tid, low)`` in its place in the flat, tid-ordered record
-    *rec*; a tid already there only lowers its ``low``. Returns whether
-    a pair was added."""
+    """``(record, added)``: the flat, tid-ordered record *rec* with
+    ``(tid, low)`` in its place (a tid already there only lowers its
+    ``low``), and whether a pair was added."""
     for i in range(0, len(rec), 2):
         if rec[i] == tid:
             if low < rec[i + 1]:
-                rec[i + 1] = low
-            return False
-    pairs = list(zip(rec[::2], rec[1::2]))
-    pairs.append((tid, low))
-    pairs.sort()
-    rec[:] = [x for pair in pairs for x in pair]
-    return True
+                return rec[:i + 1] + (low,) + rec[i + 2:], False
+            return rec, False
+    pairs = sorted(list(zip(rec[::2], rec[1::2])) + [(tid, low)])
+    return tuple(x for pair in pairs for x in pair), True
 
 
 class ChangeIndex:
@@ -138,12 +140,13 @@ class ChangeIndex:
             low = tid if complete else floor
             rec = by_oid.get(oid)
             if rec is None:
-                by_oid[oid] = [tid, low]
+                by_oid[oid] = (tid, low)
             elif rec[-2] < tid:
-                rec.append(tid)
-                rec.append(low)
-            elif not _insert_pair(rec, tid, low):
-                continue
+                by_oid[oid] = rec + (tid, low)
+            else:
+                by_oid[oid], added_pair = _insert_pair(rec, tid, low)
+                if not added_pair:
+                    continue
             added += 1
             at = oids_at.get(tid)
             if at is None:

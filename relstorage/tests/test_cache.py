@@ -824,22 +824,22 @@ def test_change_index_out_of_order_records():
     # A complete list of revisions, newest first for oid 1.
     assert index.extend(0, 30, [(1, 30), (2, 20), (1, 10), (1, 20),
                                 (1, 10)], complete=True)
-    assert index.by_oid[1] == [10, 10, 20, 20, 30, 30]
-    assert index.by_oid[2] == [20, 20]
+    assert index.by_oid[1] == (10, 10, 20, 20, 30, 30)
+    assert index.by_oid[2] == (20, 20)
     assert index.nrecords == 4
     assert index._tids == [10, 20, 30]
     assert index._oids_at == {10: [1], 20: [2, 1], 30: [1]}
     assert index.latest(1) == 30
     assert index.latest(3) is None
     assert index.extend(30, 40, [(1, 35), (3, 40)])
-    assert index.by_oid[1][-2:] == [35, 30]   # window (30, 35]
+    assert index.by_oid[1][-2:] == (35, 30)   # window (30, 35]
     assert index.nrecords == 6 and index._tids == [10, 20, 30, 35, 40]
-    rec = [10, 10, 20, 20]
-    assert not _insert_pair(rec, 10, 2)        # same change, wider window
-    assert not _insert_pair(rec, 10, 5)
-    assert rec == [10, 2, 20, 20]
-    assert _insert_pair(rec, 15, 12)
-    assert rec == [10, 2, 15, 12, 20, 20]
+    rec = (10, 10, 20, 20)
+    # The same change, a wider window; then a narrower one, ignored.
+    assert _insert_pair(rec, 10, 2) == ((10, 2, 20, 20), False)
+    assert _insert_pair((10, 2, 20, 20), 10, 5) == ((10, 2, 20, 20), False)
+    assert _insert_pair((10, 2, 20, 20), 15, 12) == (
+        (10, 2, 15, 12, 20, 20), True)
 
 
 def test_change_index_refuses_holes():
@@ -850,7 +850,7 @@ def test_change_index_refuses_holes():
     assert index.cmax == 20
     assert not index.extend(15, 30, [], min_floor=25)
     assert index.extend(15, 30, [(2, 25)], min_floor=20)
-    assert index.by_oid[2] == [25, 20]
+    assert index.by_oid[2] == (25, 20)
     fresh = ChangeIndex()
     assert not fresh.extend(10, 20, [], min_floor=15)
 
