@@ -1,0 +1,154 @@
+"""What a PostgreSQL setting does to a large database's commits, on a
+private server this run starts (durable, as an installed one is: fsync,
+full-page writes, 128 MB of shared buffers) and removes at the end; the
+machine's own server is never touched.
+
+    python -m speedtest.pgwal [--objects 1000000]
+        [--setting wal_compression=off,lz4,pglz] [--rounds 3]
+        [--json FILE]
+
+It builds a history-free database of ``--objects`` objects (as
+speedtest.scale does), then, for ``--rounds`` rounds, for each value of
+the setting in turn (set with ALTER SYSTEM and a reload, so only
+settings a reload changes): a CHECKPOINT, then speedtest.scale's
+measurement (1,000 random objects read cold, a commit changing 1,000
+others) through a storage opened afresh, with the commit's bytes of
+WAL. Each value's medians are printed with their range. After a
+checkpoint the first change to each page writes the whole page to the
+WAL, which is what a commit of scattered objects in a large database
+mostly writes. Not a test: nothing here asserts on time.
+"""
+import argparse
+import json
+import random
+import statistics
+import sys
+import time
+from types import SimpleNamespace
+
+import ZODB
+import ZODB.config
+
+from relstorage.helptext import help_text
+from relstorage.tests.private_servers import DATABASES
+from relstorage.tests.private_servers import TEST_PASSWORD
+from relstorage.tests.private_servers import TEST_USER
+from relstorage.tests.private_servers import PostgreSQLServer
+
+from .scale import IMPORT
+from .scale import Build
+from .scale import log_probe
+from .scale import measure
+
+
+class DurableServer(PostgreSQLServer):
+    """A private server set as an installed one is by default, not as
+    the tests' (which turn durability off to start fast)."""
+    extra_settings = {'fsync': 'on', 'synchronous_commit': 'on',
+                      'full_page_writes': 'on', 'shared_buffers': '128MB'}
+
+
+def parse_args(argv):
+    parser = argparse.ArgumentParser(prog='speedtest.pgwal',
+                                     description=help_text(__doc__))
+    add = parser.add_argument
+    add('--objects', type=int, default=1000000,
+        help='objects in the database (%(default)s)')
+    add('--setting', default='wal_compression=off,lz4,pglz',
+        help='NAME=VALUE,VALUE...: the values to compare (%(default)s)')
+    add('--rounds', type=int, default=3, help='%(default)s')
+    add('--seed', type=int, default=1, help='random seed (%(default)s)')
+    add('--json', help='write the figures to this file')
+    args = parser.parse_args(argv)
+    name, _, values = args.setting.partition('=')
+    if not name.replace('_', '').isalnum() or not values:
+        parser.error('--setting: NAME=VALUE,VALUE... expected, not %r'
+                     % args.setting)
+    args.name, args.values = name, values.split(',')
+    return args
+
+
+def run(args, server):
+    database = DATABASES[1]  # a history-free test database
+    dsn = 'host=127.0.0.1 port=%d user=%s password=%s' % (
+        server.port, TEST_USER, TEST_PASSWORD)
+    section = ('<relstorage>\n keep-history false\n<postgresql>\n dsn %s '
+               'dbname=%s\n</postgresql>\n</relstorage>' % (dsn, database))
+    storage = ZODB.config.storageFromString(IMPORT + section)
+    storage.zap_all()
+    db = ZODB.DB(storage)
+    rng = random.Random(args.seed)
+    try:
+        build = Build(db, 10000, rng)
+        started = time.perf_counter()
+        build.grow(args.objects)
+        print('built %d objects in %.0f s' % (
+            build.count, time.perf_counter() - started), flush=True)
+    finally:
+        db.close()
+    probe = log_probe('postgresql', SimpleNamespace(pg_dsn=dsn), database,
+                      None)
+    from psycopg2 import sql
+    setting = sql.Identifier(args.name)
+    admin = server._admin_connect(database)
+    figures = {value: [] for value in args.values}
+    try:
+        cursor = admin.cursor()
+        cursor.execute('VACUUM ANALYZE')
+        sample = list(build.sample)
+        for r in range(args.rounds):
+            for value in args.values:
+                cursor.execute(sql.SQL('ALTER SYSTEM SET {} = %s').format(
+                    setting), (value,))
+                cursor.execute('SELECT pg_reload_conf()')
+                time.sleep(0.5)  # the reload reaches new sessions
+                cursor.execute(sql.SQL('SHOW {}').format(setting))
+                shown = cursor.fetchone()[0]
+                if shown != value:
+                    raise SystemExit('%s is %r after the reload, not %r: '
+                                     'not a setting a reload changes?'
+                                     % (args.name, shown, value))
+                cursor.execute('CHECKPOINT')
+                point = measure(section, rng.sample(sample, 2000), probe)
+                figures[value].append(point)
+                print('round %d %s=%s: commit %.1f ms, %.2f MB of WAL; '
+                      'cold %.1f ms' % (
+                          r + 1, args.name, value, point['commit'] * 1e3,
+                          point['commit_log_bytes'] / 1e6,
+                          point['cold'] * 1e3), flush=True)
+    finally:
+        admin.close()
+    return figures
+
+
+def report(args, figures, out=sys.stdout):
+    print('\n%s at %d objects, medians of %d (range):' % (
+        args.name, args.objects, args.rounds), file=out)
+    for value, points in figures.items():
+        cells = []
+        for key, unit, label in (('commit', 1e3, 'commit %s ms'),
+                                 ('commit_log_bytes', 1e-6, 'WAL %s MB'),
+                                 ('cold', 1e3, 'cold reads %s ms')):
+            values = [p[key] * unit for p in points]
+            cells.append(label % '%.1f (%.1f-%.1f)' % (
+                statistics.median(values), min(values), max(values)))
+        print('  %-8s %s' % (value, ', '.join(cells)), file=out)
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    server = DurableServer(max_connections=50)
+    server.start()
+    try:
+        figures = run(args, server)
+    finally:
+        server.remove()
+    report(args, figures)
+    if args.json:
+        with open(args.json, 'w') as f:
+            json.dump({'args': vars(args), 'figures': figures}, f, indent=1)
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())
