@@ -19,10 +19,10 @@ A record for an object is a flat tuple ``(t1, a1, t2, a2, ...)`` sorted by
 tid, where ``a`` is the exclusive lower edge of the window below ``t``
 (``a == t`` for no window).  Most objects have one record.  Tuples, replaced
 rather than changed, because a tuple of ints is soon untracked by Python's
-cyclic garbage collector where a list never is: an index of 100,000 lists
-made every full collection of the whole process (the application's too)
-walk them, and more frequent, as each commit added a thousand long-lived
-containers.
+cyclic garbage collector where a list never is: an index of up to
+cache-delta-size-limit (100,000) lists made every full collection of the
+whole process (the application's too) walk them, and come sooner, as a
+commit of a thousand objects added a thousand long-lived containers.
 
 The class does no locking; :class:`~.storage_cache.StorageCache` owns it
 and calls it under its lock.

@@ -7,6 +7,7 @@ fixed seeds, in which every hit is checked against that history, and a
 threaded run does the same with real concurrency.  A few tests break the
 cache on purpose to show that the randomized checker notices.
 """
+import gc
 import random
 import sys
 import threading
@@ -840,6 +841,18 @@ def test_change_index_out_of_order_records():
     assert _insert_pair((10, 2, 20, 20), 10, 5) == ((10, 2, 20, 20), False)
     assert _insert_pair((10, 2, 20, 20), 15, 12) == (
         (10, 2, 15, 12, 20, 20), True)
+
+
+def test_change_index_records_are_left_alone_by_the_garbage_collector():
+    # A record per changed object, up to cache-delta-size-limit of them:
+    # containers the cyclic collector would walk at every full collection
+    # if it tracked them (as it does every list).
+    index = ChangeIndex()
+    assert index.extend(0, 30, [(oid, 10 + oid % 20) for oid in range(500)])
+    assert index.extend(30, 40, [(oid, 35) for oid in range(0, 500, 7)])
+    gc.collect()
+    assert len(index.by_oid) == 500
+    assert not any(gc.is_tracked(rec) for rec in index.by_oid.values())
 
 
 def test_change_index_refuses_holes():
