@@ -22,16 +22,20 @@ def test_this_storage_and_filestorage_on_sqlite(tmp_path):
             for phase in ('add', 'update'):
                 f = figures[phase]
                 assert 0 < f['storage'] < f['total'], f
+                assert 0 < f['first_storage'] < f['first'], f
                 # A commit stores every object and votes and finishes.
                 for method in ('store', 'tpc_vote', 'tpc_finish'):
                     assert f['methods'][method] > 0, (method, f)
             assert figures['add']['methods']['new_oid'] > 0
+            # The connection's cache holds the objects: updates after the
+            # first load nothing.
+            assert 'load' not in figures['update']['methods'], figures
 
 
 def test_the_summary_names_each_side_and_the_ratio():
-    figures = {'add': {'total': 0.02, 'storage': 0.005,
+    figures = {'add': {'total': 0.02, 'storage': 0.005, 'first': 0.04,
                        'methods': {'store': 0.001}},
-               'update': {'total': 0.03, 'storage': 0.01,
+               'update': {'total': 0.03, 'storage': 0.01, 'first': 0.05,
                           'methods': {'tpc_vote': 0.004}}}
     other = json.loads(json.dumps(figures))
     other['add']['total'] = 0.03
@@ -41,6 +45,6 @@ def test_the_summary_names_each_side_and_the_ratio():
     phases.summarize(results, text)
     lines = text.getvalue().splitlines()
     assert any(line.startswith('sqlite     HF add') and
-               'this storage 20.0 (5.0 / 15.0)' in line and
-               'FileStorage 30.0 (5.0 / 25.0) ratio 1.50' in line
+               'this storage 20.0 (5.0 / 15.0) first 40.0' in line and
+               'FileStorage 30.0 (5.0 / 25.0) first 40.0 ratio 1.50' in line
                for line in lines), lines
