@@ -98,9 +98,7 @@ def run(args, server):
         sample = list(build.sample)
         for r in range(args.rounds):
             for value in args.values:
-                cursor.execute(sql.SQL('ALTER SYSTEM SET {} = %s').format(
-                    setting), (value,))
-                cursor.execute('SELECT pg_reload_conf()')
+                server.set(args.name, value)
                 time.sleep(0.5)  # the reload reaches new sessions
                 cursor.execute(sql.SQL('SHOW {}').format(setting))
                 shown = cursor.fetchone()[0]

@@ -586,6 +586,16 @@ class PostgreSQLServer(PrivateServer):
                 deadline = time.monotonic() + 10
             time.sleep(0.05)
 
+    def set(self, name, value):
+        """ALTER SYSTEM on this (private) server, then reload."""
+        conn = self._admin_connect()
+        try:
+            cur = conn.cursor()
+            cur.execute('ALTER SYSTEM SET %s = %%s' % name, (value,))
+            cur.execute('SELECT pg_reload_conf()')
+        finally:
+            conn.close()
+
     def _admin_connect(self, database='postgres'):
         import psycopg2
         conn = psycopg2.connect(host=self.host, port=self.port,

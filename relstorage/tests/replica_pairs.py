@@ -34,20 +34,7 @@ from .private_servers import _lock
 CATCH_UP = 60
 
 
-class _Settable:
-
-    def set(self, name, value):
-        """ALTER SYSTEM on this (private) server, then reload."""
-        conn = self._admin_connect()
-        try:
-            cur = conn.cursor()
-            cur.execute('ALTER SYSTEM SET %s = %%s' % name, (value,))
-            cur.execute('SELECT pg_reload_conf()')
-        finally:
-            conn.close()
-
-
-class PostgreSQLPrimary(_Settable, PostgreSQLServer):
+class PostgreSQLPrimary(PostgreSQLServer):
 
     prefix = 'relstorage-private-primary-'
 
@@ -70,7 +57,7 @@ class PostgreSQLPrimary(_Settable, PostgreSQLServer):
             self.set('synchronous_standby_names', '*')
 
 
-class PostgreSQLStandby(_Settable, PostgreSQLServer):
+class PostgreSQLStandby(PostgreSQLServer):
     """A hot standby of *primary*, copied with pg_basebackup."""
 
     prefix = 'relstorage-private-standby-'
