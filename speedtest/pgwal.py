@@ -24,7 +24,6 @@ import random
 import statistics
 import sys
 import time
-from types import SimpleNamespace
 
 import ZODB
 import ZODB.config
@@ -86,8 +85,7 @@ def run(args, server):
             build.count, time.perf_counter() - started), flush=True)
     finally:
         db.close()
-    probe = log_probe('postgresql', SimpleNamespace(pg_dsn=dsn), database,
-                      None)
+    probe = log_probe('postgresql', '%s dbname=%s' % (dsn, database))
     from psycopg2 import sql
     setting = sql.Identifier(args.name)
     admin = server._admin_connect(database)

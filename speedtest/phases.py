@@ -29,7 +29,6 @@ import json
 import os
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 
@@ -39,6 +38,7 @@ from relstorage.tests.dbs import empty_database
 
 from . import othervenv
 from .convert import _adapter_section
+from .pack import Side
 
 #: Run by each side's own Python: it imports ZODB and whichever
 #: ``relstorage`` that Python has, never this package.
@@ -167,7 +167,7 @@ def main(spec):
     print(json.dumps(figures))
 
 
-main(json.loads(sys.argv[1]))
+main(json.loads(sys.argv[2]))  # (after the action, "measure")
 '''
 
 
@@ -195,15 +195,13 @@ def parse_args(argv):
     return parser.parse_args(argv)
 
 
-class Contender:
-    """A side: its Python and environment, and the storage section it
-    opens for a database and mode in *workdir*."""
+class Contender(Side):
+    """A side (its Python, environment and test database, as
+    speedtest.pack's), and the storage section it opens for a database
+    and mode in *workdir*."""
 
     def __init__(self, name, python, env, which='main'):
-        self.name = name
-        self.python = python
-        self.env = env
-        self.which = which
+        super().__init__(name, python, env, None, which)
 
     def section(self, database, keep_history, workdir):
         if database == 'filestorage':
@@ -218,15 +216,6 @@ class Contender:
                 tempfile.mkdtemp(prefix='sqlite-', dir=workdir))
         return '<relstorage>\n keep-history %s\n%s\n</relstorage>' % (
             'true' if keep_history else 'false', adapter)
-
-    def run(self, script, spec, workdir):
-        done = subprocess.run([self.python, script, json.dumps(spec)],
-                              capture_output=True, text=True, cwd=workdir,
-                              env=self.env)
-        if done.returncode:
-            raise RuntimeError('%s failed:\n%s' % (
-                self.name, (done.stderr or done.stdout)[-3000:]))
-        return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 def contenders(args, database):
@@ -262,7 +251,7 @@ def measure(args, workdir, script):
                                                     workdir),
                             'objects': args.objects, 'size': args.size,
                             'commits': args.commits}
-                    figures = side.run(script, spec, workdir)
+                    figures = side.run(script, 'measure', spec, workdir)
                     row.setdefault(side.name, []).append(figures)
                     print('%s %s round %d %s: add %.1f ms (storage %.1f), '
                           'update %.1f ms (storage %.1f)' % (

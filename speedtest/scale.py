@@ -156,15 +156,16 @@ def read_calls():
     return None
 
 
-def log_probe(database, args, name, data_dir):
+def log_probe(database, where):
     """A function to call before a commit, returning one to call after
     it that gives the bytes the commit wrote to the database's log:
-    PostgreSQL's WAL (the whole server's: a quiet server is assumed) or
-    SQLite's WAL (checkpointed empty first, then counted in frames);
-    None for MySQL."""
+    PostgreSQL's WAL (the whole server's: a quiet server is assumed),
+    *where* being the database's DSN, or SQLite's WAL (checkpointed
+    empty first, then counted in frames), *where* being its data
+    directory; None for MySQL."""
     if database == 'postgresql':
         import psycopg2
-        dsn = '%s dbname=%s' % (args.pg_dsn, name)
+        dsn = where
 
         def before():
             conn = psycopg2.connect(dsn)
@@ -184,7 +185,7 @@ def log_probe(database, args, name, data_dir):
         return before
     if database == 'sqlite':
         import sqlite3
-        path = os.path.join(data_dir, 'relstorage.sqlite3')
+        path = os.path.join(where, 'relstorage.sqlite3')
 
         def before():
             conn = sqlite3.connect(path, isolation_level=None)
@@ -356,7 +357,8 @@ def run_database(database, args, workdir):
     rng = random.Random(args.seed)
     build = Build(db, args.batch, rng)
     size_of = size_function(database, name, args, data_dir)
-    probe = log_probe(database, args, name, data_dir)
+    probe = log_probe(database, '%s dbname=%s' % (args.pg_dsn, name)
+                      if database == 'postgresql' else data_dir)
     result = {'database': database, 'points': []}
     try:
         for target in sorted({min(args.baseline, args.objects),
