@@ -13,15 +13,20 @@ the setting in turn (set with ALTER SYSTEM and a reload, so only
 settings a reload changes): a CHECKPOINT, then speedtest.scale's
 measurement (1,000 random objects read cold, a commit changing 1,000
 others) through a storage opened afresh, with the commit's bytes of
-WAL. Each value's medians are printed with their range. After a
+WAL and, from ``pg_waldump --stats`` over them, its records and how
+much of it is full-page images. Each value's medians are printed with
+their range. After a
 checkpoint the first change to each page writes the whole page to the
 WAL, which is what a commit of scattered objects in a large database
 mostly writes. Not a test: nothing here asserts on time.
 """
 import argparse
 import json
+import os
 import random
+import re
 import statistics
+import subprocess
 import sys
 import time
 
@@ -67,6 +72,47 @@ def parse_args(argv):
     return args
 
 
+def wal_stats(server, start, end):
+    """pg_waldump's totals for the WAL of the private *server* between
+    two positions: records, their bytes and the bytes of full-page
+    images (None each when pg_waldump cannot say)."""
+    done = subprocess.run(
+        [os.path.join(server._bindir, 'pg_waldump'), '--stats', '-p',
+         os.path.join(server.data_dir, 'pg_wal'), '-s', start, '-e', end],
+        capture_output=True, text=True)
+    # Total  N  record-bytes [p%]  fpi-bytes [p%]  combined [100%]
+    found = re.search(r'^Total\s+(\d+)\s+(\d+) \[[^]]*\]\s+(\d+)',
+                      done.stdout, re.MULTILINE)
+    values = map(int, found.groups()) if found else (None,) * 3
+    return dict(zip(('wal_records', 'wal_record_bytes', 'wal_fpi_bytes'),
+                    values))
+
+
+def waldump_probe(server, cursor, probe):
+    """*probe* (see speedtest.scale.log_probe), which also reads the
+    commit's WAL with pg_waldump into its ``last``: how many records,
+    and how much of the WAL they and the full-page images are."""
+    def position():
+        cursor.execute('SELECT pg_current_wal_lsn()')
+        return cursor.fetchone()[0]
+
+    def before():
+        start = position()
+        inner = probe()
+
+        def after():
+            written = inner()
+            before.last = wal_stats(server, start, position())
+            return written
+        return after
+    before.last = {}
+    return before
+
+
+def _mb(nbytes):
+    return '?' if nbytes is None else '%.2f' % (nbytes / 1e6)
+
+
 def run(args, server):
     database = DATABASES[1]  # a history-free test database
     dsn = 'host=127.0.0.1 port=%d user=%s password=%s' % (
@@ -85,13 +131,15 @@ def run(args, server):
             build.count, time.perf_counter() - started), flush=True)
     finally:
         db.close()
-    probe = log_probe('postgresql', '%s dbname=%s' % (dsn, database))
     from psycopg2 import sql
     setting = sql.Identifier(args.name)
     admin = server._admin_connect(database)
     figures = {value: [] for value in args.values}
     try:
         cursor = admin.cursor()
+        probe = waldump_probe(
+            server, cursor,
+            log_probe('postgresql', '%s dbname=%s' % (dsn, database)))
         cursor.execute('VACUUM ANALYZE')
         sample = list(build.sample)
         for r in range(args.rounds):
@@ -106,11 +154,15 @@ def run(args, server):
                                      % (args.name, shown, value))
                 cursor.execute('CHECKPOINT')
                 point = measure(section, rng.sample(sample, 2000), probe)
+                point.update(probe.last)
                 figures[value].append(point)
-                print('round %d %s=%s: commit %.1f ms, %.2f MB of WAL; '
-                      'cold %.1f ms' % (
+                print('round %d %s=%s: commit %.1f ms, %.2f MB of WAL '
+                      '(%s records, %s MB of full-page images); cold '
+                      '%.1f ms' % (
                           r + 1, args.name, value, point['commit'] * 1e3,
                           point['commit_log_bytes'] / 1e6,
+                          point['wal_records'],
+                          _mb(point['wal_fpi_bytes']),
                           point['cold'] * 1e3), flush=True)
     finally:
         admin.close()
@@ -122,9 +174,13 @@ def report(args, figures, out=sys.stdout):
         args.name, args.objects, args.rounds), file=out)
     for value, points in figures.items():
         cells = []
-        for key, unit, label in (('commit', 1e3, 'commit %s ms'),
-                                 ('commit_log_bytes', 1e-6, 'WAL %s MB'),
-                                 ('cold', 1e3, 'cold reads %s ms')):
+        for key, unit, label in (
+                ('commit', 1e3, 'commit %s ms'),
+                ('commit_log_bytes', 1e-6, 'WAL %s MB'),
+                ('wal_fpi_bytes', 1e-6, 'of which full-page images %s MB'),
+                ('cold', 1e3, 'cold reads %s ms')):
+            if any(p.get(key) is None for p in points):
+                continue  # (no pg_waldump)
             values = [p[key] * unit for p in points]
             cells.append(label % '%.1f (%.1f-%.1f)' % (
                 statistics.median(values), min(values), max(values)))

@@ -38,6 +38,10 @@ def test_two_values_of_wal_compression(tmp_path, monkeypatch):
             # A commit of 1,000 objects after a checkpoint writes whole
             # pages: megabytes, whatever the compression.
             assert point['commit_log_bytes'] > 100000, point
+            # pg_waldump over the commit's WAL: a record per changed row
+            # at least, and pages written whole after the checkpoint.
+            assert point['wal_records'] >= 1000, point
+            assert 0 < point['wal_fpi_bytes'] < point['commit_log_bytes']
             assert point['commit'] > 0 and point['cold'] > 0
     # Whole pages of random bytes compress little, but the pages here
     # hold mostly small pickles and free space.
@@ -49,6 +53,7 @@ def test_two_values_of_wal_compression(tmp_path, monkeypatch):
                              '--setting', 'wal_compression=off,pglz'])
     pgwal.report(args, figures, text)
     assert 'wal_compression at 3000 objects' in text.getvalue()
+    assert 'of which full-page images' in text.getvalue()
 
 
 def test_a_setting_must_name_values():
