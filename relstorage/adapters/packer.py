@@ -4,13 +4,15 @@ Every method takes the session to run on. The pre-pack reads run on a
 snapshot without any lock; the removals run in short transactions that
 hold the commit lock (see relstorage.storage.pack).
 
-The reference graph lives in the database, in temporary tables of the
-removing session, so that packing a database of any size costs its
+A reference graph larger than ``pack-graph-mb`` (see
+relstorage.storage.pack) lives in the database, in temporary tables of
+the removing session, so that packing a database of any size costs its
 process no more memory than a page of states: ``pack_root`` (the root and
 whatever was committed after the pack time), ``pack_ref`` (one row per
 reference of a state current at the pack time), ``pack_reached`` (what
 the roots reach, found by one recursive query) and ``pack_gc`` (the
-objects to remove, which the batches then take in oid order)."""
+objects to remove, which the batches then take in oid order; a graph
+followed in the packing process fills only this one)."""
 import time
 
 from .blobs import delete_blobs
@@ -104,6 +106,12 @@ class Packer:
         """Add ``(oid, oid it refers to)`` *pairs*, each at most once."""
         session.executemany(
             'INSERT INTO pack_ref (zoid, to_zoid) VALUES (%s, %s)', pairs)
+
+    def add_garbage(self, session, oids):
+        """Add *oids* to pack_gc (each once; found by the pre-pack's own
+        walk of the graph, instead of mark() and find_garbage())."""
+        session.executemany('INSERT INTO pack_gc (zoid) VALUES (%s)',
+                            [(oid,) for oid in oids])
 
     def mark(self, session):
         """Fill pack_reached with what pack_root reaches through

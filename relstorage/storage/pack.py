@@ -2,12 +2,14 @@
 and (with pack-gc) objects no longer reachable from the root.
 
 The pre-pack reads one snapshot without any lock: it reads the states
-current at the pack time a page at a time and writes their references
-into scratch tables of the database, where one recursive query then
-follows them from the root (and from everything committed after the pack
-time) and so finds the garbage; the packing process holds no more than a
-few pages (see relstorage.adapters.packer). With more than one CPU,
-worker processes unpickle the pages (see refworkers). The
+current at the pack time a page at a time and keeps their references, in
+flat arrays (see refgraph), while they take at most ``pack-graph-mb``; it
+then follows them from the root (and from everything committed after the
+pack time) and so finds the garbage. A larger graph goes into scratch
+tables of the database, where one recursive query follows it, the
+packing process holding no more than a few pages (see
+relstorage.adapters.packer). With more than one CPU, worker processes
+unpickle the pages (see refworkers). The
 removal then runs in batches, each a short transaction holding the commit
 lock for at most about ``pack-batch-timeout`` seconds, so that writers wait
 at most one batch; when the commit lock is busy the pack waits
@@ -27,6 +29,7 @@ from ZODB.POSException import StorageError
 
 from ..exceptions import CorruptRecord
 from ..pickledrefs import page_references
+from .refgraph import ReferenceGraph
 from .refworkers import Workers
 from ZODB.serialize import referencesf
 from ZODB.TimeStamp import TimeStamp
@@ -118,6 +121,7 @@ class Pack:
         self.referencesf = referencesf
         self.gc = gc
         self.packer = self.adapter.packer
+        self.graph_bytes = int(self.options.pack_graph_mb * 1024 * 1024)
         self.pack_tid = tid_for_time(t)
         # Seconds that ending a batch (COMMIT, and on SQLite the WAL
         # checkpoint) costs per step of work in it, measured on the last
@@ -223,7 +227,8 @@ class Pack:
             # The graph's pages tell which objects are deleted as of the
             # pack time: find_garbage need not look at every row again.
             deleted = []
-            self.graph(session.session, writer, deleted)
+            if self.graph(session.session, writer, deleted):
+                return view  # pack_gc is filled
         self.packer.find_garbage(writer, self.pack_tid, self.gc, deleted)
         return view
 
@@ -282,15 +287,22 @@ class Pack:
         return found
 
     def graph(self, session, writer, deleted=None):
-        """Write into *writer*'s scratch tables the references of every
-        state current at the pack time (read on *session*) and the roots:
-        the root object and everything committed after the pack time,
-        with what it refers to; then mark what the roots reach. The
-        objects deleted as of the pack time are appended to *deleted*
-        (see Packer.states_at). With
-        ZODB's referencesf, worker processes read references too (see
-        refworkers)."""
+        """Find what the roots reach: the root object and everything
+        committed after the pack time, with what it refers to, through the
+        references of every state current at the pack time (read on
+        *session*; with ZODB's referencesf, by worker processes too, see
+        refworkers). The objects deleted as of the pack time are appended
+        to *deleted* (see Packer.states_at).
+
+        The graph is kept in this process (a ReferenceGraph) while it
+        takes at most ``pack-graph-mb``; the garbage then goes straight
+        into *writer*'s pack_gc, and True is returned. A larger graph goes
+        into *writer*'s scratch tables (pack_ref, pack_root), where one
+        recursive query marks what is reached (pack_reached) for
+        find_garbage(); False is returned then."""
         packer = self.packer
+        budget = self.graph_bytes
+        memory = ReferenceGraph() if budget > 0 else None
         pairs = []
         if self.referencesf is referencesf:
             workers = Workers(self.workers)
@@ -300,9 +312,24 @@ class Pack:
         # their sessions are used again.
         with closing(self.pages(session, deleted)) as pages, workers, \
                 _ReferenceWriter(packer, writer) as writing:
-            for page, found, bad in workers.read(pages):
-                for oid, refs in self.checked(page, found, bad):
-                    pairs.extend([(oid, ref) for ref in refs])
+            for page, found, bad in workers.read_in_order(pages):
+                found = self.checked(page, found, bad)
+                if memory is not None:
+                    memory.add_page([oid for oid, _ in page], found)
+                    if memory.nbytes > budget:
+                        log.info('the reference graph outgrew pack-graph-mb '
+                                 '(%d MB at %d objects): going on with it '
+                                 'in the database', budget >> 20,
+                                 len(memory))
+                        for pair in memory.pairs():
+                            pairs.append(pair)
+                            if len(pairs) >= REFS_WRITTEN:
+                                writing.add(pairs)
+                                pairs = []
+                        memory = None
+                else:
+                    for oid, refs in found:
+                        pairs.extend([(oid, ref) for ref in refs])
                 if len(pairs) >= REFS_WRITTEN:
                     writing.add(pairs)
                     pairs = []
@@ -310,12 +337,32 @@ class Pack:
             writing.add(pairs)
         self.result['prepack_workers'] = workers.started
         self.result['prepack_worker_pages'] = workers.by_workers
+        self.result['prepack_graph'] = ('memory' if memory is not None
+                                        else 'database')
         roots = {0}
         for oid, state in packer.states_after(session, self.pack_tid):
             roots.add(oid)
             roots.update(self.references(oid, state))
-        packer.add_roots(writer, roots)
-        packer.mark(writer)
+        if memory is None:
+            packer.add_roots(writer, roots)
+            packer.mark(writer)
+            return False
+        reached = memory.reach(roots)
+        del roots
+        index = memory.index
+        for oid in deleted or ():
+            # A deletion current at the pack time goes, reached or not.
+            i = index(oid)
+            if i >= 0:
+                reached[i] = 0
+        garbage = []
+        for oid in memory.unreached(reached):
+            garbage.append(oid)
+            if len(garbage) >= REFS_WRITTEN:
+                packer.add_garbage(writer, garbage)
+                garbage = []
+        packer.add_garbage(writer, garbage)
+        return True
 
     def pages(self, session, deleted=None):
         """The states current at the pack time, a page at a time in oid

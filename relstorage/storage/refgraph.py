@@ -5,7 +5,8 @@ order, and must then know which objects the root reaches. Holding a dict
 of lists would cost hundreds of bytes per object; here the graph is three
 flat arrays of 64-bit integers: each object costs 17 bytes plus 8 per
 reference it holds (about 50 MB for 1,000,000 objects of 4 references
-each), and no state is kept once its references are read.
+each), and no state is kept once its references are read; following
+the references adds at most 8 bytes per object (see locator()).
 """
 from array import array
 from bisect import bisect_left
@@ -25,6 +26,44 @@ class ReferenceGraph:
         self.refs.extend(refs)
         self.ends.append(len(self.refs))
 
+    def add_page(self, oids, found):
+        """Add *oids* (a list, in increasing order, after those added so
+        far), each referring to the oids *found* lists for it: ``(oid,
+        [oids])`` pairs in the same order, for those that refer to any."""
+        if oids and self.oids and oids[0] <= self.oids[-1]:
+            raise ValueError('oid %d added after %d: the graph takes '
+                             'objects in increasing oid order'
+                             % (oids[0], self.oids[-1]))
+        refs = self.refs
+        end = len(refs)
+        ends = []
+        pending = iter(found)
+        nxt = next(pending, None)
+        for oid in oids:
+            if nxt is not None and nxt[0] == oid:
+                refs.extend(nxt[1])
+                end += len(nxt[1])
+                nxt = next(pending, None)
+            ends.append(end)
+        self.oids.extend(oids)
+        self.ends.extend(ends)
+
+    @property
+    def nbytes(self):
+        """About how much memory the graph takes at most, reach()'s
+        table of positions included (its arrays' items)."""
+        return 8 * (3 * len(self.oids) + len(self.refs))
+
+    def pairs(self):
+        """Every ``(oid, oid it refers to)``, in order."""
+        oids, refs, ends = self.oids, self.refs, self.ends
+        start = 0
+        for i, end in enumerate(ends):
+            oid = oids[i]
+            for j in range(start, end):
+                yield oid, refs[j]
+            start = end
+
     def __len__(self):
         return len(self.oids)
 
@@ -34,15 +73,37 @@ class ReferenceGraph:
         i = bisect_left(oids, oid)
         return i if i < len(oids) and oids[i] == oid else -1
 
+    def locator(self):
+        """A function giving the position of an oid (-1: not added), as
+        index() does. When the oids are dense (the largest below twice
+        their number, as in a database whose oids came from new_oid), a
+        table of positions by oid, of at most 8 bytes per object, makes
+        that a lookup instead of a binary search."""
+        oids = self.oids
+        count = len(oids)
+        if not count or oids[0] < 0 or oids[-1] >= 2 * count \
+                or count >= 2 ** 31:
+            return self.index
+        size = oids[-1] + 1
+        where = array('i', [-1]) * size
+        for i, oid in enumerate(oids):
+            where[oid] = i
+
+        def locate(oid):
+            return where[oid] if 0 <= oid < size else -1
+        return locate
+
     def reach(self, roots, missing=None):
         """A bytearray, one byte per object, set for every object that
         *roots* reach (roots that were not added are ignored). For each
         reference of a reached object to an oid that was not added,
         ``missing(referring_oid, oid)`` is called, if given."""
         oids, refs, ends = self.oids, self.refs, self.ends
-        index = self.index
+        index = self.locator()
         reached = bytearray(len(oids))
-        todo = [i for i in map(index, roots) if i >= 0]
+        # An array, not a list: a wide graph (a mapping of millions of
+        # objects) puts that many positions on it at once.
+        todo = array('q', [i for i in map(index, roots) if i >= 0])
         for i in todo:
             reached[i] = 1
         while todo:

@@ -221,6 +221,24 @@ class Workers:
             yield (page,) + self.local(page)
         yield from self.back(block=True)
 
+    def read_in_order(self, pages):
+        """read(), each page given back in the order *pages* gave it
+        (those the workers finish early are held back until then)."""
+        numbers = {}
+
+        def numbered():
+            for number, page in enumerate(pages):
+                numbers[id(page)] = number
+                yield page
+
+        held = {}
+        following = 0
+        for result in self.read(numbered()):
+            held[numbers.pop(id(result[0]))] = result
+            while following in held:
+                yield held.pop(following)
+                following += 1
+
     def back(self, block):
         """The pages workers have finished (all of them if *block*)."""
         while self.out:

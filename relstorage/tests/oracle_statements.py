@@ -244,6 +244,7 @@ def collect(keep_history, blobs):
     packer.mark(session)
     packer.find_garbage(session, 5, True)
     packer.find_garbage(session, 5, False)
+    packer.add_garbage(session, [3, 4])
     packer.garbage_after(session, -1, 100)
     packer.still_garbage(session, [1, 2])
     packer.spare(session, [1, 2])

@@ -55,6 +55,7 @@ KEY_SAMPLES = {
     'pack-skip-prepack': ('true', True),
     'pack-batch-timeout': ('0.75', 0.75),
     'pack-commit-busy-delay': ('2', 2.0),
+    'pack-graph-mb': ('64', 64),
     'cache-servers': ('10.0.0.1:11211 10.0.0.2:11211',
                       ['10.0.0.1:11211', '10.0.0.2:11211']),
     'cache-module-name': ('some.cache.module', 'some.cache.module'),
@@ -232,6 +233,7 @@ def test_two_adapter_sections_are_refused():
     ('cache-delta-size-limit -1', 'cache-delta-size-limit'),
     ('pack-batch-timeout -0.5', 'pack-batch-timeout'),
     ('pack-commit-busy-delay x', 'pack-commit-busy-delay'),
+    ('pack-graph-mb -1', 'pack-graph-mb'),
     ('replica-timeout never', 'replica-timeout'),
     ('commit-lock-id one', 'commit-lock-id'),
 ])

@@ -38,6 +38,8 @@ DESIGN_DEFAULTS = {
     'pack-skip-prepack': False,
     'pack-batch-timeout': 1.0,
     'pack-commit-busy-delay': 5.0,
+    # This project's own: the memory the pre-pack may hold its graph in.
+    'pack-graph-mb': 256,
     'cache-servers': None,
     'cache-module-name': None,
     'cache-prefix': None,
@@ -55,7 +57,8 @@ SUPPORTED_NOW = {
     'name', 'read-only', 'keep-history', 'create-schema',
     'commit-lock-timeout', 'commit-lock-id', 'cache-local-dir',
     'network-timeout', 'poll-interval', 'pack-gc', 'pack-batch-timeout',
-    'pack-commit-busy-delay', 'pack-prepack-only', 'pack-skip-prepack', 'cache-local-mb', 'cache-local-object-max',
+    'pack-commit-busy-delay', 'pack-prepack-only', 'pack-skip-prepack',
+    'pack-graph-mb', 'cache-local-mb', 'cache-local-object-max',
     'cache-delta-size-limit', 'blob-dir', 'shared-blob-dir',
     # Accepted from RelStorage configurations: memcache's settings are
     # unused (a warning says so), cache-prefix names nothing yet.
@@ -93,6 +96,7 @@ NON_DEFAULT = {
     'pack-skip-prepack': True,
     'pack-batch-timeout': 0.25,
     'pack-commit-busy-delay': 1.0,
+    'pack-graph-mb': 0,
     'cache-servers': ['127.0.0.1:11211'],
     'cache-module-name': 'some.cache.module',
     'cache-prefix': 'app',

@@ -443,13 +443,16 @@ def _rows(storage, oid):
     return sum(1 for key in _state_rows(storage) if key[0] == zoid)
 
 
-@pytest.mark.parametrize('gc', [True, False], ids=['gc', 'no-gc'])
-def test_pack_removes_objects_deleted_by_the_pack_time(factory, gc):
+@pytest.mark.parametrize('gc,graph_mb', [(True, 256), (True, 0), (False, 0)],
+                         ids=['gc', 'gc-graph-in-database', 'no-gc'])
+def test_pack_removes_objects_deleted_by_the_pack_time(factory, gc,
+                                                      graph_mb):
     """deleteObject's deletions current at the pack time go, with or
-    without garbage collection: one the root still refers to (a pre-pack
-    finds it among the states it reads) and one unlinked first; one
-    deleted after the pack time stays until a later pack."""
-    storage = factory.storage()
+    without garbage collection (its graph walked in this process or in
+    the database): one the root still refers to (a pre-pack finds it
+    among the states it reads) and one unlinked first; one deleted after
+    the pack time stays until a later pack."""
+    storage = factory.storage(pack_graph_mb=graph_mb)
     db = ZODB.DB(storage)
     try:
         with db.transaction() as conn:

@@ -1,6 +1,8 @@
-"""The pre-pack's walk of the reference graph, done by the database: long
-chains, cycles and shared objects on every database and mode, and random
-graphs (Hypothesis, SQLite) checked against a walk done here."""
+"""The pre-pack's walk of the reference graph, done in the packing process
+(within pack-graph-mb), by the database (pack-graph-mb 0), or moved to
+the database when it outgrows pack-graph-mb part way: long chains, cycles
+and shared objects on every database and mode, and random graphs
+(Hypothesis, SQLite) checked against a walk done here."""
 import time
 
 import pytest
@@ -13,7 +15,18 @@ from persistent.mapping import PersistentMapping
 from ZODB.POSException import POSKeyError
 from ZODB.serialize import referencesf
 
+from relstorage.storage.refgraph import ReferenceGraph
+
 from .dbs import DatabaseFactory
+
+#: pack-graph-mb for each way of walking the graph, and where the
+#: pack's result says the walk was done. 0.01 MB is outgrown by the
+#: first page of 1,000 objects, whose references then go to the database.
+GRAPH_MODES = {
+    'memory': (256, 'memory'),
+    'database': (0, 'database'),
+    'outgrown': (0.01, 'database'),
+}
 
 
 def _build(db, size, edges, linked):
@@ -40,7 +53,9 @@ def _reached(edges, linked):
     return reached
 
 
-def _pack_and_check(storage, size, edges, linked):
+def _pack_and_check(storage, size, edges, linked, graph=None):
+    """Pack; check that exactly what *linked* reaches is left (and, given
+    *graph*, a key of GRAPH_MODES, that the walk was done that way)."""
     db = ZODB.DB(storage)
     try:
         oids = _build(db, size, edges, linked)
@@ -56,6 +71,8 @@ def _pack_and_check(storage, size, edges, linked):
             left.add(i)
         assert left == expected
         assert result['objects_removed'] == size - len(expected)
+        if graph is not None:
+            assert result['prepack_graph'] == GRAPH_MODES[graph][1]
         with db.transaction() as conn:
             assert [o['i'] for o in conn.root()['linked']] == sorted(linked)
         return result
@@ -63,7 +80,8 @@ def _pack_and_check(storage, size, edges, linked):
         db.close()
 
 
-def test_long_chains_cycles_and_shared_objects(factory):
+@pytest.mark.parametrize('graph', sorted(GRAPH_MODES))
+def test_long_chains_cycles_and_shared_objects(factory, graph):
     # A chain longer than MySQL's default recursion limit (1000), closed
     # into a cycle, whose every link also refers to one shared object;
     # unreachable: a cycle of three, and a chain leading into the kept one.
@@ -73,21 +91,24 @@ def test_long_chains_cycles_and_shared_objects(factory):
     edges.update({1501: [1502], 1502: [1503], 1503: [1501]})
     edges.update({i: [i + 1] for i in range(1504, 1553)})
     edges[1553] = [700]
-    _pack_and_check(factory.storage(zap=True), 1554, edges, {0})
+    storage = factory.storage(zap=True, pack_graph_mb=GRAPH_MODES[graph][0])
+    _pack_and_check(storage, 1554, edges, {0}, graph)
 
 
 @settings(max_examples=25, deadline=None,
           suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data(), keep_history=st.booleans(),
-       size=st.integers(1, 25))
-def test_random_graphs_on_sqlite(data, keep_history, size):
+       size=st.integers(1, 25),
+       graph=st.sampled_from(['memory', 'database']))
+def test_random_graphs_on_sqlite(data, keep_history, size, graph):
     index = st.integers(0, size - 1)
     edges = data.draw(st.dictionaries(index, st.lists(index, max_size=4),
                                       max_size=size))
     linked = data.draw(st.sets(index, max_size=3))
     factory = DatabaseFactory('sqlite', keep_history)
     try:
-        _pack_and_check(factory.storage(), size, edges, linked)
+        storage = factory.storage(pack_graph_mb=GRAPH_MODES[graph][0])
+        _pack_and_check(storage, size, edges, linked, graph)
     finally:
         factory.cleanup()
 
@@ -99,3 +120,15 @@ def test_pack_without_any_garbage_keeps_everything(keep_history):
         _pack_and_check(factory.storage(), 3, {0: [1], 1: [2]}, {0})
     finally:
         factory.cleanup()
+
+
+def test_the_graph_in_memory_takes_pages_in_oid_order_only():
+    graph = ReferenceGraph()
+    graph.add_page([1, 2, 5], [(2, [1, 5]), (5, [9])])
+    graph.add_page([7], [(7, [2])])
+    assert list(graph.pairs()) == [(2, 1), (2, 5), (5, 9), (7, 2)]
+    assert graph.nbytes == 8 * (3 * 4 + 4)
+    reached = graph.reach({5})  # 5 refers to 9, which is not there
+    assert list(graph.unreached(reached)) == [1, 2, 7]
+    with pytest.raises(ValueError, match='increasing oid order'):
+        graph.add_page([6], [])

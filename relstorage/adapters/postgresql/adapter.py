@@ -298,6 +298,11 @@ class PostgreSQLPackerMixin:
         _copy(session, 'COPY pack_ref (zoid, to_zoid) FROM STDIN',
               ''.join(['%d\t%d\n' % pair for pair in pairs]).encode())
 
+    def add_garbage(self, session, oids):
+        if oids:
+            _copy(session, 'COPY pack_gc (zoid) FROM STDIN',
+                  ''.join(['%d\n' % oid for oid in oids]).encode())
+
     def remove_garbage(self, session, oids):
         # The removed rows' sizes and blobs come back from the DELETE.
         bounds = (oids[0], oids[-1]) * 2
