@@ -185,7 +185,7 @@ OPTIONS = (
                    'is released.'),
     OptionSpec('pack-commit-busy-delay', 5.0, 'float', minimum=0,
                doc='Seconds the packer sleeps when commits are waiting.'),
-    OptionSpec('pack-graph-mb', 256, 'number', minimum=0,
+    OptionSpec('pack-graph-mb', 512, 'number', minimum=0,
                doc='Megabytes the pre-pack may hold its reference graph '
                    'in; a larger graph is followed in the database. 0 '
                    'always uses the database.'),

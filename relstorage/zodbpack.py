@@ -159,10 +159,12 @@ def pack_one(name, section, days, check_only, out, prepack_only=False,
         print('  packed to %s: %s in %.1f s%s'
               % (time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(t)),
                  describe(result), seconds,
-                 ' (pre-pack %.1f s%s, then %d batches; %.0f s spent '
+                 ' (pre-pack %.1f s%s%s, then %d batches; %.0f s spent '
                  'letting commits go first)'
                  % (result.get('prepack_seconds', 0),
                     workers_text(result.get('prepack_workers')),
+                    ', its graph followed in the database'
+                    if result.get('prepack_graph') == 'database' else '',
                     result['batches'], result['busy_seconds'])
                  if 'batches' in result else ''), file=out)
         return 0

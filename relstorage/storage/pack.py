@@ -317,10 +317,10 @@ class Pack:
                 if memory is not None:
                     memory.add_page([oid for oid, _ in page], found)
                     if memory.nbytes > budget:
-                        log.info('the reference graph outgrew pack-graph-mb '
-                                 '(%d MB at %d objects): going on with it '
-                                 'in the database', budget >> 20,
-                                 len(memory))
+                        log.info('the reference graph outgrew '
+                                 'pack-graph-mb (%g) at %d objects: going '
+                                 'on with it in the database',
+                                 self.options.pack_graph_mb, len(memory))
                         for pair in memory.pairs():
                             pairs.append(pair)
                             if len(pairs) >= REFS_WRITTEN:
@@ -347,22 +347,26 @@ class Pack:
             packer.add_roots(writer, roots)
             packer.mark(writer)
             return False
-        reached = memory.reach(roots)
-        del roots
-        index = memory.index
+        self.garbage_in_memory(writer, memory, roots, deleted)
+        return True
+
+    def garbage_in_memory(self, writer, graph, roots, deleted):
+        """Put into *writer*'s pack_gc the objects of *graph* that
+        *roots* do not reach, and those *deleted* (a deletion current at
+        the pack time goes, reached or not)."""
+        reached = graph.reach(roots)
+        index = graph.index
         for oid in deleted or ():
-            # A deletion current at the pack time goes, reached or not.
             i = index(oid)
             if i >= 0:
                 reached[i] = 0
         garbage = []
-        for oid in memory.unreached(reached):
+        for oid in graph.unreached(reached):
             garbage.append(oid)
             if len(garbage) >= REFS_WRITTEN:
-                packer.add_garbage(writer, garbage)
+                self.packer.add_garbage(writer, garbage)
                 garbage = []
-        packer.add_garbage(writer, garbage)
-        return True
+        self.packer.add_garbage(writer, garbage)
 
     def pages(self, session, deleted=None):
         """The states current at the pack time, a page at a time in oid

@@ -3,13 +3,30 @@
 The pre-pack and ``zodbcheck`` read every current state once, in oid
 order, and must then know which objects the root reaches. Holding a dict
 of lists would cost hundreds of bytes per object; here the graph is three
-flat arrays of 64-bit integers: each object costs 17 bytes plus 8 per
-reference it holds (about 50 MB for 1,000,000 objects of 4 references
-each), and no state is kept once its references are read; following
-the references adds at most 8 bytes per object (see locator()).
+flat arrays of integers, of 32 bits while the values fit (oids below
+2**32: any database of fewer than four billion objects whose oids came
+from new_oid), else of 64: each object costs 9 bytes plus 4 per reference
+it holds (about 25 MB for 1,000,000 objects of 4 references each; twice
+that with 64 bits), and no state is kept once its references are read;
+following the references adds at most 8 bytes per object (see
+locator()).
 """
 from array import array
 from bisect import bisect_left
+
+
+def _extend(values, more):
+    """*values* (an array) extended by *more*: itself, or a copy of
+    64-bit integers when one of *more* does not fit its type."""
+    count = len(values)
+    try:
+        values.extend(more)
+        return values
+    except OverflowError:
+        del values[count:]  # what went in before the one that did not fit
+        wide = array('q', values)
+        wide.extend(more)
+        return wide
 
 
 class ReferenceGraph:
@@ -17,14 +34,12 @@ class ReferenceGraph:
     refers to."""
 
     def __init__(self):
-        self.oids = array('q')   # every object added, sorted
-        self.ends = array('q')   # where each object's references end
-        self.refs = array('q')
+        self.oids = array('I')   # every object added, sorted
+        self.ends = array('I')   # where each object's references end
+        self.refs = array('I')
 
     def add(self, oid, refs):
-        self.oids.append(oid)
-        self.refs.extend(refs)
-        self.ends.append(len(self.refs))
+        self.add_page([oid], [(oid, refs)] if refs else [])
 
     def add_page(self, oids, found):
         """Add *oids* (a list, in increasing order, after those added so
@@ -34,8 +49,8 @@ class ReferenceGraph:
             raise ValueError('oid %d added after %d: the graph takes '
                              'objects in increasing oid order'
                              % (oids[0], self.oids[-1]))
-        refs = self.refs
-        end = len(refs)
+        end = len(self.refs)
+        refs = []
         ends = []
         pending = iter(found)
         nxt = next(pending, None)
@@ -45,14 +60,17 @@ class ReferenceGraph:
                 end += len(nxt[1])
                 nxt = next(pending, None)
             ends.append(end)
-        self.oids.extend(oids)
-        self.ends.extend(ends)
+        self.refs = _extend(self.refs, refs)
+        self.oids = _extend(self.oids, oids)
+        self.ends = _extend(self.ends, ends)
 
     @property
     def nbytes(self):
         """About how much memory the graph takes at most, reach()'s
         table of positions included (its arrays' items)."""
-        return 8 * (3 * len(self.oids) + len(self.refs))
+        return (len(self.oids) * (self.oids.itemsize + self.ends.itemsize
+                                  + 8)
+                + len(self.refs) * self.refs.itemsize)
 
     def pairs(self):
         """Every ``(oid, oid it refers to)``, in order."""

@@ -39,7 +39,7 @@ DESIGN_DEFAULTS = {
     'pack-batch-timeout': 1.0,
     'pack-commit-busy-delay': 5.0,
     # This project's own: the memory the pre-pack may hold its graph in.
-    'pack-graph-mb': 256,
+    'pack-graph-mb': 512,
     'cache-servers': None,
     'cache-module-name': None,
     'cache-prefix': None,

@@ -443,7 +443,7 @@ def _rows(storage, oid):
     return sum(1 for key in _state_rows(storage) if key[0] == zoid)
 
 
-@pytest.mark.parametrize('gc,graph_mb', [(True, 256), (True, 0), (False, 0)],
+@pytest.mark.parametrize('gc,graph_mb', [(True, 512), (True, 0), (False, 0)],
                          ids=['gc', 'gc-graph-in-database', 'no-gc'])
 def test_pack_removes_objects_deleted_by_the_pack_time(factory, gc,
                                                       graph_mb):

@@ -23,7 +23,7 @@ from .dbs import DatabaseFactory
 #: pack's result says the walk was done. 0.01 MB is outgrown by the
 #: first page of 1,000 objects, whose references then go to the database.
 GRAPH_MODES = {
-    'memory': (256, 'memory'),
+    'memory': (512, 'memory'),
     'database': (0, 'database'),
     'outgrown': (0.01, 'database'),
 }
@@ -127,8 +127,24 @@ def test_the_graph_in_memory_takes_pages_in_oid_order_only():
     graph.add_page([1, 2, 5], [(2, [1, 5]), (5, [9])])
     graph.add_page([7], [(7, [2])])
     assert list(graph.pairs()) == [(2, 1), (2, 5), (5, 9), (7, 2)]
-    assert graph.nbytes == 8 * (3 * 4 + 4)
+    # 32-bit oids, ends and references, and reach()'s table of 8 bytes
+    # an object at most.
+    assert graph.nbytes == 4 * (4 + 4 + 8) + 4 * 4
     reached = graph.reach({5})  # 5 refers to 9, which is not there
     assert list(graph.unreached(reached)) == [1, 2, 7]
     with pytest.raises(ValueError, match='increasing oid order'):
         graph.add_page([6], [])
+
+
+def test_the_graph_in_memory_widens_for_oids_past_32_bits():
+    graph = ReferenceGraph()
+    graph.add_page([1, 2], [(1, [2])])
+    assert graph.oids.itemsize == graph.refs.itemsize == 4
+    graph.add_page([2 ** 33, 2 ** 40], [(2 ** 33, [1, 2 ** 40]),
+                                        (2 ** 40, [2 ** 33])])
+    assert graph.oids.itemsize == graph.refs.itemsize == 8
+    assert list(graph.oids) == [1, 2, 2 ** 33, 2 ** 40]
+    assert list(graph.pairs()) == [(1, 2), (2 ** 33, 1), (2 ** 33, 2 ** 40),
+                                   (2 ** 40, 2 ** 33)]
+    assert list(graph.unreached(graph.reach({2 ** 40}))) == []
+    assert list(graph.unreached(graph.reach({1}))) == [2 ** 33, 2 ** 40]

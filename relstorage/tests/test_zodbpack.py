@@ -12,6 +12,7 @@ from ZODB.FileStorage import FileStorage
 from persistent.mapping import PersistentMapping
 from ZODB.Connection import TransactionMetaData
 
+from .dbs import DatabaseFactory
 from .dbs import child_env
 from .dbs import mysql_params
 from .dbs import pg_dsn
@@ -75,6 +76,29 @@ def test_zodbpack_packs_every_section(factory, tmp_path):
     storage = factory.storage()
     assert len(storage) == 2  # root and 'a'
     storage.close()
+
+
+@pytest.mark.parametrize('graph_mb', ['', ' pack-graph-mb 0\n'],
+                         ids=['default', 'graph-in-database'])
+def test_zodbpack_says_where_the_graph_was_followed(tmp_path, graph_mb):
+    factory = DatabaseFactory('sqlite', True)
+    try:
+        db = ZODB.DB(factory.storage())
+        make_garbage(db)
+        db.close()
+        config = write_config(tmp_path, factory)
+        with open(config) as f:
+            text = f.read()
+        with open(config, 'w') as f:
+            f.write(text.replace(' keep-history', graph_mb + ' keep-history'))
+        time.sleep(0.01)
+        out = run(config)
+    finally:
+        factory.cleanup()
+    assert out.returncode == 0, out.stderr
+    assert '1 objects' in out.stdout
+    said = 'its graph followed in the database' in out.stdout
+    assert said == bool(graph_mb), out.stdout
 
 
 def test_zodbpack_prepack_then_use_prepack_state(factory, tmp_path):
