@@ -6,6 +6,7 @@ statement once (``Session.translate``) and cache it.
 """
 import contextlib
 import functools
+import itertools
 import logging
 import threading
 
@@ -272,6 +273,12 @@ def values_list(rows, width):
 
 
 def chunks(seq, size=500):
-    seq = list(seq)
-    for i in range(0, len(seq), size):
-        yield seq[i:i + size]
+    """Lists of at most *size* of the items of *seq*, in order. A
+    collection is copied first (its owner may change it meanwhile); an
+    iterator is taken a list at a time, never whole."""
+    items = iter(list(seq) if hasattr(seq, '__len__') else seq)
+    while True:
+        part = list(itertools.islice(items, size))
+        if not part:
+            return
+        yield part

@@ -109,9 +109,15 @@ class Check:
             if not rows:
                 break
             with_blobs = []
+            oids = []
+            found = []
             for row in rows:
                 if row[2] is not None:
-                    self.examine(graph, row, with_blobs)
+                    oids.append(row[0])
+                    refs = self.examine(row, with_blobs)
+                    if refs:
+                        found.append((row[0], refs))
+            graph.add_page(oids, found)
             if with_blobs:
                 self.check_blobs(session, with_blobs)
             after = rows[-1][0]
@@ -121,7 +127,9 @@ class Check:
         if self.progress is not None:
             self.progress(len(graph), len(graph))
 
-    def examine(self, graph, row, with_blobs):
+    def examine(self, row, with_blobs):
+        """The oids the state of *row* refers to (none when it is
+        damaged, which is recorded); a blob goes to *with_blobs*."""
         oid, tid, state, size, blob_id = row
         name = None
         refs = ()
@@ -140,11 +148,11 @@ class Check:
                 why = type(e).__name__ + (': %s' % e if str(e) else '')
                 self.found('damaged', oid=oid, tid=tid, class_=name,
                            error='the state does not unpickle (%s)' % why)
-        graph.add(oid, refs)
         self.classes.append(self.class_number(name))
         self.result['references'] += len(refs)
         if blob_id is not None or name == BLOB_CLASS:
             with_blobs.append((oid, tid, blob_id, name))
+        return refs
 
     def check_blobs(self, session, rows):
         """Every blob of *rows* ``(oid, tid, blob_id, class)`` whole: a

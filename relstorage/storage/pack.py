@@ -27,6 +27,7 @@ from contextlib import closing
 
 from ZODB.POSException import StorageError
 
+from ..adapters.session import chunks
 from ..exceptions import CorruptRecord
 from ..pickledrefs import page_references
 from .refgraph import ReferenceGraph
@@ -321,11 +322,8 @@ class Pack:
                                  'pack-graph-mb (%g) at %d objects: going '
                                  'on with it in the database',
                                  self.options.pack_graph_mb, len(memory))
-                        for pair in memory.pairs():
-                            pairs.append(pair)
-                            if len(pairs) >= REFS_WRITTEN:
-                                writing.add(pairs)
-                                pairs = []
+                        for lot in chunks(memory.pairs(), REFS_WRITTEN):
+                            writing.add(lot)
                         memory = None
                 else:
                     for oid, refs in found:
@@ -360,13 +358,8 @@ class Pack:
             i = index(oid)
             if i >= 0:
                 reached[i] = 0
-        garbage = []
-        for oid in graph.unreached(reached):
-            garbage.append(oid)
-            if len(garbage) >= REFS_WRITTEN:
-                self.packer.add_garbage(writer, garbage)
-                garbage = []
-        self.packer.add_garbage(writer, garbage)
+        for lot in chunks(graph.unreached(reached), REFS_WRITTEN):
+            self.packer.add_garbage(writer, lot)
 
     def pages(self, session, deleted=None):
         """The states current at the pack time, a page at a time in oid

@@ -38,9 +38,6 @@ class ReferenceGraph:
         self.ends = array('I')   # where each object's references end
         self.refs = array('I')
 
-    def add(self, oid, refs):
-        self.add_page([oid], [(oid, refs)] if refs else [])
-
     def add_page(self, oids, found):
         """Add *oids* (a list, in increasing order, after those added so
         far), each referring to the oids *found* lists for it: ``(oid,

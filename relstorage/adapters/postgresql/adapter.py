@@ -299,9 +299,8 @@ class PostgreSQLPackerMixin:
               ''.join(['%d\t%d\n' % pair for pair in pairs]).encode())
 
     def add_garbage(self, session, oids):
-        if oids:
-            _copy(session, 'COPY pack_gc (zoid) FROM STDIN',
-                  ''.join(['%d\n' % oid for oid in oids]).encode())
+        _copy(session, 'COPY pack_gc (zoid) FROM STDIN',
+              ''.join(['%d\n' % oid for oid in oids]).encode())
 
     def remove_garbage(self, session, oids):
         # The removed rows' sizes and blobs come back from the DELETE.
