@@ -70,10 +70,12 @@ class Packer:
         self.adapter = adapter
 
     def states_at(self, session, pack_tid, after_oid, limit, deleted=None):
-        """``[(oid, state)]`` current as of *pack_tid*, oid order, a page.
-        The oids of the page's objects whose revision current at
-        *pack_tid* records a deletion are appended to the list *deleted*
-        if one is given (what deleted_sql finds, found on the way)."""
+        """``[(oid, state)]`` current as of *pack_tid*, oid order, a page
+        of at most *limit* rows read (objects created after *pack_tid*
+        are not among them). The oids of the page's objects whose revision
+        current at *pack_tid* records a deletion, still current, are
+        appended to the list *deleted* if one is given (what deleted_sql
+        finds, found on the way)."""
         rows = session.fetchall(self.states_at_sql,
                                 (pack_tid, after_oid, limit))
         if deleted is not None:
@@ -254,21 +256,47 @@ class HistoryPreservingPacker(Packer):
         'INSERT INTO pack_gc (zoid) SELECT c.zoid FROM current_object c '
         'JOIN object_state s ON s.zoid = c.zoid AND s.tid = c.tid '
         'WHERE c.tid <= %s AND s.state IS NULL')
-    # The page is taken from current_object, in key order; each state is
-    # then fetched by key, the newest at or before the pack time (NULL for
-    # an object created after it, which is a root anyway). Paging through
-    # object_state with GROUP BY instead made PostgreSQL aggregate the
-    # whole table for every page: 0.8 s a page at 1,000,000 objects
-    # when its statistics were stale, against 4.5 ms.
-    # (Written with MAX(tid), PostgreSQL's estimate of the cost was high
-    # enough to compile each page's plan with its JIT: 10 times slower.)
-    # (c.tid tells a deletion current at the pack time, whose state is
-    # NULL, from an object created after it.)
+    # A page is a run of object_state's primary key: every revision at or
+    # before the pack time, the newest of each object kept here
+    # (states_at). The database reads the rows one after another instead
+    # of finding each object's newest revision with a search of its own:
+    # the 1,067,203 objects of a 1,000,000-object benchmark database with
+    # history read in 1.4 s against 2.3-2.5 on PostgreSQL, 1.7 against
+    # 2.7-2.8 on MariaDB. Older revisions come too (their states NULL on
+    # PostgreSQL, see its packer).
     states_at_sql = (
-        'SELECT c.zoid, (SELECT s.state FROM object_state s WHERE '
-        's.zoid = c.zoid AND s.tid <= %s ORDER BY s.tid DESC LIMIT 1), '
-        'c.tid FROM current_object c WHERE c.zoid > %s ORDER BY c.zoid '
-        'LIMIT %s')
+        'SELECT zoid, state, tid FROM object_state WHERE tid <= %s AND '
+        'zoid > %s ORDER BY zoid, tid LIMIT %s')
+    #: One object's state current at the pack time (a page holding
+    #: nothing but revisions of one object).
+    state_at_sql = (
+        'SELECT state FROM object_state WHERE zoid = %s AND tid <= %s '
+        'ORDER BY tid DESC LIMIT 1')
+
+    def states_at(self, session, pack_tid, after_oid, limit, deleted=None):
+        rows = session.fetchall(self.states_at_sql,
+                                (pack_tid, after_oid, limit))
+        # In (oid, tid) order: each object's first place, its last state.
+        newest = {oid: state for oid, state, _ in rows}
+        if len(rows) >= limit:
+            # The page may end before the last object's newest revision:
+            # that object starts the next page, unless it is all there is.
+            last = rows[-1][0]
+            if len(newest) > 1:
+                del newest[last]
+            else:
+                newest[last] = session.scalar(self.state_at_sql,
+                                              (last, pack_tid))
+        if deleted is not None:
+            gone = [oid for oid, state in newest.items() if state is None]
+            if gone:
+                # A deletion current at the pack time that is still the
+                # object's current revision (not undone since).
+                deleted.extend(oid for (oid,) in session.fetchall(
+                    'SELECT zoid FROM current_object WHERE tid <= %%s AND '
+                    'zoid IN %s ORDER BY zoid' % in_list(gone),
+                    [pack_tid] + gone))
+        return [(oid, _b(state)) for oid, state in newest.items()]
 
     def last_pack_tid(self, session):
         return session.scalar(

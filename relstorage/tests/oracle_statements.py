@@ -32,6 +32,9 @@ ANSWERS = {
     'SELECT state_size, blob_id FROM object_state WHERE':
         [(10, 7), (8, None)],
     'SELECT COUNT(*) FROM pack_gc': [(2,)],
+    # A pre-pack page: one object, deleted (with history, a full page of
+    # one object's revisions: its state is asked for on its own).
+    'SELECT zoid, state, tid FROM object_state WHERE tid <=': [(4, None, 3)],
     'SELECT COUNT(*) FROM (SELECT zoid FROM object_state': [(2,)],
     'SELECT blob_id FROM object_state WHERE zoid IN': [(7,)],
     'SELECT MAX(tid) FROM transactions': [(9,)],
@@ -237,6 +240,7 @@ def collect(keep_history, blobs):
     packer = adapter.packer
     packer.last_pack_tid(session)
     packer.states_at(session, 5, -1, 100)
+    packer.states_at(session, 5, -1, 1, deleted=[])
     packer.states_after(session, 5)
     packer.start_graph(session)
     packer.add_references(session, [(1, 2), (2, 3)])

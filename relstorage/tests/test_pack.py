@@ -433,7 +433,16 @@ def _delete(storage, oid, serial):
     storage.tpc_begin(t)
     storage.deleteObject(oid, serial, t)
     storage.tpc_vote(t)
-    storage.tpc_finish(t)
+    return storage.tpc_finish(t)
+
+
+def _store(storage, oid, serial, state):
+    from ZODB.Connection import TransactionMetaData
+    t = TransactionMetaData()
+    storage.tpc_begin(t)
+    storage.store(oid, serial, state, '', t)
+    storage.tpc_vote(t)
+    return storage.tpc_finish(t)
 
 
 def _rows(storage, oid):
@@ -451,28 +460,34 @@ def test_pack_removes_objects_deleted_by_the_pack_time(factory, gc,
     without garbage collection (its graph walked in this process or in
     the database): one the root still refers to (a pre-pack finds it
     among the states it reads) and one unlinked first; one deleted after
-    the pack time stays until a later pack."""
+    the pack time stays until a later pack; one deleted before it and
+    stored again after it stays with its new state."""
     storage = factory.storage(pack_graph_mb=graph_mb)
     db = ZODB.DB(storage)
+    names = ('kept', 'referred', 'loose', 'late', 'revived')
     try:
         with db.transaction() as conn:
-            for name in ('kept', 'referred', 'loose', 'late'):
+            for name in names:
                 conn.root()[name] = PersistentMapping(name=name)
         with db.transaction() as conn:
             objects = {name: (conn.root()[name]._p_oid,
                               conn.root()[name]._p_serial)
-                       for name in ('kept', 'referred', 'loose', 'late')}
+                       for name in names}
+            state = storage.load(objects['revived'][0])[0]
             del conn.root()['loose']
         _delete(storage, *objects['referred'])
         _delete(storage, *objects['loose'])
+        deleted = _delete(storage, *objects['revived'])
         time.sleep(0.02)
         pack_time = time.time()
         time.sleep(0.02)
         _delete(storage, *objects['late'])
+        revived = _store(storage, objects['revived'][0], deleted, state)
         storage.pack_with_result(pack_time, referencesf, gc=gc)
         assert _rows(storage, objects['referred'][0]) == 0
         assert _rows(storage, objects['loose'][0]) == 0
         assert _rows(storage, objects['kept'][0]) >= 1
+        assert storage.load(objects['revived'][0]) == (state, revived)
         # The late one keeps its state as of the pack time (with history)
         # or its tombstone (without): a pack to now removes it.
         assert _rows(storage, objects['late'][0]) >= 1
@@ -483,4 +498,63 @@ def test_pack_removes_objects_deleted_by_the_pack_time(factory, gc,
         with db.transaction() as conn:
             assert conn.root()['kept']['name'] == 'kept'
     finally:
+        db.close()
+
+
+def test_prepack_pages_of_any_size_give_each_object_once(factory):
+    """The pre-pack reads the states current at the pack time a page at
+    a time (with history, as runs of every revision up to then): however
+    the pages cut an object's revisions, each object comes once, in
+    order, with its state at the pack time, and the deletions current
+    then and still current are named."""
+    from ZODB.utils import u64
+    storage = factory.storage()
+    db = ZODB.DB(storage)
+    session = None
+    try:
+        with db.transaction() as conn:
+            for name in 'abcde':
+                conn.root()[name] = PersistentMapping(n=0)
+        for n in range(1, 6):  # a has six revisions, b two
+            with db.transaction() as conn:
+                conn.root()['a']['n'] = n
+                if n == 1:
+                    conn.root()['b']['n'] = n
+        oids = {}
+        with db.transaction() as conn:
+            for name in 'abcde':
+                oids[name] = (conn.root()[name]._p_oid,
+                              conn.root()[name]._p_serial)
+        _delete(storage, *oids['c'])
+        pack_tid = u64(storage.lastTransaction())
+        with db.transaction() as conn:  # after the pack time
+            conn.root()['b']['n'] = 9
+            conn.root()['f'] = PersistentMapping(n=0)
+        session = storage._adapter.connect(for_store=False)
+        session.begin()
+        newest = {}
+        for zoid, tid, state in sorted(session.fetchall(
+                'SELECT zoid, tid, state FROM object_state')):
+            if tid <= pack_tid:
+                newest[zoid] = None if state is None else bytes(state)
+        # Without history, the root and b were replaced after the pack
+        # time.
+        assert len(newest) == (6 if factory.keep_history else 4)
+        assert newest[u64(oids['c'][0])] is None
+        packer = storage._adapter.packer
+        for limit in (1, 2, 3, 4, 1000):
+            read, deleted, after = [], [], -1
+            while True:
+                page = packer.states_at(session, pack_tid, after, limit,
+                                        deleted)
+                if not page:
+                    break
+                read.extend(page)
+                after = page[-1][0]
+            assert read == sorted(newest.items()), limit
+            assert deleted == [u64(oids['c'][0])], limit
+    finally:
+        if session is not None:
+            session.rollback_quietly()
+            session.close()
         db.close()

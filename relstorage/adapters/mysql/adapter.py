@@ -282,6 +282,12 @@ class MySQLHPPacker(MySQLPackerMixin, HistoryPreservingPacker):
     old_after_sql = HistoryPreservingPacker.old_after_sql.replace(
         'FROM object_state WHERE', 'FROM object_state FORCE INDEX (PRIMARY) '
         'WHERE')
+    # The same for the pre-pack's pages. (Older revisions' states are
+    # sent too: a derived table of the page, to send them NULL as on
+    # PostgreSQL, took MariaDB 2.6 times as long as the plain page.)
+    states_at_sql = HistoryPreservingPacker.states_at_sql.replace(
+        'FROM object_state WHERE', 'FROM object_state FORCE INDEX (PRIMARY) '
+        'WHERE')
 
     def remove_old_revisions(self, session, keep):
         # The pairs go into a scratch table, joined to object_state as

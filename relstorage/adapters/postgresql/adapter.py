@@ -325,6 +325,14 @@ class PostgreSQLPackerMixin:
 
 
 class PostgreSQLHPPacker(PostgreSQLPackerMixin, HistoryPreservingPacker):
+    # The states of the older revisions in a page come back NULL (only
+    # each object's newest is kept), so that a first pack of a long
+    # history is not sent the whole of it. (The page's last row always
+    # comes with its state.)
+    states_at_sql = (
+        'SELECT zoid, CASE WHEN LEAD(zoid) OVER w = zoid THEN NULL ELSE '
+        'state END, tid FROM (%s) p WINDOW w AS (ORDER BY zoid, tid) '
+        'ORDER BY zoid, tid' % HistoryPreservingPacker.states_at_sql)
 
     def remove_old_revisions(self, session, keep):
         # One statement for the lot: the pairs go as two arrays, and the
