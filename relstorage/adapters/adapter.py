@@ -232,14 +232,12 @@ class Adapter:
             session.close()
 
     def zap_all(self):
-        if self.replicas is not None:
-            self.replicas.forget()
+        replicas.forget(self.location())
         self._in_transaction(self.empty_tables)
 
     def drop_all(self):
         """Remove the relstorage schema entirely (both modes' tables)."""
-        if self.replicas is not None:
-            self.replicas.forget()
+        replicas.forget(self.location())
         self._in_transaction(self.schema.drop)
         self._prepared = False
         self.oids.reset_after_drop()

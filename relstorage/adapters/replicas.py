@@ -213,8 +213,51 @@ class ServerList:
             % (self.path, self.option, '; '.join(problems)))
 
 
+class _Seen:
+    """What this process has seen of one database: the newest tid
+    (polled or committed) and the read-write server it was seen on (None:
+    the only one there is); and what a replica must also have replayed
+    (the adapter's write_position) after this process changed the
+    database without a tid (None: nothing)."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.tid = 0
+        self.server = None
+        self.position = None
+
+
+#: _Seen by database (adapter.location() and replica-conf), for every
+#: storage of this process: one opened after another has committed reads
+#: nothing older than that commit.
+_SEEN = {}
+_SEEN_LOCK = threading.Lock()
+
+
+def forget(location):
+    """This process emptied the database at *location* (an adapter's
+    location()): what its storages saw of it no longer holds."""
+    with _SEEN_LOCK:
+        shared = [seen for key, seen in _SEEN.items() if key[0] == location]
+    for seen in shared:
+        with seen.lock:
+            seen.tid = 0
+            seen.server = None
+
+
+def _shared(name):
+    """An attribute of Replicas kept in its _Seen."""
+    return property(lambda self: getattr(self.seen, name),
+                    lambda self, value: setattr(self.seen, name, value))
+
+
 class Replicas:
-    """The server lists of one adapter and the newest tid it has seen."""
+    """The server lists of one adapter, and what this process has seen
+    of its database (a _Seen shared with the other storages of it)."""
+
+    known_tid = _shared('tid')
+    known_server = _shared('server')
+    position = _shared('position')
 
     def __init__(self, adapter, options):
         self.adapter = adapter
@@ -226,14 +269,11 @@ class Replicas:
         self.ro = (ServerList(adapter, options.ro_replica_conf,
                               'ro-replica-conf')
                    if options.ro_replica_conf else None)
-        self.lock = threading.Lock()
-        #: The newest tid seen (polled or committed), and the read-write
-        #: server it was seen on (None: the only one there is).
-        self.known_tid = 0
-        self.known_server = None
-        #: What a replica must also have replayed (write_position) after
-        #: this process changed the database without a tid; None: nothing.
-        self.position = None
+        key = (adapter.location(), options.replica_conf
+               and os.path.abspath(options.replica_conf))
+        with _SEEN_LOCK:
+            self.seen = _SEEN.setdefault(key, _Seen())
+        self.lock = self.seen.lock
         #: Since when (monotonic) replicas have been behind; None when not.
         self.lagging_since = None
 
@@ -284,12 +324,6 @@ class Replicas:
         return session.generation != servers.generation
 
     # The newest tid seen
-
-    def forget(self):
-        """The database was emptied by this process (zap_all)."""
-        with self.lock:
-            self.known_tid = 0
-            self.known_server = None
 
     def mark_position(self, session):
         if self.ro is not None:

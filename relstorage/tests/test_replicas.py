@@ -189,6 +189,35 @@ def test_read_your_writes_from_a_lagging_replica(pair, max_lag, caplog):
         factory.cleanup()
 
 
+def test_a_storage_opened_later_reads_what_an_earlier_one_committed(pair):
+    """Replay on the replica is DELAY s behind. A storage of this process
+    commits and is closed; a read-only one opened after it (a script, or
+    ZODB's ReadOnlyStorage tests reopening the database) reads that
+    commit, never the replica's older view: what this process has seen of
+    a database is shared by its storages."""
+    factory = _factory(pair, ro_replica_conf=pair.server_file(pair.replica),
+                       replica_max_lag=0.5)
+    factory.storage(zap=True).close()
+    pair.caught_up()
+    # Longer than the other tests' delay: MariaDB keeps an event's time in
+    # whole seconds, so that a delay of 1 s may come to next to none.
+    pair.delay(3 * DELAY)
+    try:
+        for i in range(2):
+            db = ZODB.DB(factory.storage())
+            try:
+                _commit_value(db, 'key%d' % i, i)
+            finally:
+                db.close()
+            db = ZODB.DB(factory.storage(read_only=True))
+            try:
+                assert _read_value(db, 'key%d' % i) == i
+            finally:
+                db.close()
+    finally:
+        factory.cleanup()
+
+
 def _set(db, key, value):
     conn = db.open()
     try:
