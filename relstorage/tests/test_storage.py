@@ -268,12 +268,15 @@ def test_two_processes_see_each_others_commits(factory):
     assert "p2 sees 'written by p1'" in outputs[1][0]
 
 
-def test_commit_and_poll_round_trips_on_postgresql():
+@pytest.mark.parametrize('name', ['postgresql', 'mysql'])
+def test_commit_and_poll_round_trips(name):
     """A commit of existing objects costs four round trips (lock rows,
-    upload, commit lock + last tid, write + COMMIT); a poll that finds
-    nothing new costs one."""
+    upload, commit lock + last tid, write + COMMIT; on MySQL a fifth
+    empties temp_store after the commit), an empty commit two; a poll
+    that finds nothing new costs one, and a read-only transaction's end
+    and the next one's snapshot one each."""
     from .dbs import DatabaseFactory
-    f = DatabaseFactory('postgresql', True)
+    f = DatabaseFactory(name, True)
     storage = f.storage(zap=True)
     db = _db(storage)
     try:
@@ -288,14 +291,32 @@ def test_commit_and_poll_round_trips_on_postgresql():
             conn.root()[i]['n'] = 1
         inst = conn._storage
         inst._store_session()
-        before = inst._store.session.round_trips
+        store = inst._store.session
+        before = store.round_trips
         tm.commit()
-        assert inst._store.session.round_trips - before == 4
-        tm.begin()  # polls and sees its own commit
-        polls = inst._load.session.round_trips
+        assert store.round_trips - before == (4 if name == 'postgresql'
+                                              else 5)
+        before = store.round_trips
+        meta = TransactionMetaData()
+        inst.tpc_begin(meta)
+        inst.tpc_vote(meta)
+        inst.tpc_finish(meta)
+        assert store.round_trips - before == 2
+        tm.begin()  # polls and sees its own commits
+        load = inst._load.session
+        polls = load.round_trips
         assert inst.poll_invalidations() == []  # nothing changed since
-        assert inst._load.session.round_trips - polls == 1
+        assert load.round_trips - polls == 1
+        # A snapshot begins in the message of its first read, and ends
+        # (when ZODB is done with the transaction) in one more.
         tm.abort()
+        for _ in range(2):
+            before = load.round_trips
+            assert inst._load.snapshot_tid() == u64(inst.lastTransaction())
+            assert load.in_transaction
+            inst.afterCompletion()
+            assert not load.in_transaction and not load.pending
+            assert load.round_trips - before == 2
         conn.close()
     finally:
         db.close()

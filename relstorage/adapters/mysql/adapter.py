@@ -72,6 +72,52 @@ class MySQLTypes(Types):
 
 class MySQLSession(Session):
 
+    # The connection allows several statements per message, and each
+    # result set is read in turn: the deferred verbs' results (none, only
+    # their status) are passed over to reach the statement's.
+    defers_verbs = True
+
+    def execute(self, stmt, params=()):
+        with self.lock:
+            verbs = self.pending.count('; ')
+            cursor = super().execute(stmt, params)
+            if verbs:
+                self._next_results(cursor, verbs)
+            return cursor
+
+    def _next_results(self, cursor, count):
+        # A later statement's error (a lock wait, a lost connection)
+        # comes while moving on to its result.
+        with self.guarded():
+            for _ in range(count):
+                cursor.nextset()
+
+    def flush(self):
+        with self.lock, self.guarded():
+            if self.pending:
+                verbs = self.pending.count('; ')
+                cursor = self.live_cursor()
+                self.round_trips += 1
+                # Without the last separator: an empty statement after it
+                # would be an error.
+                cursor.execute(self.pending[:-2])
+                self.pending = ''
+                for _ in range(verbs - 1):
+                    cursor.nextset()
+
+    def first_values(self, script, params=()):
+        """Run a message of several SELECTs; the first column of each
+        one's first row."""
+        with self.lock:
+            cursor = self.execute(script, params)
+            values = []
+            for index in range(script.count('; ') + 1):
+                if index:
+                    self._next_results(cursor, 1)
+                row = cursor.fetchone()
+                values.append(row[0] if row is not None else None)
+            return values
+
     def execute_script(self, statements):
         # The connection allows several statements per message; every
         # result set must be consumed before the next command.
@@ -119,11 +165,15 @@ class MySQLLocker(Locker):
         # the lock, the rollback still releases it (releasing a lock one
         # does not hold is harmless).
         session.holds_commit_lock = True
-        got = session.scalar('SELECT GET_LOCK(%s, %%s)' % COMMIT_LOCK,
-                             (timeout,))
+        # One message: the newest tid is read once the lock is granted
+        # (the transaction's first plain read, so its snapshot begins
+        # then).
+        got, last = session.first_values(
+            'SELECT GET_LOCK(%s, %%s); ' % COMMIT_LOCK + last_tid_sql,
+            (timeout,))
         if got != 1:
             raise self.timeout_error()
-        return session.scalar(last_tid_sql)
+        return last
 
     def try_commit_lock(self, session, last_tid_sql, wait=0):
         session.holds_commit_lock = True
