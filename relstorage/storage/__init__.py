@@ -85,6 +85,8 @@ class RelStorage(Loader, TPC, History, Iteration, BlobMethods,
             self._blobs = _parent._blobs
             self._metrics = _parent._metrics
         self._load_lock = threading.RLock()
+        self._load_acquire = self._load_lock.acquire
+        self._load_release = self._load_lock.release
         self._tpc_lock = threading.Lock()
         self._oid_lock = threading.Lock()
         self._tpc = None

@@ -260,7 +260,10 @@ class Loader:
     def load(self, oid, version=''):
         # The hot path is a hit in the shared cache: kept to a few calls.
         ioid = int.from_bytes(oid, 'big')
-        with self._load_lock:
+        # Not ``with``: acquiring and releasing the lock through bound
+        # methods costs half as much, on every hit.
+        self._load_acquire()
+        try:
             view = self._view_tid
             if view is None or self._is_root or self._poll_failed:
                 view = self._ensure_view()
@@ -278,7 +281,7 @@ class Loader:
                     if kept is None or kept[0] != tid:
                         self._remember(ioid, tid, state)
                 if readahead is not None:
-                    readahead.read(ioid, state)
+                    readahead.note((ioid, state))
                 return state, tid.to_bytes(8, 'big')
             if ioid > MAX_ID:
                 raise POSKeyError(oid)
@@ -300,8 +303,10 @@ class Loader:
             cache.store(ioid, tid, state, view)
             self._remember(ioid, tid, state)
             if readahead is not None:
-                readahead.read(ioid, state)
+                readahead.note((ioid, state))
             return state, p64(tid)
+        finally:
+            self._load_release()
 
     def _load_along(self, session, oids, view):
         """Read *oids* in one query into the shared cache; return the

@@ -66,6 +66,9 @@ class ReadAhead:
         #: holds(oid) -> whether the shared cache has an entry for oid.
         self._holds = holds
         self._recent = collections.deque(maxlen=self.RECENT)
+        #: note((oid, state)): *oid* was read with *state* (from the cache
+        #: or not). The deque's own append: this is called on every load.
+        self.note = self._recent.append
         self._referrers = collections.OrderedDict()  # oid -> _Referrer
         #: oid -> (referrer, position), for the oids of parsed referrers.
         self._where = {}
@@ -73,10 +76,6 @@ class ReadAhead:
         self._first_misses = {}
         #: Objects read ahead by a walk: oid -> the walk's batch size.
         self._walked = {}
-
-    def read(self, oid, state):
-        """Note that *oid* was read with *state* (from the cache or not)."""
-        self._recent.append((oid, state))
 
     def forget_walks(self):
         """Start over at a new transaction (what the last one read ahead

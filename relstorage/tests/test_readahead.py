@@ -124,7 +124,7 @@ def test_finds_references_in_order():
         parent = u64(box._p_oid)
         held = set()
         ra = ReadAhead(held.__contains__)
-        ra.read(parent, state)
+        ra.note((parent, state))
         # The first child: alone, and nothing parsed yet.
         assert ra.along_with(children[0]) is None
         assert not ra._referrers
@@ -155,7 +155,7 @@ def test_lookups_in_different_objects_parse_nothing():
     ra = ReadAhead(held.__contains__)
     for parent in range(1, 20):
         child = 1000 + parent
-        ra.read(parent, b'C\x08' + child.to_bytes(8, 'big') + b'junk')
+        ra.note((parent, b'C\x08' + child.to_bytes(8, 'big') + b'junk'))
         assert ra.along_with(child) is None
     assert not ra._referrers
 
@@ -163,7 +163,7 @@ def test_lookups_in_different_objects_parse_nothing():
 @pytest.mark.parametrize('cached', [False, True])
 def test_unrelated_oid_is_read_alone(cached):
     ra = ReadAhead(lambda oid: cached)
-    ra.read(1, b'no references here')
+    ra.note((1, b'no references here'))
     assert ra.along_with(99) is None
 
 
