@@ -286,8 +286,20 @@ def row_literals(chunk, with_prev, with_blob, inline):
     return rows_sql, params
 
 
+def _current_first(sql):
+    """*sql*, joining current_object to object_state, read in that order:
+    each object's current row, then its revision by the whole primary
+    key. Left to itself, MariaDB read object_state first, every revision
+    of each oid, once its statistics said the table was empty: after a
+    DELETE of the database's 1,000,000 revisions (zap_all), reading
+    1,000 objects stored since took 2.5 s instead of 0.02 s until InnoDB
+    had purged the deleted rows (they are read too)."""
+    return sql.replace('SELECT ', 'SELECT STRAIGHT_JOIN ', 1)
+
+
 class MySQLHPMover(MySQLMoverMixin, HistoryPreservingMover):
-    pass
+    load_current_sql = _current_first(HistoryPreservingMover.load_current_sql)
+    load_many_sql = _current_first(HistoryPreservingMover.load_many_sql)
 
 
 class MySQLHFMover(MySQLMoverMixin, HistoryFreeMover):
