@@ -2,6 +2,8 @@
 TCP, both drivers, clear connection errors, how states are uploaded, a
 pack that never waits for a row a committer locked."""
 import re
+import socket
+import threading
 import time
 
 import pytest
@@ -495,3 +497,76 @@ def test_current_revisions_are_read_from_current_object_first():
     finally:
         storage.close()
         factory.cleanup()
+
+
+class _CuttingProxy(threading.Thread):
+    """A TCP proxy to the test server that closes a connection when the
+    client sends a query containing *cut*: the server went away (a
+    restart) between accepting the connection and answering it."""
+
+    def __init__(self, host, port, cut):
+        super().__init__(daemon=True)
+        self.target = (host, port)
+        self.cut = cut
+        self.listener = socket.create_server(('127.0.0.1', 0))
+        self.port = self.listener.getsockname()[1]
+        self.cuts = 0
+
+    def run(self):
+        while True:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            server = socket.create_connection(self.target)
+            threading.Thread(target=self._pump, args=(server, client, False),
+                             daemon=True).start()
+            threading.Thread(target=self._pump, args=(client, server, True),
+                             daemon=True).start()
+
+    def _pump(self, source, sink, from_client):
+        try:
+            while True:
+                data = source.recv(65536)
+                if not data:
+                    break
+                if from_client and self.cut in data:
+                    self.cuts += 1
+                    break
+                sink.sendall(data)
+        except OSError:
+            pass
+        for sock in (source, sink):
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            sock.close()
+
+    def close(self):
+        self.listener.close()
+
+
+@pytest.mark.parametrize('cut', [b'SELECT VERSION()', b'autocommit=1',
+                                 b'ISOLATION LEVEL'])
+def test_a_server_going_away_while_connecting_is_unavailable(cut):
+    """A connection the server accepted, then lost before its first
+    statements were answered, is DatabaseUnavailable naming the
+    database, never the driver's own error."""
+    require('mysql')
+    from relstorage.adapters.mysql import MySQLAdapter
+    params = mysql_params(True, connect_timeout=5)
+    if 'unix_socket' in params:
+        pytest.skip('the test server is reached by its socket')
+    proxy = _CuttingProxy(params.get('host', '127.0.0.1'),
+                          int(params.get('port', 3306)), cut)
+    proxy.start()
+    try:
+        params.update(host='127.0.0.1', port=proxy.port)
+        with pytest.raises(DatabaseUnavailable) as exc:
+            adapter = MySQLAdapter(options=Options(), **params)
+            adapter.connect(for_store=False)
+        assert 'port=%d' % proxy.port in str(exc.value), exc.value
+        assert proxy.cuts >= 1
+    finally:
+        proxy.close()

@@ -448,6 +448,9 @@ class MySQLAdapter(Adapter):
             cursor = probe.cursor()
             cursor.execute('SELECT VERSION()')
             self.server = ServerInfo(cursor.fetchone()[0])
+        except self.driver.module.Error as e:
+            # Accepted, then lost (a server restarting, say).
+            raise self._unavailable(e) from None
         finally:
             probe.close()
         super().__init__(options)
@@ -515,17 +518,24 @@ class MySQLAdapter(Adapter):
         except driver.module.Error as e:
             if error_code(e) in CONNECT_ERRORS or isinstance(
                     e, driver.module.OperationalError):
-                raise DatabaseUnavailable(
-                    'cannot connect to the %s: %s' % (self.describe(server), e)
-                ) from None
+                raise self._unavailable(e, server) from None
             raise
         if keepalive is not None:
             keepalive.apply(driver.fileno(conn))
         return conn
 
+    def _unavailable(self, error, server=None):
+        return DatabaseUnavailable('cannot connect to the %s: %s'
+                                   % (self.describe(server), error))
+
     def open_connection(self, for_store, server=None):
         conn = self._connect_raw(server)
-        conn.autocommit(True)
+        try:
+            conn.autocommit(True)
+        except self.driver.module.Error as e:
+            # Accepted, then lost (a server restarting, say).
+            conn.close()
+            raise self._unavailable(e, server) from None
         session = MySQLSession(self, conn)
         session.server = server
         session.execute('SET SESSION TRANSACTION ISOLATION LEVEL %s'
