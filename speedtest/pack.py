@@ -7,7 +7,8 @@ identical database.
 
     python -m speedtest.pack [--objects 100000] [--database sqlite]
         [--keep-history|--no-keep-history] [--other-venv [DIR]]
-        [--rounds 1] [--json FILE] [--verbose]
+        [--rounds 1] [--pack-timeout SECONDS] [--no-writer]
+        [--json FILE] [--verbose]
 
 Each side builds its database, commits beside the pack and counts what is
 left with its own Python, running the same script
@@ -19,7 +20,11 @@ of the processes it starts (see run_measured()). The other side uses
 the ``misc`` test database (SQLite: a directory of its own); with
 RelStorage 4.3 on MariaDB its build, writer and zodbpack take the server
 for MySQL 5.7 (see packscripts). Both sides must leave the same live
-data. Not a test: nothing here asserts on time.
+data. A zodbpack still running after ``--pack-timeout`` seconds is
+killed with the processes it started: the other side's time then gives
+a ratio of at least that much, this side's makes the run fail.
+``--no-writer`` packs with no client committing beside it. Not a test:
+nothing here asserts on time.
 """
 import argparse
 import json
@@ -183,27 +188,40 @@ class Writer:
         return self.commits
 
 
-def run_measured(argv, log, cwd, env):
+def run_measured(argv, log, cwd, env, timeout=None):
     """Run *argv* with its output in the file *log*: ``(seconds, peak
-    MB, exit status, output)``. The peak is the sum of the high-water
-    marks of RSS (VmHWM, read while they run) of the process and of every
-    process it starts (the pack's workers), which is at least the peak
-    of their total: the max RSS that wait4() reports also counts this
-    process's memory, which a child holds between fork and exec, and
-    leaves out the workers (0 where there is no /proc)."""
+    MB, exit status, output, timed out)``. The peak is the sum of the
+    high-water marks of RSS (VmHWM, read while they run) of the process
+    and of every process it starts (the pack's workers), which is at
+    least the peak of their total: the max RSS that wait4() reports also
+    counts this process's memory, which a child holds between fork and
+    exec, and leaves out the workers (0 where there is no /proc). Still
+    running after *timeout* seconds, the process and those it started
+    (its session) are killed."""
     peaks = {}
+    timed_out = False
     with open(log, 'w') as out:
         started = time.perf_counter()
         proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT,
-                                cwd=cwd, env=env)
+                                cwd=cwd, env=env, start_new_session=True)
         while proc.poll() is None:
             for pid in _tree(proc.pid):
                 peaks[pid] = max(peaks.get(pid, 0), _high_water_kb(pid))
+            if timeout is not None and (
+                    time.perf_counter() - started > timeout):
+                timed_out = True
+                try:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                proc.wait()
+                break
             time.sleep(0.02)
         seconds = time.perf_counter() - started
     with open(log) as f:
         output = f.read()
-    return seconds, sum(peaks.values()) / 1024.0, proc.returncode, output
+    return (seconds, sum(peaks.values()) / 1024.0, proc.returncode, output,
+            timed_out)
 
 
 def _tree(pid):
@@ -234,25 +252,33 @@ def _high_water_kb(pid):
     return 0
 
 
-def pack(side, script, spec, workdir, verbose=False):
-    """Pack *side*'s database with its zodbpack while its writer commits:
-    the pack's seconds, peak RSS, exit status and output, and the
-    writer's figures."""
+def pack(side, script, spec, workdir, verbose=False, timeout=None,
+         with_writer=True):
+    """Pack *side*'s database with its zodbpack while its writer commits
+    (unless not *with_writer*): the pack's seconds, peak RSS, exit
+    status and output, whether it was killed after *timeout* seconds,
+    and the writer's figures."""
     config = os.path.join(workdir, side.name + '.conf')
     with open(config, 'w') as f:
         f.write('%import relstorage\n' + spec['section'] + '\n')
-    writer = Writer(side, script, spec, workdir)
-    time.sleep(0.5)
+    writer = Writer(side, script, spec, workdir) if with_writer else None
+    if writer is not None:
+        time.sleep(0.5)
     log = os.path.join(workdir, side.name + '-pack.log')
-    seconds, peak_mb, code, output = run_measured(
-        side.zodbpack + ['--days', '0', config], log, workdir, side.env)
-    time.sleep(0.5)
-    commits = writer.stop()
+    seconds, peak_mb, code, output, timed_out = run_measured(
+        side.zodbpack + ['--days', '0', config], log, workdir, side.env,
+        timeout)
+    if writer is not None:
+        time.sleep(0.5)
+        commits = writer.stop()
+    else:
+        commits = []
     durations = sorted(c['seconds'] for c in commits)
     errors = [c['error'] for c in commits if c['error']]
     figures = {
         'command': side.zodbpack + ['--days', '0', 'CONFIG'],
         'seconds': seconds, 'peak_mb': peak_mb, 'exit_status': code,
+        'timed_out': timed_out,
         'output_tail': output.strip().splitlines()[-5:],
         'writer_commits': len(durations),
         'writer_longest_wait': durations[-1] if durations else 0,
@@ -266,7 +292,10 @@ def pack(side, script, spec, workdir, verbose=False):
                 side.name, record['seconds'], time.strftime(
                     '%H:%M:%S', time.localtime(record['at']))
                 + ('%.3f' % (record['at'] % 1))[1:]))
-    if code:
+    if timed_out:
+        figures['error'] = 'zodbpack did not finish in %g s (killed)' % (
+            timeout)
+    elif code:
         figures['error'] = 'zodbpack exited with %d: %s' % (
             code, output.strip()[-2000:])
     return figures
@@ -289,11 +318,13 @@ def one_round(sides, script, args, workdir):
             row[side.name]['build_seconds']), flush=True)
     for side in sides:
         row[side.name].update(pack(side, script, specs[side.name], workdir,
-                                   args.verbose))
+                                   args.verbose, args.pack_timeout,
+                                   args.writer))
         figures = row[side.name]
         if 'error' in figures:
-            print('%-5s pack FAILED: %s' % (side.name, figures['error']),
-                  flush=True)
+            print('%-5s pack %s: %s' % (
+                side.name, 'STOPPED' if figures['timed_out'] else 'FAILED',
+                figures['error']), flush=True)
             continue
         figures.update(side.run(script, 'verify', specs[side.name], workdir))
         figures['objects_after'] = current_objects(*where[side.name])
@@ -310,6 +341,11 @@ def one_round(sides, script, args, workdir):
         if figures['writer_errors']:
             print('      writer errors: %s' % figures['writer_errors'])
     ours, other = row['ours'], row.get('other')
+    if other and 'error' not in ours and other['timed_out']:
+        # Killed at the timeout: it would have taken longer still.
+        row['time_ratio_at_least'] = other['seconds'] / ours['seconds']
+        print('ratio: time other/ours at least %.2f (the other zodbpack '
+              'was stopped)' % row['time_ratio_at_least'], flush=True)
     if other and 'error' not in ours and 'error' not in other:
         row['time_ratio'] = other['seconds'] / ours['seconds']
         row['memory_ratio'] = ours['peak_mb'] / other['peak_mb']
@@ -341,7 +377,7 @@ def summarize(rows, names):
                 summary.setdefault(name, {})[key] = {
                     'median': statistics.median(values),
                     'min': min(values), 'max': max(values)}
-    for key in ('time_ratio', 'memory_ratio'):
+    for key in ('time_ratio', 'memory_ratio', 'time_ratio_at_least'):
         values = [r[key] for r in rows if key in r]
         if values:
             summary[key] = {'median': statistics.median(values),
@@ -359,7 +395,9 @@ def print_summary(summary, rounds):
                     for k in ('median', 'min', 'max')))
                 for key, label, fmt in FIGURES if key in summary[name])))
     for key, label in (('time_ratio', 'time other/ours'),
-                       ('memory_ratio', 'peak memory ours/other')):
+                       ('memory_ratio', 'peak memory ours/other'),
+                       ('time_ratio_at_least',
+                        'time other/ours, other stopped, at least')):
         if key in summary:
             print('%s: %.2f (%.2f-%.2f)' % (label, summary[key]['median'],
                                             summary[key]['min'],
@@ -390,6 +428,14 @@ def main(argv=None):
     parser.add_argument('--rounds', type=int, default=1,
                         help='build and pack this many times, reporting '
                              'medians (%(default)s)')
+    parser.add_argument('--pack-timeout', type=float, metavar='SECONDS',
+                        help='kill a zodbpack still running after this '
+                             "long (the other side's: its ratio is then "
+                             "at least the timeout's; this side's: the "
+                             'run fails)')
+    parser.add_argument('--no-writer', dest='writer', action='store_false',
+                        default=True,
+                        help='pack with no client committing beside it')
     parser.add_argument('--json', help='write the figures to this file')
     parser.add_argument('--verbose', action='store_true',
                         help="show each zodbpack's output and the longest "
@@ -428,10 +474,15 @@ def main(argv=None):
             json.dump({'database': args.database,
                        'keep_history': args.keep_history,
                        'objects': args.objects, 'other': other,
+                       'writer': args.writer,
+                       'pack_timeout': args.pack_timeout,
                        'rounds': rows, 'summary': summary,
                        'cpus': os.cpu_count(),
                        'python': sys.version.split()[0]}, f, indent=2)
-    failed = any('error' in row[side.name] for row in rows for side in sides)
+    # The other side stopped at the timeout is a figure, not a failure.
+    failed = any('error' in row[side.name]
+                 and not (side.name == 'other' and row[side.name]['timed_out'])
+                 for row in rows for side in sides)
     different = any(row.get('same_live_data') is False for row in rows)
     return 1 if failed or different else 0
 

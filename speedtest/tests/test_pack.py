@@ -1,6 +1,7 @@
 """speedtest.pack runs end to end on SQLite (no timing asserts: the figures
 are only checked to be sane)."""
 import json
+import signal
 
 import pytest
 
@@ -33,6 +34,33 @@ def test_pack_alone(tmp_path, capsys):
     assert data['summary']['ours']['seconds']['median'] > 0
     shown = capsys.readouterr().out
     assert 'ours  pack' in shown and 'over 2 rounds' in shown
+
+
+def test_pack_without_a_writer(tmp_path):
+    out = tmp_path / 'pack.json'
+    assert main(['--objects', '300', '--no-writer', '--json', str(out)]) == 0
+    data = json.loads(out.read_text())
+    assert data['writer'] is False
+    (row,) = data['rounds']
+    figures = row['ours']
+    assert 'error' not in figures and not figures['timed_out']
+    assert figures['writer_commits'] == 0
+    assert figures['objects_after'] < figures['objects_before']
+    assert figures['tree_items'] == 300 - len(range(0, 300, 3))
+
+
+def test_a_pack_past_the_timeout_is_killed_and_fails_the_run(tmp_path,
+                                                             capsys):
+    out = tmp_path / 'pack.json'
+    assert main(['--objects', '300', '--pack-timeout', '0.01',
+                 '--json', str(out)]) == 1
+    data = json.loads(out.read_text())
+    (row,) = data['rounds']
+    figures = row['ours']
+    assert figures['timed_out']
+    assert figures['exit_status'] == -signal.SIGKILL
+    assert 'did not finish in 0.01 s' in figures['error']
+    assert 'ours  pack STOPPED' in capsys.readouterr().out
 
 
 def _other_venv():
