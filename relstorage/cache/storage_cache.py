@@ -169,26 +169,45 @@ class StorageCache:
         plant a stale entry; it never replaces an entry with a newer tid.
         Returns whether it was kept.
         """
-        if state is None or len(state) > self._max_state:
-            return False
+        return self.store_many(((oid, (state, tid)),), view_tid) == 1
+
+    def store_many(self, found, view_tid):
+        """:meth:`store` each ``(oid, (state, tid))`` of *found* (pairs,
+        or a mapping of them; one per oid), all loaded at ``view_tid``,
+        under one hold of the lock and with one eviction at the end.
+        Returns how many were kept."""
+        if isinstance(found, Mapping):
+            found = found.items()
+        max_state = self._max_state
+        kept = []
         with self._lock:
             index = self._index
             p0 = index.p0
-            if (p0 is None or view_tid is None
-                    or not p0 <= view_tid <= index.cmax or tid > view_tid
-                    or not is_current(self._by_oid.get(oid), tid,
-                                      view_tid, p0)):
-                self.rejected_stores += 1
-                return False
+            usable = (p0 is not None and view_tid is not None
+                      and p0 <= view_tid <= index.cmax)
+            by_oid = self._by_oid
             entries = self._entries
-            old = entries.get(oid)
-            if old is not None and old[1] >= tid:
-                if old[1] == tid:
-                    entries.move_to_end(oid)
-                return False
-            self._lru.put(oid, (state, tid))
-            self.stores += 1
-            return True
+            rejected = 0
+            for oid, value in found:
+                state, tid = value
+                if state is None or len(state) > max_state:
+                    continue
+                if (not usable or tid > view_tid
+                        or not is_current(by_oid.get(oid), tid, view_tid,
+                                          p0)):
+                    rejected += 1
+                    continue
+                old = entries.get(oid)
+                if old is not None and old[1] >= tid:
+                    if old[1] == tid:
+                        entries.move_to_end(oid)
+                    continue
+                kept.append((oid, value))
+            self.rejected_stores += rejected
+            if kept:
+                self._lru.put_many(kept)
+                self.stores += len(kept)
+        return len(kept)
 
     def store_committed(self, oid, tid, state):
         """Record that this process just committed ``state`` as ``tid``.

@@ -317,16 +317,8 @@ class Loader:
             # A damaged row among those read ahead must not fail the load
             # of another: the error belongs to the load of that row.
             return session.load_current(oids[0])
-        self._offer(found, view)
+        self._cache.store_many(found, view)
         return found.get(oids[0], (None, None))
-
-    def _offer(self, found, view):
-        """Offer the ``{oid: (state, tid)}`` read at *view* to the shared
-        cache (which keeps only what it can prove current)."""
-        store = self._cache.store
-        for oid, (state, tid) in found.items():
-            if state is not None:
-                store(oid, tid, state, view)
 
     def getTid(self, oid):
         return self.load(oid)[1]
@@ -351,7 +343,7 @@ class Loader:
                         found[oid] = session.load_current(oid)
                     except CorruptRecord:
                         continue
-            self._offer(found, view)
+            self._cache.store_many(found, view)
 
     def _remember(self, oid, tid, state):
         """History-free storages keep no old revisions, but conflict

@@ -179,7 +179,21 @@ def run_model(seed, steps=5000, ninstances=4, noids=40, limit_bytes=6000,
         elif r < 0.36:
             if delayed_loads:
                 args = delayed_loads.pop(rng.randrange(len(delayed_loads)))
-                cache.store(*args)
+                if rng.random() < 0.5:
+                    cache.store(*args)
+                else:
+                    # With every other load made at the same view (one
+                    # per oid), in one call, as read-ahead offers them.
+                    at = args[3]
+                    batch = {args[0]: (args[2], args[1])}
+                    rest = []
+                    for other in delayed_loads:
+                        if other[3] == at and other[0] not in batch:
+                            batch[other[0]] = (other[2], other[1])
+                        else:
+                            rest.append(other)
+                    delayed_loads[:] = rest
+                    cache.store_many(batch, at)
         elif r < 0.365:
             cache.clear()
         elif r < 0.375:
@@ -280,16 +294,20 @@ def test_checker_catches_rebase_keeping_everything(monkeypatch):
 
 
 def test_checker_catches_unverified_store(monkeypatch):
-    def trusting_store(self, oid, tid, data, view_tid):
-        if self._index.p0 is None or len(data) > self._max_state:
-            return False
-        with self._lock:
-            old = self._entries.get(oid)
-            if old is None or old[1] < tid:
-                self._lru.put(oid, (data, tid))
-                self.stores += 1
-            return True
-    monkeypatch.setattr(StorageCache, 'store', trusting_store)
+    # store() is store_many() of one.
+    def trusting_store_many(self, found, view_tid):
+        kept = 0
+        for oid, (data, tid) in dict(found).items():
+            if self._index.p0 is None or len(data) > self._max_state:
+                continue
+            with self._lock:
+                old = self._entries.get(oid)
+                if old is None or old[1] < tid:
+                    self._lru.put(oid, (data, tid))
+                    self.stores += 1
+                    kept += 1
+        return kept
+    monkeypatch.setattr(StorageCache, 'store_many', trusting_store_many)
     assert _model_finds_violations(every_revision=True) > 0
 
 
@@ -472,6 +490,45 @@ def test_store_never_replaces_newer(cache):
     assert cache.store(1, 15, b'b', 20)
     assert not cache.store(1, 5, b'a', 12)   # valid for 12, but older
     assert cache.get(1, 20) == (b'b', 15)
+
+
+def test_store_many_keeps_what_store_would_keep(cache):
+    cache.after_poll(None, 10)
+    cache.after_poll(10, 20, [(1, 15)])
+    assert cache.store(3, 4, b'held', 20)
+    too_big = bytes(cache._max_state + 1)
+    found = {
+        1: (b'old', 5),        # contradicted by the index: rejected
+        2: (b'two', 7),        # kept
+        3: (b'held', 4),       # already there: not counted again
+        4: (None, 6),          # deleted: nothing to keep
+        5: (too_big, 8),       # over the size limit
+        6: (b'six', 12),       # a change the index does not know
+        7: (b'seven', 9),      # kept
+    }
+    assert cache.store_many(found, 20) == 2
+    assert cache.get(2, 20) == (b'two', 7)
+    assert cache.get(7, 20) == (b'seven', 9)
+    for oid in (1, 4, 5, 6):
+        assert cache.get(oid, 20) is None
+    stats = cache.stats()
+    assert stats['rejected_stores'] == 2 and stats['stores'] == 3
+    # A view the index cannot vouch for keeps nothing; pairs work too.
+    assert cache.store_many([(8, (b'x', 3))], 21) == 0
+    assert cache.stats()['rejected_stores'] == 3
+    check_accounting(cache)
+
+
+def test_store_many_evicts_once_keeping_the_newest_that_fit():
+    size = 100 + ENTRY_OVERHEAD
+    cache = StorageCache(3 * size)
+    cache.after_poll(None, 10)
+    assert cache.store(1, 5, bytes(100), 10)
+    assert cache.store_many([(oid, (bytes(100), 5)) for oid in (2, 3, 4, 5)],
+                            10) == 4
+    assert sorted(cache._entries) == [3, 4, 5]
+    assert cache.stats()['evictions'] == 2
+    check_accounting(cache)
 
 
 def test_committed_state_not_served_before_poll(cache):
