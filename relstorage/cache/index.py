@@ -24,12 +24,25 @@ cache-delta-size-limit (100,000) lists made every full collection of the
 whole process (the application's too) walk them, and come sooner, as a
 commit of a thousand objects added a thousand long-lived containers.
 
+A record keeps at most MAX_PAIRS pairs. An object changed more often
+than that before the next rebase (a counter, a catalog's root bucket,
+changed by every commit) has its oldest pairs merged into one: the newest
+of them, with a window reaching below the oldest, so that every merged
+change lies inside it. A view among the merged changes is then told that
+the object may have changed (a miss, read from the database) instead of
+which revision it sees; a view after them is answered as before. Without
+the bound each commit copied the object's whole record, which grew until
+the next rebase (up to 4 * cache-delta-size-limit pairs), and the new
+copy was one more tuple for the garbage collector to walk.
+
 The class does no locking; :class:`~.storage_cache.StorageCache` owns it
 and calls it under its lock.
 """
 from bisect import bisect_right
 from bisect import insort
 
+#: The most (tid, low) pairs a record keeps; see the module docstring.
+MAX_PAIRS = 8
 
 def is_current(rec, tid, view, p0):
     """Whether the revision ``tid`` is the newest one at ``view``.
@@ -65,6 +78,16 @@ def _insert_pair(rec, tid, low):
             return rec, False
     pairs = sorted(list(zip(rec[::2], rec[1::2])) + [(tid, low)])
     return tuple(x for pair in pairs for x in pair), True
+
+
+def _merged(rec):
+    """*rec* (of more than MAX_PAIRS pairs) with its oldest pairs merged
+    into one, so that MAX_PAIRS are left: the newest merged change, its
+    window's lower edge below every merged change and every merged
+    window."""
+    cut = len(rec) - 2 * (MAX_PAIRS - 1)
+    low = min(min(rec[1:cut:2]), rec[0] - 1)
+    return (rec[cut - 2], low) + rec[cut:]
 
 
 class ChangeIndex:
@@ -141,12 +164,19 @@ class ChangeIndex:
             rec = by_oid.get(oid)
             if rec is None:
                 by_oid[oid] = (tid, low)
-            elif rec[-2] < tid:
-                by_oid[oid] = rec + (tid, low)
             else:
-                by_oid[oid], added_pair = _insert_pair(rec, tid, low)
-                if not added_pair:
-                    continue
+                if rec[-2] < tid:
+                    rec += (tid, low)
+                else:
+                    rec, added_pair = _insert_pair(rec, tid, low)
+                    if not added_pair:
+                        by_oid[oid] = rec
+                        continue
+                if len(rec) > 2 * MAX_PAIRS:
+                    pairs = len(rec) // 2
+                    rec = _merged(rec)
+                    added -= pairs - MAX_PAIRS
+                by_oid[oid] = rec
             added += 1
             at = oids_at.get(tid)
             if at is None:
@@ -195,8 +225,12 @@ class ChangeIndex:
                     continue
                 rec = by_oid[oid]
                 j = len(rec) - 2
-                while rec[j] != t:
+                while j >= 0 and rec[j] > t:
                     j -= 2
+                if j < 0 or rec[j] != t:
+                    # Merged into the window of a later change of the
+                    # object (see _merged), which is judged at its own tid.
+                    continue
                 if rec[j + 1] < new:
                     result.add(oid)
         return result

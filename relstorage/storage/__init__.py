@@ -227,26 +227,33 @@ class RelStorage(Loader, TPC, History, Iteration, BlobMethods,
         self._last_tid = tid
         self._poll_forced = True
         cache = self._cache
+        # One (state, tid) tuple per object, held by both the shared cache
+        # and this instance's _seen.
         if serials:
-            committed = [(oid, serials[oid], state) for oid, _, state in rows]
+            committed = [(oid, (state, serials[oid]))
+                         for oid, _, state in rows]
         else:
-            committed = [(oid, tid, state) for oid, _, state in rows]
+            committed = [(oid, (state, tid)) for oid, _, state in rows]
         with self._load_lock:
             cache.store_committed_many(committed)
             if checked:
                 self._own_tids.add(tid)
             if self._seen is not None:
                 remember = self._remember
-                for oid, serial, state in committed:
-                    remember(oid, serial, state)
+                for oid, value in committed:
+                    remember(oid, value)
             base = self._poll_base or self._view_tid
             if base is not None and previous == base:
                 self._poll_base = tid
                 # What changed between the view and this commit: exactly
                 # these rows; the next poll tells the shared cache, so
-                # that it serves them.
-                self._own_changes.extend(
-                    (oid, serial) for oid, serial, _ in committed)
+                # that it serves them. Flat (oid, tid, oid, tid...): ints,
+                # which the garbage collector does not count, where a
+                # tuple per object would live until that poll.
+                own = self._own_changes
+                for oid, value in committed:
+                    own.append(oid)
+                    own.append(value[1])
             else:
                 self._poll_base = None
                 del self._own_changes[:]

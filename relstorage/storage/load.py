@@ -93,8 +93,9 @@ class Loader:
         if self._poll_base and not unknown:
             # This instance's own commits since its view are every change
             # there: the shared cache learns them without asking.
+            own = self._own_changes  # oid, tid, oid, tid...
             cache.after_poll(self._view_tid, self._poll_base,
-                             self._own_changes, complete=True,
+                             zip(own[0::2], own[1::2]), complete=True,
                              fetch_changes=fetch)
         del self._own_changes[:]
         self._poll_failed = True
@@ -278,8 +279,8 @@ class Loader:
                     # lookup, not the reordering of _remember, which was
                     # a sixth of a history-free read from the cache.
                     kept = seen.get(ioid)
-                    if kept is None or kept[0] != tid:
-                        self._remember(ioid, tid, state)
+                    if kept is None or kept[1] != tid:
+                        self._remember(ioid, hit)
                 if readahead is not None:
                     readahead.note((ioid, state))
                 return state, tid.to_bytes(8, 'big')
@@ -300,8 +301,9 @@ class Loader:
                 self._end_snapshot()
             if state is None:
                 raise POSKeyError(oid)
-            cache.store(ioid, tid, state, view)
-            self._remember(ioid, tid, state)
+            value = (state, tid)
+            cache.store_many(((ioid, value),), view)
+            self._remember(ioid, value)
             if readahead is not None:
                 readahead.note((ioid, state))
             return state, p64(tid)
@@ -345,13 +347,15 @@ class Loader:
                         continue
             self._cache.store_many(found, view)
 
-    def _remember(self, oid, tid, state):
+    def _remember(self, oid, value):
         """History-free storages keep no old revisions, but conflict
         resolution needs the state a transaction started from: keep the
         states this instance read or committed until a poll reports them
         changed (ZODB keeps using an object it committed without loading
         it again), at most SEEN_LIMIT of them, the longest kept forgotten
-        first; reading a kept state again does not move it. (An
+        first; reading a kept state again does not move it. *value* is
+        ``(state, tid)``, the very tuple the shared cache holds where it
+        has one; a None state (a deletion) only forgets *oid*. (An
         OrderedDict: deleting a plain dict's first key, one at a time,
         makes each next search for it step over every key deleted before,
         5 us per state past the limit.)
@@ -359,9 +363,9 @@ class Loader:
         seen = self._seen
         if seen is not None:
             seen.pop(oid, None)
-            if state is None:
+            if value[0] is None:
                 return
-            seen[oid] = (tid, state)
+            seen[oid] = value
             if len(seen) > SEEN_LIMIT:
                 seen.popitem(last=False)
 
@@ -385,9 +389,9 @@ class Loader:
         if itid > MAX_ID:
             raise POSKeyError(oid, serial)
         seen = self._seen.get(ioid) if self._seen is not None else None
-        if seen is not None and seen[0] == itid:
+        if seen is not None and seen[1] == itid:
             self._metrics.loaded('instance')
-            return seen[1]
+            return seen[0]
         hit = self._cache.peek(ioid, itid)
         if hit is not None:
             self._metrics.loaded('shared_cache')

@@ -15,6 +15,7 @@ import threading
 import pytest
 
 from relstorage.cache import StorageCache
+from relstorage.cache import index as index_module
 from relstorage.cache import storage_cache as storage_cache_module
 from relstorage.cache.index import ChangeIndex
 from relstorage.cache.index import _insert_pair
@@ -245,6 +246,49 @@ def test_model_never_serves_stale(seed, use_fetch, every_revision,
     # The run must exercise the cache, not pass by always missing.
     assert stats['hits'] > 200, stats
     assert stats['stores'] > 50, stats
+
+
+def _counting_merges(monkeypatch, merge=None):
+    """Records of at most two pairs (so that the models merge often),
+    merged by *merge* (the real one by default); the list of records
+    merged."""
+    merged = []
+    real = merge or index_module._merged
+
+    def counting(rec):
+        merged.append(rec)
+        return real(rec)
+    monkeypatch.setattr(index_module, 'MAX_PAIRS', 2)
+    monkeypatch.setattr(index_module, '_merged', counting)
+    return merged
+
+
+@pytest.mark.parametrize('seed', range(4))
+@pytest.mark.parametrize('use_fetch,every_revision,limit_bytes,delta_limit',
+                         MODEL_CASES)
+def test_model_never_serves_stale_with_merged_records(
+        monkeypatch, seed, use_fetch, every_revision, limit_bytes,
+        delta_limit):
+    merged = _counting_merges(monkeypatch)
+    violations, stats = run_model(seed, use_fetch=use_fetch,
+                                  every_revision=every_revision,
+                                  limit_bytes=limit_bytes,
+                                  delta_limit=delta_limit)
+    assert violations == []
+    assert stats['hits'] > 100, stats
+    if delta_limit > 5:
+        assert len(merged) > 20
+
+
+def test_checker_catches_a_merge_that_keeps_a_narrow_window(monkeypatch):
+    """Merging the oldest pairs into the newest of them without widening
+    its window would tell a view among them "no change"."""
+    def narrow(rec):
+        cut = len(rec) - 2 * (index_module.MAX_PAIRS - 1)
+        return rec[cut - 2:]
+    merged = _counting_merges(monkeypatch, narrow)
+    assert _model_finds_violations(every_revision=True) > 0
+    assert merged
 
 
 def test_model_exercises_every_mechanism():
@@ -898,6 +942,36 @@ def test_change_index_out_of_order_records():
     assert _insert_pair((10, 2, 20, 20), 10, 5) == ((10, 2, 20, 20), False)
     assert _insert_pair((10, 2, 20, 20), 15, 12) == (
         (10, 2, 15, 12, 20, 20), True)
+
+
+def test_change_index_merges_a_record_past_max_pairs():
+    index = ChangeIndex()
+    index.start(0)
+    count = index_module.MAX_PAIRS + 3
+    tids = [10 * (i + 1) for i in range(count)]
+    for lo, tid in zip([0] + tids, tids):
+        assert index.extend(lo, tid, [(1, tid), (2, tid)] if tid == 20
+                            else [(1, tid)], complete=True)
+    rec = index.by_oid[1]
+    assert len(rec) == 2 * index_module.MAX_PAIRS
+    # The four oldest changes (10..40) became one, at 40, whose window
+    # reaches below 10; the newer ones are as they were.
+    assert rec[:2] == (40, 9)
+    assert rec[2:] == tuple(x for tid in tids[4:] for x in (tid, tid))
+    assert index.nrecords == index_module.MAX_PAIRS + 1  # and oid 2's
+    # A view among the merged changes cannot tell which one it sees; a
+    # view after them still can; one before them sees the start.
+    for view in (10, 25, 39):
+        assert not any(is_current(rec, tid, view, 0) for tid in tids)
+    assert is_current(rec, 40, 45, 0)
+    assert is_current(rec, 50, 55, 0)
+    assert is_current(rec, 0, 5, 0)
+    # Polls over the merged changes still name the object.
+    assert index.between(0, 15) == {1}
+    assert index.between(15, 25) == {1, 2}
+    assert index.between(21, 29) == {1}      # inside the merged window
+    assert index.between(45, 49) == set()
+    assert index.between(40, 50) == {1}
 
 
 def test_change_index_records_are_left_alone_by_the_garbage_collector():
