@@ -318,7 +318,7 @@ def pack(section, workdir):
     config = os.path.join(workdir, 'scale.conf')
     with open(config, 'w') as f:
         f.write(IMPORT + section + '\n')
-    seconds, peak_mb, code, output = run_measured(
+    seconds, peak_mb, code, output, _ = run_measured(
         [sys.executable, '-m', 'relstorage.zodbpack', '--days', '0', config],
         os.path.join(workdir, 'zodbpack.log'), workdir, child_env())
     figures = {'seconds': seconds, 'peak_mb': peak_mb,
