@@ -2,6 +2,7 @@
 asked (adapters.sqlite.adapter.WriterQueue). Trying again for SQLite's
 lock, as between processes, let an unlucky thread lose to the others
 for the whole commit-lock-timeout under load."""
+import os
 import threading
 import time
 
@@ -50,6 +51,72 @@ def test_a_waiter_that_gives_up_leaves_no_trace():
     queue.release()
     assert queue.acquire(0)     # free again
     queue.release()
+
+
+def _begin_and_end(adapter, name, order):
+    session = adapter.open_connection(True)
+    try:
+        session.begin('BEGIN IMMEDIATE')
+        order.append(name)
+        session.rollback()
+    finally:
+        session.close()
+
+
+def test_storages_opened_separately_take_their_turns_in_order():
+    """Adapters of one database file in one process (a DB opened per
+    thread, as ZODB's race tests do) share one queue: their writers
+    wait in it in the order they came, not at SQLite's lock, where the
+    last to come won most often and one writer lost to 63 others for
+    the whole commit-lock-timeout."""
+    factory = DatabaseFactory('sqlite', False)
+    adapters = [factory.adapter(commit_lock_timeout=10) for _ in range(6)]
+    try:
+        queue = adapters[0].writers
+        assert all(adapter.writers is queue for adapter in adapters)
+        first = adapters[0].open_connection(True)
+        first.begin('BEGIN IMMEDIATE')
+        order = []
+        threads = []
+        for adapter, name in zip(adapters[1:], 'BCDEF'):
+            thread = threading.Thread(target=_begin_and_end,
+                                      args=(adapter, name, order))
+            thread.start()
+            threads.append(thread)
+            _wait_until(lambda: len(queue._waiting) == len(threads))
+        first.rollback()
+        first.close()
+        for thread in threads:
+            thread.join(30)
+        assert order == list('BCDEF')
+        assert queue._taken is False
+    finally:
+        for adapter in adapters:
+            adapter.close()
+        factory.cleanup()
+
+
+def test_a_forked_child_has_a_queue_of_its_own():
+    """A turn of the parent's, taken when it forked, is no one's to give
+    back in the child: the child's writer does not wait for it."""
+    factory = DatabaseFactory('sqlite', False)
+    adapter = factory.adapter(commit_lock_timeout=5)
+    try:
+        assert adapter.writers.acquire(1)
+        pid = os.fork()
+        if pid == 0:    # the child
+            code = 1
+            try:
+                _begin_and_end(adapter, 'child', [])
+                code = 0
+            finally:
+                os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        adapter.writers.release()
+        assert os.waitstatus_to_exitcode(status) == 0
+    finally:
+        adapter.close()
+        factory.cleanup()
 
 
 def test_many_threads_commit_to_one_sqlite_database():

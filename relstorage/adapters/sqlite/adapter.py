@@ -72,7 +72,34 @@ class SQLiteTypes(Types):
 class WriterQueue:
     """First come, first served: the threads of one process become
     SQLite's writer in the order they asked. A thread that finishes hands
-    the turn straight to the longest waiting one."""
+    the turn straight to the longest waiting one.
+
+    There is one queue per database file and process (``for_file``),
+    shared by every adapter of that file: storages opened separately in
+    one process (a DB per thread, a tool beside an application) would
+    otherwise meet only at SQLite's lock, trying again in pauses, where
+    the threads that arrived last win most often and one that waited
+    long can lose to the others for the whole commit-lock-timeout."""
+
+    _by_file = {}
+    _by_file_lock = threading.Lock()
+
+    @classmethod
+    def for_file(cls, path):
+        """The queue of this process for the database file *path*
+        (a real path)."""
+        with cls._by_file_lock:
+            queue = cls._by_file.get(path)
+            if queue is None:
+                queue = cls._by_file[path] = cls()
+            return queue
+
+    @classmethod
+    def _forked(cls):
+        # A forked child has none of its parent's threads: a turn taken
+        # or waited for there is never given back here.
+        cls._by_file_lock = threading.Lock()
+        cls._by_file = {}
 
     def __init__(self):
         self._lock = threading.Lock()
@@ -100,6 +127,9 @@ class WriterQueue:
                 self._waiting.popleft().set()
             else:
                 self._taken = False
+
+
+os.register_at_fork(after_in_child=WriterQueue._forked)
 
 
 class SQLiteSession(Session):
@@ -413,8 +443,8 @@ class SQLiteAdapter(Adapter):
                     'pragmas: invalid SQLite pragma %s = %r' % (name, value))
             self.pragmas[name] = value
         self.oid_lock = threading.Lock()
-        #: The order in which this process's store sessions write.
-        self.writers = WriterQueue()
+        self._main_path = os.path.realpath(
+            os.path.join(self.data_dir, MAIN_FILE))
         super().__init__(options if options is not None else Options())
         #: Without an automatic checkpoint chosen by the user, commits
         #: leave checkpoints to a thread (see Checkpointer).
@@ -423,6 +453,12 @@ class SQLiteAdapter(Adapter):
             self.checkpointer = Checkpointer(
                 os.path.join(self.data_dir, MAIN_FILE),
                 self.options.commit_lock_timeout)
+
+    @property
+    def writers(self):
+        """The order in which this process's store sessions of this
+        database write (shared with every adapter of the same file)."""
+        return WriterQueue.for_file(self._main_path)
 
     def describe(self, server=None):
         return 'SQLite database in %s' % self.data_dir
