@@ -945,26 +945,27 @@ def test_sqlite_writer_waits_by_trying_again_not_in_the_busy_handler(
     to 25 ms and more between tries): it begins once the other commits,
     sees that commit, and leaves the connection's busy timeout as it was.
     A session that must not wait (the pack's) fails at its first try,
-    with no transaction begun. (Another adapter on the same file stands
-    for the other process: within one, writers queue; see
+    with no transaction begun. (A plain sqlite3 connection stands for
+    the other process: within one, writers queue; see
     test_sqlite_writers.)"""
+    import sqlite3
     import threading
     import time
 
+    from relstorage.adapters.sqlite.adapter import MAIN_FILE
     from relstorage.adapters.sqlite.adapter import SQLiteAdapter
     from relstorage.exceptions import CommitLockTimeout
     from relstorage.options import Options
     adapter = SQLiteAdapter(str(tmp_path / 'db'),
                             options=Options(commit_lock_timeout=30))
-    other_process = SQLiteAdapter(str(tmp_path / 'db'),
-                                  options=Options(commit_lock_timeout=30))
-    holder = other_process.connect(True)
     waiter = adapter.connect(True)
+    holder = sqlite3.connect(str(tmp_path / 'db' / MAIN_FILE),
+                             isolation_level=None)
     impatient = adapter.connect(True)
     adapter.prepare_pack_session(impatient)  # no wait at all
     try:
         holder.execute('CREATE TABLE t (x INTEGER)')
-        holder.begin('BEGIN IMMEDIATE')
+        holder.execute('BEGIN IMMEDIATE')
         holder.execute('INSERT INTO t VALUES (1)')
 
         tries = impatient.round_trips
@@ -991,7 +992,7 @@ def test_sqlite_writer_waits_by_trying_again_not_in_the_busy_handler(
             time.sleep(0.01)
         assert waiter.round_trips >= before + 3
         assert thread.is_alive()
-        holder.commit()
+        holder.execute('COMMIT')
         thread.join(20)
         assert not thread.is_alive() and errors == []
         assert waiter.in_transaction and waiter.conn.in_transaction
@@ -999,12 +1000,11 @@ def test_sqlite_writer_waits_by_trying_again_not_in_the_busy_handler(
         assert waiter.scalar('PRAGMA busy_timeout') == 30000
         waiter.execute('INSERT INTO t VALUES (2)')
         waiter.commit()
-        assert holder.scalar('SELECT COUNT(*) FROM t') == 2
+        assert holder.execute('SELECT COUNT(*) FROM t').fetchone() == (2,)
     finally:
         for session in (holder, waiter, impatient):
             session.close()
         adapter.close()
-        other_process.close()
 
 
 def test_sqlite_rows_are_written_in_oid_order_so_pages_fill(tmp_path):
