@@ -443,22 +443,22 @@ class SQLiteAdapter(Adapter):
                     'pragmas: invalid SQLite pragma %s = %r' % (name, value))
             self.pragmas[name] = value
         self.oid_lock = threading.Lock()
-        self._main_path = os.path.realpath(
-            os.path.join(self.data_dir, MAIN_FILE))
+        self.main_path = os.path.join(self.data_dir, MAIN_FILE)
+        #: The writer queue's key: one file, however its path is spelled.
+        self._queue_key = os.path.realpath(self.main_path)
         super().__init__(options if options is not None else Options())
         #: Without an automatic checkpoint chosen by the user, commits
         #: leave checkpoints to a thread (see Checkpointer).
         self.checkpointer = None
         if 'wal_autocheckpoint' not in self.pragmas:
             self.checkpointer = Checkpointer(
-                os.path.join(self.data_dir, MAIN_FILE),
-                self.options.commit_lock_timeout)
+                self.main_path, self.options.commit_lock_timeout)
 
     @property
     def writers(self):
         """The order in which this process's store sessions of this
         database write (shared with every adapter of the same file)."""
-        return WriterQueue.for_file(self._main_path)
+        return WriterQueue.for_file(self._queue_key)
 
     def describe(self, server=None):
         return 'SQLite database in %s' % self.data_dir
@@ -473,7 +473,7 @@ class SQLiteAdapter(Adapter):
         return ('sqlite', os.path.realpath(self.data_dir))
 
     def open_connection(self, for_store, server=None):
-        path = os.path.join(self.data_dir, MAIN_FILE)
+        path = self.main_path
         try:
             if self.options.read_only:
                 # Connecting would create it: a read-only storage creates
