@@ -22,6 +22,18 @@ def _wait_until(condition, seconds=10):
         time.sleep(0.005)
 
 
+def _line_up(queue, calls):
+    """Start each ``(target, args)`` of *calls* in a thread of its own,
+    the next once the one before waits in *queue*; the threads."""
+    threads = []
+    for target, args in calls:
+        thread = threading.Thread(target=target, args=args)
+        thread.start()
+        threads.append(thread)
+        _wait_until(lambda: len(queue._waiting) == len(threads))
+    return threads
+
+
 def test_turns_are_taken_in_order():
     queue = WriterQueue()
     assert queue.acquire(1)
@@ -31,12 +43,7 @@ def test_turns_are_taken_in_order():
         assert queue.acquire(10)
         order.append(name)
         queue.release()
-    threads = []
-    for name in 'BCDE':
-        thread = threading.Thread(target=writer, args=(name,))
-        thread.start()
-        threads.append(thread)
-        _wait_until(lambda: len(queue._waiting) == len(threads))
+    threads = _line_up(queue, [(writer, (name,)) for name in 'BCDE'])
     queue.release()
     for thread in threads:
         thread.join(10)
@@ -77,13 +84,9 @@ def test_storages_opened_separately_take_their_turns_in_order():
         first = adapters[0].open_connection(True)
         first.begin('BEGIN IMMEDIATE')
         order = []
-        threads = []
-        for adapter, name in zip(adapters[1:], 'BCDEF'):
-            thread = threading.Thread(target=_begin_and_end,
-                                      args=(adapter, name, order))
-            thread.start()
-            threads.append(thread)
-            _wait_until(lambda: len(queue._waiting) == len(threads))
+        threads = _line_up(queue, [
+            (_begin_and_end, (adapter, name, order))
+            for adapter, name in zip(adapters[1:], 'BCDEF')])
         first.rollback()
         first.close()
         for thread in threads:
