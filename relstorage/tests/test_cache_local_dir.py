@@ -6,6 +6,7 @@ whose object still has that revision (checked in one snapshot). What
 changed, was deleted or packed away while the process was down is never
 served; a damaged, truncated or foreign file is ignored with a warning.
 """
+import io
 import logging
 import os
 import subprocess
@@ -17,6 +18,7 @@ import ZODB
 from persistent.mapping import PersistentMapping
 
 from relstorage.cache import persist
+from relstorage.exceptions import CacheFileUnusable
 
 from .dbs import DATABASES
 from .dbs import DatabaseFactory
@@ -226,11 +228,17 @@ def test_processes_share_the_directory(tmp_path):
         factory.cleanup()
 
 
-def test_file_round_trip(tmp_path):
-    path = persist.cache_path(str(tmp_path), None, 'db')
+def test_file_round_trip():
     entries = [(1, 10, b'one'), (2, 11, b''), (1 << 62, 12, b'x' * 1000)]
-    assert persist.save(path, 'db', 12, entries) == 3
-    assert persist.load(path, 'db') == (12, entries)
-    assert persist.load(path, 'another db') is None
-    assert persist.load(str(tmp_path / 'missing'), 'db') is None
-
+    key = b'k' * 32
+    f = io.BytesIO()
+    assert persist.dump(f, key, 'db', 12, entries, 10 ** 6) == 3
+    data = f.getvalue()
+    assert persist.parse(data, key, 'db') == (12, entries)
+    for key, identity in ((key, 'another db'), (b'K' * 32, 'db')):
+        with pytest.raises(CacheFileUnusable):
+            persist.parse(data, key, identity)
+    # Only the newest entries that fit are written.
+    f = io.BytesIO()
+    assert persist.dump(f, key, 'db', 12, entries, 1030) == 1
+    assert persist.parse(f.getvalue(), key, 'db') == (12, entries[2:])
