@@ -12,6 +12,7 @@ from zope.interface import implementer
 
 from ..exceptions import CacheKeyUnavailable
 from ..exceptions import NoSchema
+from ..exceptions import PermissionDenied
 from ..exceptions import ReadOnlyError
 from .dbiter import HistoryFreeIterator
 from .dbiter import HistoryPreservingIterator
@@ -34,6 +35,11 @@ log = logging.getLogger(__name__)
 
 #: Oids handed out per trip to the database.
 OID_BLOCK = 16
+
+
+def _first_line(error):
+    text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__
 
 
 @implementer(IRelStorageAdapter)
@@ -250,12 +256,15 @@ class Adapter:
                     value = self._read_cache_key()
                     if value is None:
                         raise
-        except Exception as e:  # noqa: BLE001 -- reported as the reason
-            reason = str(e).strip().splitlines()[0] if str(e).strip() else ''
+        except PermissionDenied as e:
             raise CacheKeyUnavailable(
-                'could not read or create the cache key in %s: %s%s'
-                % (where, type(e).__name__,
-                   ': ' + reason if reason else '')) from e
+                'the database user may not create the cache key in %s (%s); '
+                'a storage whose user may write creates it once for all'
+                % (where, _first_line(e.__cause__ or e))) from e
+        except Exception as e:  # noqa: BLE001 -- reported as the reason
+            raise CacheKeyUnavailable(
+                'could not read or create the cache key in %s: %s: %s'
+                % (where, type(e).__name__, _first_line(e))) from e
         if value is None:
             raise CacheKeyUnavailable(
                 '%s holds no cache key yet, and the storage is read-only '
