@@ -15,40 +15,28 @@ import time
 
 import pytest
 import ZODB
-from persistent.mapping import PersistentMapping
 
 from relstorage.cache import persist
 from relstorage.exceptions import CacheFileUnusable
 
-from .dbs import DATABASES
+from .cache_files import cached
+from .cache_files import fill
+from .cache_files import mode_factories
+from .cache_files import open_db
 from .dbs import DatabaseFactory
 from .dbs import child_env
-from .dbs import require
 
 N = 50
 
 
-@pytest.fixture(params=[(db, kh) for db in DATABASES for kh in (True, False)],
-                ids=['%s-%s' % (db, 'HP' if kh else 'HF')
-                     for db in DATABASES for kh in (True, False)])
-def factory(request):
-    db, keep_history = request.param
-    require(db)
-    f = DatabaseFactory(db, keep_history)
-    yield f
-    f.cleanup()
+factory = mode_factories()
 
 
-def _open(factory, cache_dir, **kw):
-    return ZODB.DB(factory.storage(cache_local_dir=str(cache_dir), **kw))
+_open = open_db
 
 
 def _fill(factory):
-    db = ZODB.DB(factory.storage(zap=True))
-    with db.transaction() as conn:
-        for n in range(N):
-            conn.root()['o%d' % n] = PersistentMapping(n=n)
-    db.close()
+    fill(factory, N)
 
 
 def _read_all(db):
@@ -61,10 +49,7 @@ def _read_all(db):
     return values, storage._cache.stats()['misses'] - before
 
 
-def _cached(db):
-    """How many objects other than the root the storage's cache holds
-    (opening a DB loads the root)."""
-    return len([oid for oid in db.storage._cache._entries if oid != 0])
+_cached = cached
 
 
 def _cache_file(tmp_path):

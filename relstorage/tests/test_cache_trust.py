@@ -23,7 +23,10 @@ from ZODB.MappingStorage import MappingStorage
 
 from relstorage.cache import persist
 
-from .dbs import DATABASES
+from .cache_files import cached
+from .cache_files import fill
+from .cache_files import mode_factories
+from .cache_files import open_db
 from .dbs import DatabaseFactory
 from .dbs import require
 
@@ -32,15 +35,7 @@ NOBODY = 65534
 LOGGER = 'relstorage.cache.persist'
 
 
-@pytest.fixture(params=[(db, kh) for db in DATABASES for kh in (True, False)],
-                ids=['%s-%s' % (db, 'HP' if kh else 'HF')
-                     for db in DATABASES for kh in (True, False)])
-def factory(request):
-    db, keep_history = request.param
-    require(db)
-    f = DatabaseFactory(db, keep_history)
-    yield f
-    f.cleanup()
+factory = mode_factories()
 
 
 @pytest.fixture
@@ -50,16 +45,11 @@ def sqlite():
     f.cleanup()
 
 
-def _open(factory, cache_dir, **kw):
-    return ZODB.DB(factory.storage(cache_local_dir=str(cache_dir), **kw))
+_open = open_db
 
 
 def _fill(factory):
-    db = ZODB.DB(factory.storage(zap=True))
-    with db.transaction() as conn:
-        for n in range(N):
-            conn.root()['o%d' % n] = PersistentMapping(n=n)
-    db.close()
+    fill(factory, N)
 
 
 def _values(db):
@@ -67,8 +57,7 @@ def _values(db):
         return [conn.root()['o%d' % n]['n'] for n in range(N)]
 
 
-def _cached(db):
-    return len([oid for oid in db.storage._cache._entries if oid != 0])
+_cached = cached
 
 
 def _warm_file(factory, cache_dir):
@@ -365,17 +354,7 @@ def _forget_key(factory):
                  ('cache_key',))
 
 
-@pytest.fixture(params=[(db, kh) for db in ('sqlite', 'postgresql')
-                        for kh in (True, False)],
-                ids=['%s-%s' % (db, 'HP' if kh else 'HF')
-                     for db in ('sqlite', 'postgresql')
-                     for kh in (True, False)])
-def sqlite_pg(request):
-    db, keep_history = request.param
-    require(db)
-    f = DatabaseFactory(db, keep_history)
-    yield f
-    f.cleanup()
+sqlite_pg = mode_factories(('sqlite', 'postgresql'))
 
 
 def test_an_older_database_gets_its_key_when_first_needed(sqlite_pg,
