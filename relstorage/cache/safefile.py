@@ -23,7 +23,8 @@ DIR_MODE = 0o700
 FILE_MODE = 0o600
 
 _CLOEXEC = getattr(os, 'O_CLOEXEC', 0)
-_DIR_FLAGS = os.O_RDONLY | getattr(os, 'O_DIRECTORY', 0) | _CLOEXEC
+_DIR_FLAGS = (os.O_RDONLY | getattr(os, 'O_DIRECTORY', 0) | os.O_NONBLOCK
+              | _CLOEXEC)
 # O_NONBLOCK: a FIFO put where the file belongs opens at once (and is then
 # refused) instead of waiting forever for a writer.
 _READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | _CLOEXEC

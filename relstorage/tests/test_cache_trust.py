@@ -463,3 +463,41 @@ def test_a_user_that_may_only_read_runs_without_then_with_the_file(
         assert _cached(db) == N
     finally:
         db.close()
+
+
+def test_processes_creating_the_key_at_once_agree(sqlite_pg):
+    """Storages starting together on a database without a key: one
+    creates it, the others read that one."""
+    _fill(sqlite_pg)
+    _forget_key(sqlite_pg)
+    adapters = [sqlite_pg.adapter() for _ in range(4)]
+    start = threading.Barrier(len(adapters))
+    keys = [None] * len(adapters)
+
+    def run(i):
+        start.wait()
+        keys[i] = adapters[i].cache_key()
+    threads = [threading.Thread(target=run, args=(i,))
+               for i in range(len(adapters))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for adapter in adapters:
+        adapter.close()
+    assert None not in keys
+    assert len(set(keys)) == 1
+
+
+def test_a_directory_path_that_is_a_fifo_is_refused(sqlite, tmp_path,
+                                                    caplog):
+    _fill(sqlite)
+    os.mkfifo(tmp_path / 'cache', 0o600)
+    with caplog.at_level(logging.WARNING, LOGGER):
+        db = _open(sqlite, tmp_path / 'cache')
+    try:
+        assert _values(db) == list(range(N))
+    finally:
+        db.close()
+    assert ('not using %s: cannot open the directory'
+            % (tmp_path / 'cache')) in caplog.text
