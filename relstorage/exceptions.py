@@ -97,3 +97,17 @@ class DatabaseFull(RelStorageError):
 class PermissionDenied(RelStorageError):
     """The database user lacks a privilege the storage needs (typically:
     a read-only user, without ``read-only true``)."""
+
+
+class CacheKeyUnavailable(RelStorageError):
+    """The key that signs ``cache-local-dir`` files could not be read from
+    the database, nor created there (a read-only user or server, or
+    ``read-only true`` on a database that has none yet); the storage then
+    runs without the persistent cache."""
+
+
+class CacheFileUnusable(RelStorageError):
+    """A ``cache-local-dir`` directory or file that is refused (not the
+    process user's own, writable by others, not a regular file, too big,
+    damaged, or not signed with the database's key); the message says
+    why. The storage logs it and goes on without that file."""

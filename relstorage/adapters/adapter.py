@@ -4,11 +4,15 @@ An adapter builds load sessions (read-only, one snapshot at a time) and
 store sessions (vote and commit) out of the shared mover, locker and
 schema, with the pieces a database overrides.
 """
+import contextlib
 import logging
+import secrets
 
 from zope.interface import implementer
 
+from ..exceptions import CacheKeyUnavailable
 from ..exceptions import NoSchema
+from ..exceptions import PermissionDenied
 from ..exceptions import ReadOnlyError
 from .dbiter import HistoryFreeIterator
 from .dbiter import HistoryPreservingIterator
@@ -31,6 +35,11 @@ log = logging.getLogger(__name__)
 
 #: Oids handed out per trip to the database.
 OID_BLOCK = 16
+
+
+def _first_line(error):
+    text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__
 
 
 @implementer(IRelStorageAdapter)
@@ -182,16 +191,7 @@ class Adapter:
             return
         may_create = (self.options.create_schema
                       and not self.options.read_only)
-        session = self.connect(for_store=True)
-        try:
-            session.begin(self.schema_begin_sql if may_create else None)
-            if may_create:
-                # Processes that start together on an empty database: the
-                # first creates the schema, the others wait and find it.
-                # Taken before the first look (PostgreSQL would remember,
-                # for the rest of the transaction, that the table was
-                # missing).
-                self.locker.hold_schema_lock(session)
+        with self._schema_transaction(may_create) as session:
             meta = self.schema.read_meta(session)
             if meta is None:
                 if not may_create:
@@ -208,6 +208,24 @@ class Adapter:
             session.commit()
             if meta is None:
                 self.wrote_outside_commits(session)
+        self._prepared = True
+
+    @contextlib.contextmanager
+    def _schema_transaction(self, may_create):
+        """A transaction on the read-write server in which, with
+        *may_create*, the schema (or a relstorage_meta row) may be
+        created: processes that start together on a new database take
+        turns, so that one creates and the others find it made. The
+        caller commits; anything else is rolled back."""
+        session = self.connect(for_store=True)
+        try:
+            session.begin(self.schema_begin_sql if may_create else None)
+            if may_create:
+                # Taken before the first look (PostgreSQL would remember,
+                # for the rest of the transaction, that the table was
+                # missing).
+                self.locker.hold_schema_lock(session)
+            yield session
         finally:
             session.rollback_quietly()
             if may_create:
@@ -216,7 +234,54 @@ class Adapter:
                 except Exception:  # noqa: BLE001 -- a lost connection
                     pass           # has released it already
             session.close()
-        self._prepared = True
+
+    def cache_key(self):
+        """The persistent cache's key (see IRelStorageAdapter): read from
+        relstorage_meta, and created there by the first process that
+        needs it (taking turns, as for the schema)."""
+        where = self.describe()
+        try:
+            value = self._read_cache_key()
+            if value is None and not self.options.read_only:
+                try:
+                    with self._schema_transaction(True) as session:
+                        value = self.schema.read_cache_key(session)
+                        if value is None:
+                            value = secrets.token_hex(32)
+                            self.schema.store_cache_key(session, value)
+                            session.commit()
+                except Exception:
+                    # Another process may have made it meanwhile (where
+                    # no schema lock makes creators take turns).
+                    value = self._read_cache_key()
+                    if value is None:
+                        raise
+        except PermissionDenied as e:
+            raise CacheKeyUnavailable(
+                'the database user may not create the cache key in %s (%s); '
+                'a storage whose user may write creates it once for all'
+                % (where, _first_line(e.__cause__ or e))) from e
+        except Exception as e:  # noqa: BLE001 -- reported as the reason
+            raise CacheKeyUnavailable(
+                'could not read or create the cache key in %s: %s: %s'
+                % (where, type(e).__name__, _first_line(e))) from e
+        if value is None:
+            raise CacheKeyUnavailable(
+                '%s holds no cache key yet, and the storage is read-only '
+                '(a storage that may write creates it)' % where)
+        try:
+            key = bytes.fromhex(value)
+        except ValueError:
+            key = b''
+        if len(key) < 16:
+            raise CacheKeyUnavailable(
+                'the cache key in %s is malformed (relstorage_meta row %r)'
+                % (where, self.schema.cache_key_name))
+        return key
+
+    def _read_cache_key(self):
+        with self._schema_transaction(False) as session:
+            return self.schema.read_cache_key(session)
 
     def _in_transaction(self, func):
         if self.options.read_only:

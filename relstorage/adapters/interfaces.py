@@ -39,6 +39,15 @@ class IRelStorageAdapter(Interface):
     def describe():
         """A short text naming the database, without any password."""
 
+    def cache_key():
+        """The database's secret for signing ``cache-local-dir`` files
+        (bytes), created on first use where the storage may write.
+
+        Only a process that can read the database can sign a file its
+        storage will trust. Raises CacheKeyUnavailable when the key can be
+        neither read nor created.
+        """
+
 
 class ILoadSession(Interface):
     """A read-only connection that sees one snapshot at a time, and none

@@ -226,6 +226,22 @@ class Schema:
             [('schema_version', str(SCHEMA_VERSION)),
              ('keep_history', 'true' if self.keep_history else 'false')])
 
+    #: The relstorage_meta row holding the persistent cache's key (hex):
+    #: a row, not a table, so that databases made before it need no
+    #: schema change.
+    cache_key_name = 'cache_key'
+
+    def read_cache_key(self, session):
+        """The persistent cache's key as stored (hex text), or None."""
+        return session.scalar(
+            'SELECT value FROM relstorage_meta WHERE name = %s',
+            (self.cache_key_name,))
+
+    def store_cache_key(self, session, value):
+        session.execute(
+            'INSERT INTO relstorage_meta (name, value) VALUES (%s, %s)',
+            (self.cache_key_name, value))
+
     def ensure_pack_garbage(self, session):
         """Create the pack_garbage table unless it exists (outside any
         transaction: on some databases DDL commits)."""

@@ -77,8 +77,12 @@ class RelStorage(Loader, TPC, History, Iteration, BlobMethods,
                 object_max_bytes=options.cache_local_object_max,
                 delta_limit=options.cache_delta_size_limit)
             self._blobs = make_blobs(options, adapter.keep_history)
+            self._persist = None
             if options.cache_local_dir and self._cache.limit_bytes:
-                persist.warm(self._cache, adapter, options)
+                self._persist = persist.PersistentCache.open(
+                    adapter, options, self._cache.limit_bytes)
+            if self._persist is not None:
+                self._persist.warm(self._cache, adapter)
             self._metrics = recorder_for(self)
         else:
             self._cache = _parent._cache
@@ -145,8 +149,8 @@ class RelStorage(Loader, TPC, History, Iteration, BlobMethods,
             # never closed.
             for instance in list(self._instances):
                 instance.release()
-            if self._options.cache_local_dir and self._cache.limit_bytes:
-                persist.keep(self._cache, self._adapter, self._options)
+            if self._persist is not None:
+                self._persist.keep(self._cache)
             self._metrics.close()
             self._adapter.close()
 

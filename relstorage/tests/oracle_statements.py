@@ -160,6 +160,8 @@ def collect(keep_history, blobs):
     recorder.meta = [('schema_version', str(SCHEMA_VERSION)),
                      ('keep_history', 'true' if keep_history else 'false')]
     RecordingOracleAdapter(recorder, keep_history).prepare()
+    # The persistent cache's key: looked for, not found, created.
+    RecordingOracleAdapter(recorder, keep_history).cache_key()
     adapter.zap_all()
     adapter.drop_all()
     recorder.exists = 0

@@ -6,6 +6,7 @@ whose object still has that revision (checked in one snapshot). What
 changed, was deleted or packed away while the process was down is never
 served; a damaged, truncated or foreign file is ignored with a warning.
 """
+import io
 import logging
 import os
 import subprocess
@@ -14,39 +15,28 @@ import time
 
 import pytest
 import ZODB
-from persistent.mapping import PersistentMapping
 
 from relstorage.cache import persist
+from relstorage.exceptions import CacheFileUnusable
 
-from .dbs import DATABASES
+from .cache_files import cached
+from .cache_files import fill
+from .cache_files import mode_factories
+from .cache_files import open_db
 from .dbs import DatabaseFactory
 from .dbs import child_env
-from .dbs import require
 
 N = 50
 
 
-@pytest.fixture(params=[(db, kh) for db in DATABASES for kh in (True, False)],
-                ids=['%s-%s' % (db, 'HP' if kh else 'HF')
-                     for db in DATABASES for kh in (True, False)])
-def factory(request):
-    db, keep_history = request.param
-    require(db)
-    f = DatabaseFactory(db, keep_history)
-    yield f
-    f.cleanup()
+factory = mode_factories()
 
 
-def _open(factory, cache_dir, **kw):
-    return ZODB.DB(factory.storage(cache_local_dir=str(cache_dir), **kw))
+_open = open_db
 
 
 def _fill(factory):
-    db = ZODB.DB(factory.storage(zap=True))
-    with db.transaction() as conn:
-        for n in range(N):
-            conn.root()['o%d' % n] = PersistentMapping(n=n)
-    db.close()
+    fill(factory, N)
 
 
 def _read_all(db):
@@ -59,10 +49,7 @@ def _read_all(db):
     return values, storage._cache.stats()['misses'] - before
 
 
-def _cached(db):
-    """How many objects other than the root the storage's cache holds
-    (opening a DB loads the root)."""
-    return len([oid for oid in db.storage._cache._entries if oid != 0])
+_cached = cached
 
 
 def _cache_file(tmp_path):
@@ -226,11 +213,17 @@ def test_processes_share_the_directory(tmp_path):
         factory.cleanup()
 
 
-def test_file_round_trip(tmp_path):
-    path = persist.cache_path(str(tmp_path), None, 'db')
+def test_file_round_trip():
     entries = [(1, 10, b'one'), (2, 11, b''), (1 << 62, 12, b'x' * 1000)]
-    assert persist.save(path, 'db', 12, entries) == 3
-    assert persist.load(path, 'db') == (12, entries)
-    assert persist.load(path, 'another db') is None
-    assert persist.load(str(tmp_path / 'missing'), 'db') is None
-
+    key = b'k' * 32
+    f = io.BytesIO()
+    assert persist.dump(f, key, 'db', 12, entries, 10 ** 6) == 3
+    data = f.getvalue()
+    assert persist.parse(data, key, 'db') == (12, entries)
+    for key, identity in ((key, 'another db'), (b'K' * 32, 'db')):
+        with pytest.raises(CacheFileUnusable):
+            persist.parse(data, key, identity)
+    # Only the newest entries that fit are written.
+    f = io.BytesIO()
+    assert persist.dump(f, key, 'db', 12, entries, 1030) == 1
+    assert persist.parse(f.getvalue(), key, 'db') == (12, entries[2:])
