@@ -375,6 +375,9 @@ class OracleAdapterFactory(_AdapterFactory):
                              **self.params())
 
 
+_BEING_READ = object()
+
+
 class SQLite3AdapterFactory(_AdapterFactory):
     """``<sqlite3>``, and the embedded default when ``<relstorage>`` has no
     adapter section (then *config* is None)."""
@@ -387,11 +390,14 @@ class SQLite3AdapterFactory(_AdapterFactory):
         'each section (<relstorage main> or "name main") or give each '
         'its own data-dir')
 
-    def __init__(self, config, config_file=None):
+    def __init__(self, config, config_file=_BEING_READ):
         super().__init__(config)
-        #: The config file the section was read from, if any (see
-        #: relstorage.defaultlocation).
-        self.config_file = config_file or config_file_being_read()
+        #: The config file the section was read from, None for a string
+        #: (see relstorage.defaultlocation); by default the file ZConfig
+        #: is reading now.
+        if config_file is _BEING_READ:
+            config_file = config_file_being_read()
+        self.config_file = config_file
 
     def is_default_location(self, options):
         return not self._get('data_dir') and not options.name

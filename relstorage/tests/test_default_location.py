@@ -85,6 +85,16 @@ def test_two_sites_with_the_same_bare_section_keep_their_own_databases(
     assert not xdg.exists()
 
 
+def test_sqlite3_sections_without_data_dir_too(tmp_path, xdg):
+    text = ZOPE_CONF.replace('<relstorage>\n', '<relstorage>\nname main\n'
+                             '<sqlite3>\n</sqlite3>\n')
+    site1 = _instance(tmp_path / 'site1', text)
+    site2 = _instance(tmp_path / 'site2', text)
+    assert _write(site1, site='one') == str(
+        tmp_path / 'site1' / 'var' / 'relstorage' / 'main')
+    assert _read(site2) == {}
+
+
 def test_a_shared_included_section_is_still_each_sites_own(tmp_path, xdg):
     shared = tmp_path / 'shared' / 'storage.conf'
     shared.parent.mkdir()
