@@ -8,7 +8,6 @@ The schema gives no defaults: a key the user did not write stays None and
 `relstorage.options.Options` supplies the default.
 """
 import io
-import os
 import pathlib
 import re
 import threading
@@ -18,6 +17,9 @@ import ZConfig
 import ZConfig.datatypes
 import ZODB.config
 
+from relstorage.defaultlocation import config_file_being_read
+from relstorage.defaultlocation import default_data_dir
+from relstorage.defaultlocation import per_user_data_dir
 from relstorage.exceptions import ConfigurationError
 from relstorage.exceptions import NotSupportedYet
 from relstorage.options import IGNORED
@@ -45,22 +47,10 @@ __all__ = [
 
 def default_sqlite_data_dir(name):
     """Where a ``<relstorage>`` without an adapter section keeps its SQLite
-    files: ``$XDG_DATA_HOME/relstorage/<name>``, with ``~/.local/share``
-    when XDG_DATA_HOME is unset or empty, and ``default`` when the storage
-    has no name.
-
-    Path separators in *name* become '_' so a name cannot point outside
-    that directory.
-    """
-    base = (os.environ.get('XDG_DATA_HOME')
-            or os.path.expanduser('~/.local/share'))
-    name = name or 'default'
-    for sep in (os.sep, os.altsep, '/', '\\'):
-        if sep:
-            name = name.replace(sep, '_')
-    if name in ('.', '..'):
-        name = 'default'
-    return os.path.join(base, 'relstorage', name)
+    files when its configuration is given as a string:
+    ``$XDG_DATA_HOME/relstorage/<name>`` (see relstorage.defaultlocation
+    for one read from a file)."""
+    return per_user_data_dir(name)
 
 
 # -- datatypes that name the option in their errors -------------------------
@@ -198,13 +188,16 @@ class RelStorageFactory(ZODB.config.BaseConfig):
     def __init__(self, config):
         super().__init__(config)
         self.options = options_from_section(config)
+        #: The config file this section was read from (None for a
+        #: string): the site a default database belongs to.
+        self.config_file = config_file_being_read()
 
     def adapter_factory(self):
         """The adapter section's factory; embedded SQLite when there is
         none."""
         factory = getattr(self.config, 'adapter', None)
         if factory is None:
-            factory = SQLite3AdapterFactory(None)
+            factory = SQLite3AdapterFactory(None, self.config_file)
         return factory
 
     def open(self):
@@ -382,6 +375,9 @@ class OracleAdapterFactory(_AdapterFactory):
                              **self.params())
 
 
+_BEING_READ = object()
+
+
 class SQLite3AdapterFactory(_AdapterFactory):
     """``<sqlite3>``, and the embedded default when ``<relstorage>`` has no
     adapter section (then *config* is None)."""
@@ -394,11 +390,23 @@ class SQLite3AdapterFactory(_AdapterFactory):
         'each section (<relstorage main> or "name main") or give each '
         'its own data-dir')
 
+    def __init__(self, config, config_file=_BEING_READ):
+        super().__init__(config)
+        #: The config file the section was read from, None for a string
+        #: (see relstorage.defaultlocation); by default the file ZConfig
+        #: is reading now.
+        if config_file is _BEING_READ:
+            config_file = config_file_being_read()
+        self.config_file = config_file
+
     def is_default_location(self, options):
         return not self._get('data_dir') and not options.name
 
     def data_dir(self, options):
-        return self._get('data_dir') or default_sqlite_data_dir(options.name)
+        """The data-dir the section sets, else the default one for its
+        site (refused when that is another config file's)."""
+        return self._get('data_dir') or default_data_dir(
+            self.config_file, options.name, options.read_only)
 
     def pragmas(self):
         return dict(self._get('pragmas') or {})

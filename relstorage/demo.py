@@ -19,6 +19,7 @@ from persistent.mapping import PersistentMapping
 from .children import child_env
 from .children import python_command
 from .config import default_sqlite_data_dir
+from .defaultlocation import default_data_dir
 
 CONF = """\
 %%import relstorage
@@ -88,13 +89,16 @@ def main(argv=None):
     conf_path = args.config
     if conf_path is None:
         name = 'demo'
-        data_dir = default_sqlite_data_dir(name)
-        os.makedirs(data_dir, mode=0o700, exist_ok=True)
-        conf_path = os.path.join(data_dir, 'zope.conf')
+        # Laid out as a Zope instance: etc/zope.conf, and the database
+        # the bare section opens under var/.
+        etc = os.path.join(default_sqlite_data_dir(name), 'etc')
+        os.makedirs(etc, mode=0o700, exist_ok=True)
+        conf_path = os.path.join(etc, 'zope.conf')
         with open(conf_path, 'w') as f:
             f.write(CONF % {'name': name})
         print('Wrote %s:\n%s' % (conf_path, CONF % {'name': name}))
-        print('The database lives in %s\n' % data_dir)
+        print('The database lives in %s\n'
+              % default_data_dir(conf_path, name, read_only=True))
 
     db = open_db(conf_path)
     with db.transaction() as conn:

@@ -33,8 +33,8 @@ SCHEMA = """
 <schema>
   <import package="ZODB"/>
   <import package="relstorage"/>
-  <multisection type="ZODB.storage" attribute="storages" name="*"
-                required="%s"/>
+  <multisection type="ZODB.storage" attribute="storages" name="*"/>
+  <multisection type="ZODB.database" attribute="databases" name="*"/>
 </schema>
 """
 
@@ -45,11 +45,17 @@ EXIT_DANGLING = 3
 
 def load_storage_configs(path, required=True):
     """The storage sections of the config file at *path* (ZConfig
-    factories, each with ``.name`` and ``.open()``)."""
-    schema = ZConfig.loadSchemaFile(io.StringIO(
-        SCHEMA % ('yes' if required else 'no')))
+    factories, each with ``.name`` and ``.open()``): those at its top
+    level and those of its ``<zodb>`` sections, so that the tools read
+    the file a site opens with ZODB.config.databaseFromFile."""
+    schema = ZConfig.loadSchemaFile(io.StringIO(SCHEMA))
     config, _ = ZConfig.loadConfig(schema, path)
-    return config.storages
+    storages = list(config.storages) + [
+        database.config.storage for database in config.databases]
+    if required and not storages:
+        raise ZConfig.ConfigurationError(
+            '%s holds no storage section' % path)
+    return storages
 
 
 def check_refs(storage, out):

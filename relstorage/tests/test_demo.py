@@ -14,4 +14,9 @@ def test_demo_two_processes_see_each_other(tmp_path):
     assert "Demo succeeded" in out.stdout
     assert "alice finally sees all of bob's 2 commits" in out.stdout
     assert "bob   finally sees all of alice's 2 commits" in out.stdout
-    assert (tmp_path / 'relstorage' / 'demo' / 'relstorage.sqlite3').exists()
+    # Beside its zope.conf, laid out as a Zope instance.
+    instance = tmp_path / 'relstorage' / 'demo'
+    assert (instance / 'etc' / 'zope.conf').exists()
+    data_dir = instance / 'var' / 'relstorage' / 'demo'
+    assert (data_dir / 'relstorage.sqlite3').exists()
+    assert 'The database lives in %s\n' % data_dir in out.stdout

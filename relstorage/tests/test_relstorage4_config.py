@@ -81,7 +81,9 @@ def warnings(caplog):
 
 
 def test_a_relstorage4_config_opens_unchanged(tmp_path, warnings):
-    (tmp_path / 'db').mkdir()
+    # Private, as the storage would make it (one open to others is warned
+    # about).
+    (tmp_path / 'db').mkdir(mode=0o700)
     storage = storage_from_string(RELSTORAGE4 % {'tmp': tmp_path})
     db = ZODB.DB(storage)
     try:

@@ -27,6 +27,7 @@ from ..schema import Schema
 from ..schema import Types
 from ..schema import relstorage4_mode
 from ..session import Session
+from . import files
 from .checkpoint import Checkpointer
 from .inspect import SQLiteStatistics
 from .checkpoint import retry
@@ -297,7 +298,7 @@ class SQLiteLocker(Locker):
         # descriptor that is closed with the session (or by the kernel
         # when the process dies).
         path = os.path.join(self.adapter.data_dir, 'pack.lock')
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+        fd = files.open_lock_file(path)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
@@ -339,11 +340,10 @@ class SQLiteOIDAllocator(OIDAllocator):
 
     def _connection(self):
         if self._conn is None:
-            path = os.path.join(self.adapter.data_dir, OID_FILE)
-            conn = sqlite3.connect(
-                path, timeout=self.adapter.options.commit_lock_timeout,
-                isolation_level=None, check_same_thread=False)
-            conn.execute('PRAGMA journal_mode = wal')
+            conn = files.connect(
+                os.path.join(self.adapter.data_dir, OID_FILE),
+                self.adapter.options.commit_lock_timeout,
+                [('journal_mode', 'wal')])
             conn.execute(
                 'CREATE TABLE IF NOT EXISTS next_oid '
                 '(id INTEGER PRIMARY KEY, next INTEGER NOT NULL)')
@@ -482,12 +482,10 @@ class SQLiteAdapter(Adapter):
                     raise DatabaseMissing(
                         'the %s does not exist (no %s there)'
                         % (self.describe(), MAIN_FILE))
-            elif not os.path.isdir(self.data_dir):
-                os.makedirs(self.data_dir, mode=0o700, exist_ok=True)
-            conn = sqlite3.connect(
-                path, timeout=self.options.commit_lock_timeout,
-                isolation_level=None, check_same_thread=False)
-            self._apply_pragmas(conn)
+            else:
+                files.make_data_dir(self.data_dir)
+            conn = files.connect(path, self.options.commit_lock_timeout,
+                                 self.pragmas.items())
             self.max_params = conn.getlimit(
                 sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER)
         except (OSError, sqlite3.Error) as e:
@@ -496,25 +494,6 @@ class SQLiteAdapter(Adapter):
         session = SQLiteSession(self, conn)
         session.writer_wait = self.options.commit_lock_timeout
         return session
-
-    def _apply_pragmas(self, conn):
-        # Turning a new database to WAL needs it to itself, and SQLite
-        # answers "locked" at once, without its busy handler, while
-        # another process does the same (workers starting together):
-        # retry within commit-lock-timeout.
-        deadline = time.monotonic() + self.options.commit_lock_timeout
-        delay = 0.001
-        for name, value in self.pragmas.items():
-            while True:
-                try:
-                    conn.execute('PRAGMA %s = %s' % (name, value))
-                    break
-                except sqlite3.OperationalError as e:
-                    if ('locked' not in str(e) and 'busy' not in str(e)
-                            or time.monotonic() > deadline):
-                        raise
-                    time.sleep(delay)
-                    delay = min(delay * 2, 0.05)
 
     def prepare_store_session(self, session):
         session.execute(TEMP_STORE_DDL)

@@ -12,6 +12,7 @@ import sqlite3
 
 from ..upgrade import Upgrade
 from ..upgrade import UpgradeRefused
+from . import files
 from .adapter import OID_FILE
 from .adapter import RS4_FILE
 
@@ -96,9 +97,9 @@ class SQLiteUpgrade(Upgrade):
             except FileNotFoundError:
                 pass
         # RelStorage 4's oid counter shares the oid file with ours.
-        conn = sqlite3.connect(os.path.join(self.adapter.data_dir, OID_FILE))
+        conn = files.connect(os.path.join(self.adapter.data_dir, OID_FILE),
+                             self.adapter.options.commit_lock_timeout)
         try:
             conn.execute('DROP TABLE IF EXISTS new_oid')
-            conn.commit()
         finally:
             conn.close()

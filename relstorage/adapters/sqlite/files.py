@@ -1,0 +1,137 @@
+"""The files of an SQLite data directory, opened one way.
+
+Every file the storage keeps there (the database, the oid file, their
+``-wal`` and ``-shm``, the lock files) holds or guards the site's data, so
+it is created for its owner alone: the directory 0700, the files 0600
+(SQLite gives a ``-wal``, ``-shm`` or ``-journal`` file the mode of its
+database file, so creating the database file 0600 covers those). One that
+already exists and is open to group or others is used, with a warning
+naming it.
+
+Setting a pragma can meet another process doing the same to the same
+file: turning a new database to WAL needs the file to itself, and SQLite
+answers "locked" at once, without its busy handler. So each pragma is
+tried again, in short pauses, for at most the timeout given; the error
+that ends it names the file.
+"""
+import logging
+import os
+import sqlite3
+import stat
+import threading
+
+from ...exceptions import DatabaseUnavailable
+from .checkpoint import retry
+
+log = logging.getLogger(__name__)
+
+#: SQLite's primary result codes that mean another connection has the
+#: file (the extended codes add bits above the low byte).
+BUSY_CODES = frozenset((sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED))
+
+#: Permission bits that let group or others read or write.
+EXPOSED = stat.S_IRGRP | stat.S_IWGRP | stat.S_IROTH | stat.S_IWOTH
+
+_warned = set()
+_warned_lock = threading.Lock()
+
+
+def is_busy(error):
+    """Whether *error* (an ``sqlite3.Error``) means another connection
+    holds the file, by its result code, not by its message's text."""
+    code = getattr(error, 'sqlite_errorcode', None)
+    return code is not None and (code & 0xff) in BUSY_CODES
+
+
+def warn_if_exposed(path, st=None):
+    """Log a warning (once per path and process) when *path* can be read
+    or written by group or others."""
+    if st is None:
+        try:
+            st = os.stat(path)
+        except OSError:
+            return
+    if st.st_mode & EXPOSED:
+        with _warned_lock:
+            if path in _warned:
+                return
+            _warned.add(path)
+        log.warning(
+            '%s %s is open to other users (mode %s): it holds the site\'s '
+            'data; chmod %s it', 'directory' if stat.S_ISDIR(st.st_mode)
+            else 'file', path, oct(stat.S_IMODE(st.st_mode)),
+            '700' if stat.S_ISDIR(st.st_mode) else '600')
+
+
+def make_data_dir(path):
+    """Create the data directory *path* 0700 when it is missing; warn
+    when an existing one is open to others."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        os.makedirs(path, mode=0o700, exist_ok=True)
+        return
+    warn_if_exposed(path, st)
+
+
+def create_private(path):
+    """Create the file *path* 0600 when it is missing (a lock file, or an
+    empty file SQLite takes as a new database); warn when an existing
+    one is open to others. Returns nothing; the file stays as it is."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        warn_if_exposed(path)
+    else:
+        os.close(fd)
+
+
+def open_lock_file(path):
+    """A descriptor of the lock file *path*, created 0600 if missing."""
+    create_private(path)
+    return os.open(path, os.O_RDWR)
+
+
+class _Busy(Exception):
+    """Another connection held the file (tried again until the timeout)."""
+
+
+def _pragma(conn, name, value):
+    try:
+        conn.execute('PRAGMA %s = %s' % (name, value))
+    except sqlite3.OperationalError as e:
+        if is_busy(e):
+            raise _Busy(e) from None
+        raise
+
+
+def connect(path, timeout, pragmas=()):
+    """A connection to the SQLite file *path*, created 0600 when missing,
+    with each ``(name, value)`` of *pragmas* set (values are checked by
+    the caller: a PRAGMA takes no bound parameters).
+
+    Another process's hold on the file is waited out for at most
+    *timeout* seconds; that and any other failure raise
+    DatabaseUnavailable naming the file."""
+    step = 'open it'
+    conn = None
+    try:
+        create_private(path)
+        conn = sqlite3.connect(path, timeout=timeout, isolation_level=None,
+                               check_same_thread=False)
+        for name, value in pragmas:
+            step = 'set PRAGMA %s = %s' % (name, value)
+            retry(lambda: _pragma(conn, name, value), _Busy,
+                  timeout, 0.001, 0.05)
+    except _Busy as e:
+        conn.close()
+        raise DatabaseUnavailable(
+            'cannot %s on the SQLite file %s: other processes kept it '
+            'locked for longer than %ss (%s)'
+            % (step, path, timeout, e.args[0])) from None
+    except (OSError, sqlite3.Error) as e:
+        if conn is not None:
+            conn.close()
+        raise DatabaseUnavailable(
+            'cannot %s on the SQLite file %s: %s' % (step, path, e)) from None
+    return conn
