@@ -13,12 +13,10 @@ the password uses the run's private servers (private_servers), where a
 password of the test's own can be set.
 """
 import logging
-import socket
 import subprocess
 import traceback
 
 import pytest
-import transaction
 import ZODB
 import ZODB.config
 import zodburi
@@ -36,6 +34,7 @@ from .dbs import DatabaseFactory
 from .dbs import child_env
 from .dbs import in_ci
 from .private_servers import NotInstalled
+from .private_servers import free_port as closed_port
 from .private_servers import private_server
 
 pytestmark = pytest.mark.timeout(300)
@@ -81,15 +80,6 @@ def logs(caplog):
 def said(caplog, words):
     """The log messages holding *words* (to show a message was driven)."""
     return [r.getMessage() for r in caplog.records if words in r.getMessage()]
-
-
-def closed_port():
-    """A port of 127.0.0.1 that nothing listens on."""
-    sock = socket.socket()
-    sock.bind(('127.0.0.1', 0))
-    port = sock.getsockname()[1]
-    sock.close()
-    return port
 
 
 def server_of(kind):

@@ -9,8 +9,8 @@ from ..redact import uri_secrets
 #: libpq keywords whose values are secrets.
 SECRET_KEYWORDS = ('password', 'sslpassword')
 #: Where a secret keyword's value begins in a key=value string.
-_SECRET_VALUE = re.compile(r'(?:^|\s)(?:%s)\s*=\s*' % '|'.join(SECRET_KEYWORDS),
-                           re.IGNORECASE)
+_SECRET_VALUE = re.compile(
+    r'(?:^|\s)(?:%s)\s*=\s*' % '|'.join(SECRET_KEYWORDS), re.IGNORECASE)
 #: The next ``keyword=`` after an unquoted value.
 _NEXT_KEYWORD = re.compile(r'\s+\w+\s*=')
 #: A quoted value: up to the closing quote that no backslash escapes.
@@ -87,13 +87,8 @@ def dsn_secrets(dsn):
     an unquoted one up to the next ``keyword=``, spaces and all (libpq
     would take its first word and complain about the rest, quoting it)."""
     text = str(dsn or '')
-    found = set()
-    try:
-        params = parse_dsn(text)
-    except Exception:  # noqa: BLE001 -- what libpq cannot parse is scanned
-        params = {}
-    found.update(str(params[key]) for key in SECRET_KEYWORDS
-                 if params.get(key))
+    params = parse_dsn(text)
+    found = {str(params[key]) for key in SECRET_KEYWORDS if params.get(key)}
     if '://' in text.split('=', 1)[0]:
         found.update(uri_secrets(text))
         return found
