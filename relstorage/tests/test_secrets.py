@@ -116,6 +116,8 @@ PG_DSNS = [
      ConfigurationError),
     ("password=%s host=127.0.0.1 port=NNNNN dbname=x" % SPACED,
      ConfigurationError),
+    ("host=127.0.0.1 port=NNNNN password = %s dbname=x" % SPACED,
+     ConfigurationError),
     ("host=127.0.0.1 port=NNNNN sslpassword=%s password=%s" % (
         SECRET, SECRET), DatabaseUnavailable),
     ("postgresql://app:%s@127.0.0.1:NNNNN/x" % SECRET, DatabaseUnavailable),
@@ -336,6 +338,8 @@ def test_mysql_replica_lines(tmp_path, logs):
 
 @pytest.mark.parametrize('params', [
     dict(user='app', password=SECRET, dsn='127.0.0.1:NNNNN/ORCL'),
+    # cx_Oracle's user/password as the user
+    dict(user='app/%s' % SECRET, dsn='127.0.0.1:NNNNN/ORCL'),
     dict(dsn='app/%s@127.0.0.1:NNNNN/ORCL' % SECRET),
     dict(user='app', dsn='app/%s@//127.0.0.1:NNNNN/ORCL' % SPACED),
     dict(dsn='app/%s@(DESCRIPTION=(ADDRESS=(PROTOCOL=TCP)(HOST=127.0.0.1)'
