@@ -19,6 +19,7 @@ from urllib.parse import parse_qsl
 from urllib.parse import unquote
 from urllib.parse import urlsplit
 
+from .adapters.redact import redact_uri
 from .config import MySQLAdapterFactory
 from .config import OracleAdapterFactory
 from .config import PostgreSQLAdapterFactory
@@ -92,7 +93,7 @@ def _resolve(kind, uri):
     try:
         port = parts.port
     except ValueError as e:
-        raise ConfigurationError('%s: %s' % (uri.split('@')[-1], e)) from None
+        raise ConfigurationError('%s: %s' % (redact_uri(uri), e)) from None
     if kind == 'postgresql':
         dsn = ' '.join('%s=%s' % (name, _libpq_quote(value))
                        for name, value in (
@@ -116,7 +117,7 @@ def _resolve(kind, uri):
         if parts.netloc:
             raise ConfigurationError(
                 'sqlite URI %s: the data directory is a path '
-                '(sqlite:///var/app/db), not a host' % uri)
+                '(sqlite:///var/app/db), not a host' % redact_uri(uri))
         factory = SQLite3AdapterFactory(types.SimpleNamespace(
             data_dir=path or None, pragmas=None, **keys))
     return StorageFactory(factory, Options(**options)), dbkw

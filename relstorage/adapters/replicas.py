@@ -18,10 +18,13 @@ with every cache of it dropped.
 
 The database module says how a line of the file becomes connection
 parameters (``Adapter.server_params``) and whether a server takes writes
-(``Adapter.is_read_only_server``); nothing here writes SQL.
+(``Adapter.is_read_only_server``); nothing here writes SQL. A line may
+hold a password (a PostgreSQL connection string): messages name a server
+by its line number and the adapter's description, never by its text.
 """
 import logging
 import os
+import re
 import threading
 import time
 
@@ -42,9 +45,9 @@ RETRY_REPLICA = 10.0
 
 
 def read_server_file(path, option):
-    """The server lines of *path*: blank lines and ``#`` comments left
-    out. ConfigurationError naming *option* and the file when it cannot be
-    read or lists nothing."""
+    """``[(line number, line)]`` of the servers *path* lists: blank lines
+    and ``#`` comments left out. ConfigurationError naming *option* and
+    the file when it cannot be read or lists nothing."""
     try:
         with open(path, encoding='utf-8') as f:
             text = f.read()
@@ -52,10 +55,10 @@ def read_server_file(path, option):
         raise ConfigurationError('%s: cannot read %s: %s'
                                  % (option, path, e.strerror or e)) from None
     lines = []
-    for line in text.splitlines():
+    for number, line in enumerate(text.splitlines(), 1):
         line = line.strip()
         if line and not line.startswith('#'):
-            lines.append(line)
+            lines.append((number, line))
     if not lines:
         raise ConfigurationError(
             '%s: %s lists no server (one per line: host, host:port%s)'
@@ -64,9 +67,14 @@ def read_server_file(path, option):
     return lines
 
 
+#: A host name or an IPv4 or IPv6 address, as a server line names it.
+_HOST = re.compile(r'^[\w.%:-]+$')
+
+
 def split_host_port(line):
     """``(host, port or None)`` of ``host``, ``host:port`` or
-    ``[v6 address]:port``."""
+    ``[v6 address]:port``. The error for anything else does not quote
+    the line, which may hold a password."""
     if line.startswith('['):
         host, _, rest = line[1:].partition(']')
         port = rest[1:] if rest.startswith(':') else None
@@ -74,17 +82,26 @@ def split_host_port(line):
         host, port = line.split(':')
     else:
         host, port = line, None
+    if not _HOST.match(host):
+        raise ConfigurationError(
+            'not a host, host:port or [address]:port')
     if port is not None and not port.isdigit():
-        raise ConfigurationError('not a port number: %r in %r' % (port, line))
+        raise ConfigurationError('the part after the host is not a port '
+                                 'number (host:port)')
     return host, (int(port) if port else None)
 
 
 class Server:
-    """One line of a server file, with its connection parameters."""
+    """One line of a server file, with its connection parameters. The
+    line (which may hold a password) is never shown: describe() says
+    which server it is."""
 
-    def __init__(self, line, params, option):
+    def __init__(self, adapter, number, line, option):
+        self.adapter = adapter
+        #: Its line number in the file.
+        self.number = number
         self.line = line
-        self.params = params
+        self.params = adapter.server_params(line)
         #: The option whose file lists it.
         self.option = option
 
@@ -92,8 +109,13 @@ class Server:
     def read_only(self):
         return self.option == 'ro-replica-conf'
 
+    def describe(self):
+        """``replica-conf line 2, the PostgreSQL database (...)``."""
+        return '%s line %d, the %s' % (self.option, self.number,
+                                       self.adapter.describe(self))
+
     def __repr__(self):
-        return '<Server %s (%s)>' % (self.line, self.option)
+        return '<Server %s>' % self.describe()
 
 
 class ServerList:
@@ -116,14 +138,14 @@ class ServerList:
         self._load(read_server_file(path, option))
 
     def _load(self, lines):
-        params = self.adapter.server_params
         servers = []
-        for line in lines:
+        for number, line in lines:
             try:
-                servers.append(Server(line, params(line), self.option))
+                servers.append(Server(self.adapter, number, line,
+                                      self.option))
             except ConfigurationError as e:
-                raise ConfigurationError('%s: %s: %s'
-                                         % (self.option, self.path, e)) from None
+                raise ConfigurationError('%s: %s line %d: %s' % (
+                    self.option, self.path, number, e)) from None
         self.lines = lines
         self.servers = servers
 
@@ -155,15 +177,16 @@ class ServerList:
                     if lines != self.lines:
                         self._load(lines)
                         log.warning('%s: %s changed; reconnecting to %s',
-                                    self.option, self.path, lines[0])
+                                    self.option, self.path,
+                                    self.servers[0].describe())
                         self._move(0)
                 except ConfigurationError as e:
                     log.error('%s; keeping the servers it listed before', e)
             if (self.index and timeout and self.since is not None
                     and now - self.since >= timeout):
                 log.warning('%s: %.0f s on %s; trying %s again', self.option,
-                            now - self.since, self.current.line,
-                            self.servers[0].line)
+                            now - self.since, self.current.describe(),
+                            self.servers[0].describe())
                 self._move(0)
 
     def _move(self, index):
@@ -185,25 +208,26 @@ class ServerList:
             try:
                 session = adapter.open_connection(for_store, server)
             except DatabaseUnavailable as e:
-                problems.append('%s: %s' % (server.line, e))
+                problems.append('line %d: %s' % (server.number, e))
                 continue
             if writable:
                 try:
                     read_only = adapter.is_read_only_server(session)
                 except DatabaseUnavailable as e:
                     session.close()
-                    problems.append('%s: %s' % (server.line, e))
+                    problems.append('line %d: %s' % (server.number, e))
                     continue
                 if read_only:
                     session.close()
-                    problems.append('%s: %s is read-only (a standby or '
-                                    'replica)' % (server.line,
-                                                  adapter.describe(server)))
+                    problems.append('line %d: the %s is read-only (a '
+                                    'standby or replica)' % (
+                                        server.number,
+                                        adapter.describe(server)))
                     continue
             with self.lock:
                 if servers is self.servers and index != self.index:
-                    log.warning('%s: using %s instead of %s', self.option,
-                                server.line, servers[self.index].line)
+                    log.warning('using %s instead of %s', server.describe(),
+                                servers[self.index].describe())
                     self._move(index)
                 session.generation = self.generation
             session.server = server
@@ -369,8 +393,8 @@ class Replicas:
             '%s is stale: its newest transaction is %016x, but %016x was '
             'seen on %s; the transactions after %016x may have been lost '
             'in a failover (a standby promoted before it had them)'
-            % (self.adapter.describe(session.server), tid, known,
-               where.line, tid))
+            % (session.server.describe(), tid, known,
+               where.describe(), tid))
         if not self.revert_when_stale:
             raise ReadConflictError(
                 message + '; retrying until it catches up (revert_when_stale '
@@ -387,13 +411,13 @@ class Replicas:
             log.warning(
                 '%s is behind: it has replayed up to transaction %016x, this '
                 'process has seen %016x; loads go to the read-write server '
-                'until it catches up', self.adapter.describe(server), tid,
+                'until it catches up', server.describe(), tid,
                 needed)
 
     def note_caught_up(self, server):
         if self.lagging_since is not None:
             log.warning('%s has caught up after %.1f s; loads go to it again',
-                        self.adapter.describe(server),
+                        server.describe(),
                         time.monotonic() - self.lagging_since)
             self.lagging_since = None
 

@@ -13,6 +13,7 @@ from ..keepalive import Keepalive
 from ..locker import Locker
 from ..mover import HistoryFreeMover
 from ..mover import HistoryPreservingMover
+from ..redact import scrub
 from ..oidallocator import OIDAllocator
 from ..packer import HistoryFreePacker
 from ..packer import HistoryPreservingPacker
@@ -525,8 +526,10 @@ class MySQLAdapter(Adapter):
         return conn
 
     def _unavailable(self, error, server=None):
-        return DatabaseUnavailable('cannot connect to the %s: %s'
-                                   % (self.describe(server), error))
+        params = self.params if server is None else server.params
+        secrets = [params.get(key) for key in ('passwd', 'password')]
+        return DatabaseUnavailable('cannot connect to the %s: %s' % (
+            self.describe(server), scrub(error, filter(None, secrets))))
 
     def open_connection(self, for_store, server=None):
         conn = self._connect_raw(server)

@@ -434,24 +434,36 @@ class OracleAdapter(Adapter):
 
     def describe(self, server=None):
         return 'Oracle database (%s user=%s)' % (self.dsn.describe(),
-                                                 self.user or '<none>')
+                                                 self.user_name())
+
+    def user_name(self):
+        """The user, as the section or the DSN (``user/password@``) names
+        it; never a password (cx_Oracle took ``user/password`` as the
+        user)."""
+        return (self.user or self.dsn.user or '<none>').split('/')[0]
 
     def location(self):
         # Each Oracle user has a schema of its own.
         return ('oracle',) + self.dsn.location() + (
-            (self.user or '').upper(),)
+            (self.user or self.dsn.user or '').upper(),)
 
     def open_connection(self, for_store, server=None):
         driver = self.driver
         keepalive = self.keepalive
         seconds = keepalive.timeout if keepalive is not None else None
+        error = None
         try:
             conn = bounded_connect(
                 lambda: driver.connect(self.user, self.password,
                                        self.dsn.text, keepalive),
                 seconds, self.describe)
         except (driver.Error, OSError) as e:
-            raise connect_error(e, self.dsn.describe(), self.user) from None
+            error = connect_error(e, self.dsn.describe(), self.user_name(),
+                                  (self.password, self.dsn.password))
+        if error is not None:
+            # (Raised outside the handler: the driver's error is not its
+            # context.)
+            raise error
         # Each call (one round trip) gets an answer within network-timeout,
         # or within it plus commit-lock-timeout, for calls that wait for a
         # lock.

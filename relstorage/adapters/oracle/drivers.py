@@ -9,6 +9,7 @@ import threading
 from ...exceptions import DatabaseUnavailable
 from ...exceptions import PermissionDenied
 from ..drivers import choose_driver
+from ..redact import scrub
 
 #: The ``driver`` option's spellings (any case) -> module name.
 DRIVER_NAMES = {'oracledb': 'oracledb', 'python-oracledb': 'oracledb',
@@ -70,11 +71,23 @@ class DSN:
     """Where an Oracle DSN points: ``host``, ``port`` and ``service`` of an
     Easy Connect string (``[//]host[:port][/service]``, also with a
     ``tcp://`` prefix or ``?options``) or of a connect descriptor; a TNS
-    alias otherwise (resolved by the driver, through tnsnames.ora)."""
+    alias otherwise (resolved by the driver, through tnsnames.ora).
+
+    python-oracledb also takes ``user/password@`` before any of them:
+    ``user`` and ``password`` hold those (None without), and nothing that
+    describes the DSN shows the password."""
 
     def __init__(self, text):
         self.text = text = (text or '').strip()
         self.host = self.port = self.service = self.alias = None
+        self.user = self.password = None
+        at = text.find('@(')
+        if at < 0 and '@' in text and not text.startswith('('):
+            at = text.rindex('@')
+        if at >= 0:
+            credentials, text = text[:at], text[at + 1:].strip()
+            user, _, password = credentials.partition('/')
+            self.user, self.password = user or None, password or None
         if text.startswith('('):
             for attr, key in (('host', 'HOST'), ('port', 'PORT'),
                               ('service', 'SERVICE_NAME'),
@@ -228,13 +241,14 @@ def select_driver(name):
                          'Oracle', 'auto, oracledb, cx_Oracle', 'oracle')
 
 
-def connect_error(error, where, user):
+def connect_error(error, where, user, secrets=()):
     """The relstorage error for a failed login or connection to *where*
-    (a description naming host, port and service) as *user*."""
+    (a description naming host, port and service) as *user*; the driver's
+    message without any of *secrets* (the passwords it was given)."""
     codes = error_codes(error)
     hint = next((CONNECT_HINTS[c] for c in codes if c in CONNECT_HINTS),
                 None)
-    detail = first_line(error)
+    detail = scrub(first_line(error), secrets)
     if hint:
         detail = '%s (%s)' % (hint, detail)
     msg = 'cannot connect to the Oracle database (%s user=%s): %s' % (

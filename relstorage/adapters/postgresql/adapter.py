@@ -27,6 +27,7 @@ from .dsn import describe_dsn
 from .dsn import make_dsn
 from ..replicas import split_host_port
 from .dsn import dsn_location
+from .dsn import scrub_dsn
 from .drivers import select_driver
 from .dsn import parse_dsn
 
@@ -383,11 +384,8 @@ class PostgreSQLAdapter(Adapter):
         from ...options import Options
         self.dsn = dsn or ''
         self.driver = select_driver(driver)
-        try:
-            self.driver.parse_dsn(self.dsn)
-        except self.driver.ProgrammingError as e:
-            # A misspelt keyword, say: named now, not at the first connect.
-            raise ConfigurationError('dsn: %s' % str(e).strip()) from None
+        # A misspelt keyword, say: named now, not at the first connect.
+        self.check_dsn(self.dsn, 'dsn: ')
         super().__init__(options if options is not None else Options())
         self.keepalive = Keepalive.for_options(self.options)
         #: libpq keywords the dsn leaves to network-timeout.
@@ -400,6 +398,20 @@ class PostgreSQLAdapter(Adapter):
             return ()
         return self.keepalive.libpq_keywords().items()
 
+    def check_dsn(self, dsn, where):
+        """ConfigurationError, starting with *where*, when libpq cannot
+        parse *dsn*. libpq's message may quote a part of a password (an
+        unquoted one with a space): that part is left out."""
+        problem = None
+        try:
+            self.driver.parse_dsn(dsn)
+        except self.driver.ProgrammingError as e:
+            problem = scrub_dsn(str(e).strip(), dsn)
+        if problem is not None:
+            # (Raised outside the handler, without the driver's error as
+            # its context.)
+            raise ConfigurationError(where + problem)
+
     supports_replicas = True
 
     def describe(self, server=None):
@@ -409,13 +421,11 @@ class PostgreSQLAdapter(Adapter):
 
     def server_params(self, line):
         """A replica file's line is ``host``, ``host:port`` or a libpq
-        connection string; what it leaves out comes from the dsn."""
+        connection string (key=value or URI); what it leaves out comes
+        from the dsn."""
         params = parse_dsn(self.dsn)
-        if '=' in line:
-            try:
-                self.driver.parse_dsn(line)
-            except self.driver.ProgrammingError as e:
-                raise ConfigurationError(str(e).strip()) from None
+        if '=' in line or re.match(r'postgres(ql)?://', line):
+            self.check_dsn(line, '')
             params.update(parse_dsn(line))
         else:
             host, port = split_host_port(line)
@@ -449,12 +459,16 @@ class PostgreSQLAdapter(Adapter):
             given = parse_dsn(dsn)
             bounds = {key: value for key, value in self.keepalive_keywords()
                       if key not in given}
+        problem = None
         try:
             conn = driver.connect(dsn, **bounds)
         except driver.OperationalError as e:
-            raise DatabaseUnavailable(
-                'cannot connect to the %s: %s'
-                % (self.describe(server), str(e).strip())) from None
+            problem = scrub_dsn(str(e).strip(), dsn)
+        if problem is not None:
+            # (Raised outside the handler: the driver's error, which may
+            # quote the connection string, is not its context.)
+            raise DatabaseUnavailable('cannot connect to the %s: %s'
+                                      % (self.describe(server), problem))
         session = (PsycopgSession if driver.results_from_first
                    else PostgreSQLSession)(self, conn)
         session.server = server

@@ -1,6 +1,20 @@
 """Reading libpq connection strings without ever showing a password."""
 import getpass
 import os
+import re
+
+from ..redact import scrub
+from ..redact import uri_secrets
+
+#: libpq keywords whose values are secrets.
+SECRET_KEYWORDS = ('password', 'sslpassword')
+#: Where a secret keyword's value begins in a key=value string.
+_SECRET_VALUE = re.compile(
+    r'(?:^|\s)(?:%s)\s*=\s*' % '|'.join(SECRET_KEYWORDS), re.IGNORECASE)
+#: The next ``keyword=`` after an unquoted value.
+_NEXT_KEYWORD = re.compile(r'\s+\w+\s*=')
+#: A quoted value: up to the closing quote that no backslash escapes.
+_QUOTED_VALUE = re.compile(r"'((?:[^'\\]|\\.)*)'?", re.DOTALL)
 
 
 def parse_dsn(dsn):
@@ -65,3 +79,35 @@ def make_dsn(params):
         return "'%s'" % str(value).replace('\\', '\\\\').replace("'", "\\'")
     return ' '.join('%s=%s' % (key, quote(value))
                     for key, value in params.items())
+
+
+def dsn_secrets(dsn):
+    """The passwords in the libpq connection string (or URI) *dsn*, also
+    when libpq cannot parse it: a quoted value as written and unescaped;
+    an unquoted one up to the next ``keyword=``, spaces and all (libpq
+    would take its first word and complain about the rest, quoting it)."""
+    text = str(dsn or '')
+    params = parse_dsn(text)
+    found = {str(params[key]) for key in SECRET_KEYWORDS if params.get(key)}
+    if '://' in text.split('=', 1)[0]:
+        found.update(uri_secrets(text))
+        return found
+    for match in _SECRET_VALUE.finditer(text):
+        rest = text[match.end():]
+        if rest.startswith("'"):
+            value = _QUOTED_VALUE.match(rest).group(1)
+            found.update((value, re.sub(r'\\(.)', r'\1', value)))
+        else:
+            following = _NEXT_KEYWORD.search(rest)
+            found.add((rest[:following.start()] if following
+                       else rest).strip())
+    return {secret for secret in found if secret}
+
+
+def scrub_dsn(text, *dsns):
+    """*text* (libpq's message about a connection string, say) without
+    the passwords of *dsns*."""
+    secrets = set()
+    for dsn in dsns:
+        secrets.update(dsn_secrets(dsn))
+    return scrub(text, secrets)
