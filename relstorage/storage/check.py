@@ -30,7 +30,7 @@ LISTED = 1000
 #: The class of ZODB's blobs, whose data lives beside the state.
 BLOB_CLASS = 'ZODB.blob.Blob'
 #: Kinds of findings that mean the database is broken.
-BROKEN = ('dangling', 'damaged', 'missing_blobs')
+BROKEN = ('dangling', 'damaged', 'missing_blobs', 'future')
 
 
 class CheckResult(dict):
@@ -148,6 +148,11 @@ class Check:
                 why = type(e).__name__ + (': %s' % e if str(e) else '')
                 self.found('damaged', oid=oid, tid=tid, class_=name,
                            error='the state does not unpickle (%s)' % why)
+        if tid > self.result['tid']:
+            # No commit made it: polls never announce it, and the next
+            # commit would get an older tid than this revision's.
+            self.found('future', oid=oid, tid=tid, class_=name,
+                       last=self.result['tid'])
         self.classes.append(self.class_number(name))
         self.result['references'] += len(refs)
         if blob_id is not None or name == BLOB_CLASS:
@@ -200,7 +205,7 @@ class Check:
             for oid in graph.unreached(reached):
                 self.found('unreachable', oid=oid,
                            class_=names[classes[index(oid)]])
-        for kind in ('damaged', 'missing_blobs'):
+        for kind in ('damaged', 'missing_blobs', 'future'):
             for entry in self.result[kind]:
                 entry['reachable'] = bool(reached[index(entry['oid'])])
         for kind in BROKEN + ('unreachable',):
@@ -214,5 +219,6 @@ def readable(entry):
     for key in ('oid', 'missing'):
         if entry.get(key) is not None:
             entry[key] = oid_repr(p64(entry[key]))
-    if 'tid' in entry:
-        entry['tid'] = tid_repr(p64(entry['tid']))
+    for key in ('tid', 'last'):
+        if key in entry:
+            entry[key] = tid_repr(p64(entry[key]))

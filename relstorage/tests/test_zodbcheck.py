@@ -10,6 +10,7 @@ import pytest
 import ZODB
 from ZODB.utils import oid_repr
 from ZODB.utils import p64
+from ZODB.utils import tid_repr
 
 from relstorage import zodbcheck
 
@@ -272,3 +273,48 @@ def test_reference_to_an_object_deleted_through_the_storage(factory,
     status, info = run_json(zodbinfo, '--exact', '--classes', config)
     assert info['objects'] == 5
     assert sum(c['objects'] for c in info['classes']) == 5
+
+
+def test_revision_newer_than_the_last_transaction(factory, tmp_path):
+    """A current revision whose tid no transaction reached (a restore
+    that wrote rows but not the transaction, a hand-made fix): polls
+    never announce it and the next commit would get an older tid."""
+    oids, config = prepared(factory, tmp_path)
+    adapter = factory.adapter()
+    session = adapter.connect(for_store=False)
+    try:
+        session.begin()
+        last = session.scalar(adapter.mover.last_tid_sql)
+        old = session.scalar('SELECT tid FROM object_state WHERE zoid = %s '
+                             'ORDER BY tid DESC LIMIT 1', (oids['b'],))
+    finally:
+        session.rollback_quietly()
+        session.close()
+        adapter.close()
+    future = last + (1 << 32)
+    if factory.keep_history:
+        execute(factory,
+                ('INSERT INTO object_state (zoid, tid, prev_tid, state_size, '
+                 'state) SELECT zoid, %s, tid, state_size, state FROM '
+                 'object_state WHERE zoid = %s AND tid = %s',
+                 (future, oids['b'], old)),
+                ('UPDATE current_object SET tid = %s WHERE zoid = %s',
+                 (future, oids['b'])))
+    else:
+        execute(factory, ('UPDATE object_state SET tid = %s WHERE zoid = %s',
+                          (future, oids['b'])))
+    status, r = run_json(zodbcheck, config)
+    assert status == zodbcheck.EXIT_BROKEN
+    assert r['broken'] is True
+    assert r['future'] == [{'oid': name(oids['b']), 'class': MAPPING,
+                            'tid': tid_repr(p64(future)),
+                            'last': tid_repr(p64(last)), 'reachable': True}]
+    assert r['future_count'] == 1
+    assert r['dangling_count'] == r['damaged_count'] == 0
+    status, out, err = run_tool('zodbcheck', config)
+    assert status == 3, out + err
+    assert ('revision newer than the last transaction: %s (%s), transaction '
+            '%s, while the last transaction is %s' % (
+                name(oids['b']), MAPPING, tid_repr(p64(future)),
+                tid_repr(p64(last)))) in out
+    assert 'BROKEN: 1 revision newer than the last transaction' in out
