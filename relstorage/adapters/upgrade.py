@@ -353,7 +353,7 @@ class Upgrade:
         session = self.reading_session()
         try:
             self.begin(session)
-            original_tables = self.original_names()
+            original_tables = self.surveyed_tables(session)
             result = {
                 'revisions': session.scalar(
                     'SELECT COUNT(*) FROM %s' % original_tables['object_state']),
@@ -377,10 +377,10 @@ class Upgrade:
         """``(seconds, revisions, bytes)`` of copying the revisions of the
         first *objects* objects into a temporary table (the dry run's
         measure: it takes no lock and changes nothing)."""
-        table = self.original_names()['object_state']
         session = self.reading_session()
         try:
             self.begin(session)
+            table = self.surveyed_tables(session)['object_state']
             hi = session.scalar(
                 'SELECT MAX(zoid) FROM (SELECT zoid FROM %s ORDER BY zoid '
                 'LIMIT %%s) batch' % table, (objects,))
@@ -409,6 +409,13 @@ class Upgrade:
         finally:
             session.rollback_quietly()
             session.close()
+
+    def surveyed_tables(self, session):
+        """Where the old tables are, for the dry run: renamed already
+        when a prepare that could not be one transaction was
+        interrupted."""
+        return (self.old_tables if self.renamed(session)
+                else self.original_names())
 
     def original_names(self):
         """The old tables' names before the upgrade renames them."""

@@ -112,3 +112,37 @@ def test_interrupted_upgrade_would_resume(site, capsys, monkeypatch):
     out = capsys.readouterr().out
     assert 'step 4 of 8: current' in out and 'step 3 of' not in out, out
     assert site.read() == expected
+
+
+def _survey(report):
+    """The dry run's counts (its indented lines but the timing)."""
+    return [line for line in report.splitlines()
+            if line.startswith('  ') and 'took' not in line]
+
+
+def test_half_done_prepare_on_mysql_is_surveyed(tmp_path, capsys):
+    """MySQL's prepare is not one transaction: stopped after its RENAME
+    TABLE, it runs again, and the dry run surveys the renamed tables."""
+    from relstorage.adapters.mysql.upgrade import MySQLUpgrade
+    site = Site('mysql', True, tmp_path)
+    try:
+        expected = site.build()
+        assert site.upgrade('--dry-run') == 0
+        untouched = _survey(capsys.readouterr().out)
+        assert any('revisions' in line for line in untouched), untouched
+        adapter = site.factory.adapter('misc')
+        session = adapter.connect(for_store=True)
+        try:
+            MySQLUpgrade(adapter).rename_old(session)
+        finally:
+            session.close()
+            adapter.close()
+        before = fingerprint(site)
+        assert 'rs4_object_state' in before[0]
+        assert site.upgrade('--dry-run') == 0
+        assert _survey(capsys.readouterr().out) == untouched
+        assert fingerprint(site) == before
+        assert site.upgrade() == 0
+        assert site.read() == expected
+    finally:
+        site.empty()
