@@ -76,6 +76,16 @@ class Check:
         if self.listed is None or len(self.result[kind]) < self.listed:
             self.result[kind].append(entry)
 
+    @staticmethod
+    def class_of(state):
+        """The class *state* names, None when deleted or unreadable."""
+        if state is None:
+            return None
+        try:
+            return class_name(state)
+        except ValueError:
+            return None
+
     def class_number(self, name):
         number = self.numbers.get(name)
         if number is None:
@@ -112,6 +122,12 @@ class Check:
             oids = []
             found = []
             for row in rows:
+                if row[1] > self.result['tid']:
+                    # No commit made it: polls never announce it, and the
+                    # next commit would get an older tid than this one's.
+                    self.found('future', oid=row[0], tid=row[1],
+                               class_=self.class_of(row[2]),
+                               last=self.result['tid'])
                 if row[2] is not None:
                     oids.append(row[0])
                     refs = self.examine(row, with_blobs)
@@ -148,11 +164,6 @@ class Check:
                 why = type(e).__name__ + (': %s' % e if str(e) else '')
                 self.found('damaged', oid=oid, tid=tid, class_=name,
                            error='the state does not unpickle (%s)' % why)
-        if tid > self.result['tid']:
-            # No commit made it: polls never announce it, and the next
-            # commit would get an older tid than this revision's.
-            self.found('future', oid=oid, tid=tid, class_=name,
-                       last=self.result['tid'])
         self.classes.append(self.class_number(name))
         self.result['references'] += len(refs)
         if blob_id is not None or name == BLOB_CLASS:
@@ -207,7 +218,8 @@ class Check:
                            class_=names[classes[index(oid)]])
         for kind in ('damaged', 'missing_blobs', 'future'):
             for entry in self.result[kind]:
-                entry['reachable'] = bool(reached[index(entry['oid'])])
+                at = index(entry['oid'])   # -1: deleted, not in the graph
+                entry['reachable'] = at >= 0 and bool(reached[at])
         for kind in BROKEN + ('unreachable',):
             for entry in self.result.get(kind, ()):
                 readable(entry)
