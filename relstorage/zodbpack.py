@@ -28,6 +28,7 @@ from ZODB.POSException import Unsupported
 from ZODB.serialize import referencesf
 from ZODB.utils import oid_repr
 
+from .exceptions import PackedFurtherAlready
 from .helptext import help_text
 from .storage import RelStorage
 
@@ -137,13 +138,19 @@ def pack_one(name, section, days, check_only, out, prepack_only=False,
         t = time.time() - days * 86400
         started = time.monotonic()
         if isinstance(storage, RelStorage):
-            result = storage.pack_with_result(
-                t, referencesf,
-                progress=(TerminalProgress(out, started) if out.isatty()
-                          else None),
-                prepack_only=prepack_only or None,
-                use_prepack_state=use_prepack_state or None,
-                workers=workers)
+            try:
+                result = storage.pack_with_result(
+                    t, referencesf,
+                    progress=(TerminalProgress(out, started) if out.isatty()
+                              else None),
+                    prepack_only=prepack_only or None,
+                    use_prepack_state=use_prepack_state or None,
+                    workers=workers)
+            except PackedFurtherAlready as e:
+                # As RelStorage 4, which found nothing to pack there: a
+                # cron line keeping a day, after a pack to now by hand.
+                print('  nothing to pack: %s' % e, file=out)
+                return 0
             if 'garbage_found' in result:
                 print('  pre-pack to %s: %d unreachable objects found and '
                       'kept for --use-prepack-state, in %.1f s'
