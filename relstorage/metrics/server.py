@@ -25,9 +25,10 @@ command is interrupted (SIGINT or SIGTERM):
   their commits, conflicts or pack progress are served here, added up.
 
 Each connection is served in a thread of its own, at most
-``--max-connections`` (16) at once; a client silent for
-``--client-timeout`` seconds (10) in the middle of its request is
-dropped, and none is waited for at shutdown.
+``--max-connections`` (16) at once; a client that sends nothing for
+``--client-timeout`` seconds (10) before its request is whole (or reads
+nothing of the answer for as long) is dropped, and none is waited for
+at shutdown.
 """
 import argparse
 import importlib.util
@@ -133,7 +134,8 @@ class DatabaseFigures:
 
 
 #: Seconds a client may keep a connection without sending a byte of its
-#: request before it is dropped (--client-timeout).
+#: request (or reading one of the answer) before it is dropped
+#: (--client-timeout).
 CLIENT_TIMEOUT = 10.0
 #: Connections served at once (--max-connections); one more is answered
 #: "503 Service Unavailable" and closed at once.
@@ -288,8 +290,9 @@ def main(argv=None, out=None):
                              'answered 503 (default %(default)s)')
     parser.add_argument('--client-timeout', type=float,
                         default=CLIENT_TIMEOUT, metavar='SECONDS',
-                        help='drop a client silent this long in the middle '
-                             'of its request (default %(default)s)')
+                        help='drop a client that sends nothing for this '
+                             'long before its request is whole '
+                             '(default %(default)s)')
     parser.add_argument('config', help='file of <relstorage> sections')
     args = parser.parse_args(argv)
     if args.interval <= 0:
