@@ -11,6 +11,7 @@ import urllib.parse
 import urllib.request
 from contextlib import contextmanager
 
+import prometheus_client  # noqa: F401 -- the server needs it: fail, not skip
 import pytest
 import ZODB
 from persistent.mapping import PersistentMapping
@@ -18,8 +19,6 @@ from persistent.mapping import PersistentMapping
 from .dbs import DatabaseFactory
 from .dbs import child_env
 from .dbs import wait_for
-
-pytest.importorskip('prometheus_client')
 
 #: Failure bound of every wait: a hang fails the test, nothing is timed.
 HANG = 10
