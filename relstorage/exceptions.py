@@ -83,6 +83,11 @@ class CorruptRecord(RelStorageError):
     """A stored row cannot be what it claims to be."""
 
 
+class PackedFurtherAlready(RelStorageError):
+    """A pack to a time before an earlier pack's: the older states it
+    would keep are gone already, and there is nothing to pack."""
+
+
 class CommitOutcomeUnknown(RelStorageError):
     """The connection was lost while the commit was being sent, and the
     database could not be asked afterwards whether it happened. Not a

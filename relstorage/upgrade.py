@@ -10,15 +10,20 @@ the old tables. An interrupted upgrade resumes where it stopped when run
 again. RelStorage 4's tables are kept (renamed ``rs4_*``; on SQLite its
 ``main.sqlite3`` is left as it was) until ``--drop-old`` removes them.
 
-``--dry-run`` reports what the database holds and how long the copy
-should take, from copying the first objects in a transaction it then
-rolls back: it changes nothing.
+``--dry-run`` says what a run would do, with the exit status the run
+would have: that the database is upgraded already, or where an
+interrupted upgrade would resume, or what the database holds and how
+long the copy should take, from copying the first objects into a
+temporary table; it creates and changes nothing (no directory, file or
+table).
 """
 import argparse
 import importlib
 import logging
 import sys
 
+from .adapters.upgrade import STEPS
+from .adapters.upgrade import UpgradeRefused
 from .config import RelStorageFactory
 from .config import options_from_section
 from .helptext import help_text
@@ -37,7 +42,6 @@ def upgrade_of(adapter, say):
     """The Upgrade of *adapter*'s database."""
     where = UPGRADES.get(type(adapter).__name__)
     if where is None:
-        from .adapters.upgrade import UpgradeRefused
         raise UpgradeRefused(
             'upgrading a RelStorage 4 database in the %s is not supported '
             'yet (PostgreSQL, MySQL/MariaDB and SQLite are)'
@@ -47,6 +51,16 @@ def upgrade_of(adapter, say):
 
 
 def dry_run(upgrade, out):
+    """Say what a run would do, reading only."""
+    step = upgrade.next_step()
+    if step is None:
+        upgrade.say_upgraded()
+        return
+    if step != STEPS[0]:
+        upgrade.say('the upgrade has begun: a run would resume at step %d '
+                    'of %d (%s); nothing was changed'
+                    % (STEPS.index(step) + 1, len(STEPS), step))
+        return
     survey = upgrade.survey()
     for what, count in sorted(survey.items()):
         print('  %-13s %d' % (what, count), file=out)

@@ -6,9 +6,10 @@ meets it.
 For each ``<relstorage>`` section of the file, walks everything reachable
 from the root through one snapshot (read-only: writers go on) and
 reports references to objects that do not exist (naming the referring
-object and its class), states that do not unpickle, and blobs whose data
-is missing (chunks in the database, including gaps, or files in a shared
-blob directory); ``--unreachable`` also lists the objects nothing
+object and its class), states that do not unpickle, current revisions
+whose transaction id is newer than the last transaction, and blobs whose
+data is missing (chunks in the database, including gaps, or files in a
+shared blob directory); ``--unreachable`` also lists the objects nothing
 reaches, which a pack with pack-gc would remove. Memory stays bounded
 (about 21 bytes per object plus 8 per reference). On a terminal a
 progress line is shown; a summary ends each section; ``--json`` prints
@@ -80,12 +81,20 @@ def render(name, r, out):
             _what(entry), entry['tid'],
             '' if entry['reachable'] else ' (unreachable)', entry['why']),
             file=out)
+    for entry in r['future']:
+        print('  revision newer than the last transaction: %s, transaction '
+              '%s%s, while the last transaction is %s' % (
+                  _what(entry), entry['tid'],
+                  '' if entry['reachable'] else ' (unreachable)',
+                  entry['last']), file=out)
     for entry in r.get('unreachable', ()):
         print('  unreachable: %s' % _what(entry), file=out)
     counts = [('dangling', 'reference to a missing object',
                'references to missing objects'),
               ('damaged', 'damaged state', 'damaged states'),
-              ('missing_blobs', 'missing blob', 'missing blobs')]
+              ('missing_blobs', 'missing blob', 'missing blobs'),
+              ('future', 'revision newer than the last transaction',
+               'revisions newer than the last transaction')]
     problems = ['{:,} {}'.format(r[kind + '_count'],
                                  one if r[kind + '_count'] == 1 else many)
                 for kind, one, many in counts if r[kind + '_count']]

@@ -4,9 +4,12 @@
              config.conf
 
 The file holds one or more storage sections (``<relstorage>`` with any
-adapter, ``<filestorage>``, ...). Each is packed to DAYS days ago (default
-0: now), one after the other. A summary of what went is printed; any
-failure is reported by name and the exit status is non-zero.
+adapter, ``<filestorage>``, ...). Each is packed to DAYS days ago, one
+after the other: the default, 1, keeps a day of history, as RelStorage
+4's zodbpack did, so that a carried-over cron line keeps what it kept;
+``-d 0``, or any negative number (RelStorage 4's ``-d -1``), packs to
+now. A summary of what went is printed; any failure is reported by name
+and the exit status is non-zero.
 
 ``--prepack`` only finds the garbage (the long, lock-free part) and keeps
 the finding in the database; a later ``--use-prepack-state`` run removes
@@ -16,6 +19,7 @@ apply to RelStorage sections only.
 import argparse
 import io
 import logging
+import math
 import sys
 import time
 
@@ -24,6 +28,7 @@ from ZODB.POSException import Unsupported
 from ZODB.serialize import referencesf
 from ZODB.utils import oid_repr
 
+from .exceptions import PackedFurtherAlready
 from .helptext import help_text
 from .storage import RelStorage
 
@@ -139,13 +144,19 @@ def pack_one(name, section, days, check_only, out, prepack_only=False,
         t = time.time() - days * 86400
         started = time.monotonic()
         if isinstance(storage, RelStorage):
-            result = storage.pack_with_result(
-                t, referencesf,
-                progress=(TerminalProgress(out, started) if out.isatty()
-                          else None),
-                prepack_only=prepack_only or None,
-                use_prepack_state=use_prepack_state or None,
-                workers=workers)
+            try:
+                result = storage.pack_with_result(
+                    t, referencesf,
+                    progress=(TerminalProgress(out, started) if out.isatty()
+                              else None),
+                    prepack_only=prepack_only or None,
+                    use_prepack_state=use_prepack_state or None,
+                    workers=workers)
+            except PackedFurtherAlready as e:
+                # As RelStorage 4, which found nothing to pack there: a
+                # cron line keeping a day, after a pack to now by hand.
+                print('  nothing to pack: %s' % e, file=out)
+                return 0
             if 'garbage_found' in result:
                 print('  pre-pack to %s: %d unreachable objects found and '
                       'kept for --use-prepack-state, in %.1f s'
@@ -182,8 +193,11 @@ def main(argv=None, out=None):
     out = out or sys.stdout
     parser = argparse.ArgumentParser(
         prog='zodbpack', description=help_text(__doc__))
-    parser.add_argument('-d', '--days', type=float, default=0.0,
-                        help='pack to this many days ago (default: now)')
+    parser.add_argument('-d', '--days', type=float, default=1.0,
+                        help='days of history to keep: pack to this many '
+                             'days ago (default 1, as in RelStorage 4; 0 '
+                             'or negative, as RelStorage 4\'s -d -1: '
+                             'pack to now)')
     parser.add_argument('--prepack', action='store_true',
                         help='only run the pre-pack analysis')
     parser.add_argument('--use-prepack-state', action='store_true',
@@ -199,8 +213,10 @@ def main(argv=None, out=None):
     parser.add_argument('config', help='file of storage sections')
     args = parser.parse_args(argv)
     setup_logging()
-    if args.days < 0:
-        parser.error('--days must not be negative')
+    if not math.isfinite(args.days):
+        parser.error('--days must be a number of days')
+    # RelStorage 4 read a negative number as "pack to now".
+    days = max(args.days, 0.0)
     if args.workers is not None and not 0 <= args.workers <= 64:
         parser.error('--workers must be from 0 to 64')
     if args.prepack and args.use_prepack_state:
@@ -209,7 +225,7 @@ def main(argv=None, out=None):
         parser.error('--check-refs-only packs nothing: it excludes '
                      '--prepack and --use-prepack-state')
     return run_sections('zodbpack', args.config, lambda name, section:
-                        pack_one(name, section, args.days,
+                        pack_one(name, section, days,
                                  args.check_refs_only, out, args.prepack,
                                  args.use_prepack_state, args.workers))
 

@@ -20,7 +20,6 @@ each adapter's ``upgrade`` module.
 import secrets
 import time
 
-from ..exceptions import RelStorage4Database
 from ..exceptions import SchemaError
 
 #: The steps, in order; each runs in a transaction of its own.
@@ -93,8 +92,33 @@ class Upgrade:
 
     # -- running -----------------------------------------------------------
 
+    def say_upgraded(self):
+        self.say('%s is already upgraded' % self.adapter.describe())
+
+    def next_step(self):
+        """The step a run would begin with (None: the database is
+        upgraded already), read through a reading session; UpgradeRefused
+        where a run would refuse."""
+        session = self.reading_session()
+        try:
+            self.begin(session)
+            return self.status(session)[0]
+        finally:
+            session.rollback_quietly()
+            session.close()
+
+    def reading_session(self):
+        """A session for what the dry run reads: it creates nothing (no
+        file, no table), whatever the database holds."""
+        return self.adapter.connect(for_store=False)
+
+    def refuse_missing(self):
+        """Where connecting would create the database: UpgradeRefused
+        when there is none to upgrade, before anything is created."""
+
     def run(self):
         """Run the remaining steps; returns the seconds each took."""
+        self.refuse_missing()
         session = self.adapter.connect(for_store=True)
         times = {}
         try:
@@ -102,7 +126,7 @@ class Upgrade:
             step, meta = self.status(session)
             session.commit()
             if step is None:
-                self.say('%s is already upgraded' % self.adapter.describe())
+                self.say_upgraded()
                 return times
             self.keep_out()
             self.begin(session)
@@ -324,17 +348,12 @@ class Upgrade:
     # -- reporting ---------------------------------------------------------
 
     def survey(self):
-        """What the old database holds: ``{what: count}``."""
-        session = self.adapter.connect(for_store=False)
+        """What the old database holds: ``{what: count}`` (before the
+        upgrade has begun: see next_step)."""
+        session = self.reading_session()
         try:
             self.begin(session)
-            step, _ = self.status(session)
-            if step != 'prepare':
-                raise RelStorage4Database(
-                    'the upgrade of %s has begun already (next step: %s); '
-                    'a dry run can only survey one that has not'
-                    % (self.adapter.describe(), step))
-            original_tables = self.original_names()
+            original_tables = self.surveyed_tables(session)
             result = {
                 'revisions': session.scalar(
                     'SELECT COUNT(*) FROM %s' % original_tables['object_state']),
@@ -358,10 +377,10 @@ class Upgrade:
         """``(seconds, revisions, bytes)`` of copying the revisions of the
         first *objects* objects into a temporary table (the dry run's
         measure: it takes no lock and changes nothing)."""
-        table = self.original_names()['object_state']
-        session = self.adapter.connect(for_store=False)
+        session = self.reading_session()
         try:
             self.begin(session)
+            table = self.surveyed_tables(session)['object_state']
             hi = session.scalar(
                 'SELECT MAX(zoid) FROM (SELECT zoid FROM %s ORDER BY zoid '
                 'LIMIT %%s) batch' % table, (objects,))
@@ -390,6 +409,13 @@ class Upgrade:
         finally:
             session.rollback_quietly()
             session.close()
+
+    def surveyed_tables(self, session):
+        """Where the old tables are, for the dry run: renamed already
+        when a prepare that could not be one transaction was
+        interrupted."""
+        return (self.old_tables if self.renamed(session)
+                else self.original_names())
 
     def original_names(self):
         """The old tables' names before the upgrade renames them."""

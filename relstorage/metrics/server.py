@@ -3,6 +3,7 @@ a config file over HTTP, for a site whose application does not serve
 them itself, or for scripts and a cron-driven pack.
 
     relstorage-metrics [--port N] [--addr HOST] [--interval SECONDS]
+                       [--max-connections N] [--client-timeout SECONDS]
                        config.conf
 
 Each ``<relstorage>`` section of the file is opened read-only with
@@ -22,11 +23,18 @@ command is interrupted (SIGINT or SIGTERM):
   that directory wrote there: run the application's workers, or a
   nightly zodbpack, with the same variable and ``metrics true``, and
   their commits, conflicts or pack progress are served here, added up.
+
+Each connection is served in a thread of its own, at most
+``--max-connections`` (16) at once; a client that sends nothing for
+``--client-timeout`` seconds (10) before its request is whole (or reads
+nothing of the answer for as long) is dropped, and none is waited for
+at shutdown.
 """
 import argparse
 import importlib.util
 import logging
 import signal
+from socketserver import ThreadingMixIn
 import sys
 import threading
 import time
@@ -125,22 +133,80 @@ class DatabaseFigures:
         return families
 
 
+#: Seconds a client may keep a connection without sending a byte of its
+#: request (or reading one of the answer) before it is dropped
+#: (--client-timeout).
+CLIENT_TIMEOUT = 10.0
+#: Connections served at once (--max-connections); one more is answered
+#: "503 Service Unavailable" and closed at once.
+MAX_CONNECTIONS = 16
+#: What a connection beyond the bound is told.
+_BUSY = (b'HTTP/1.0 503 Service Unavailable\r\nContent-Type: text/plain'
+         b'\r\nConnection: close\r\nContent-Length: 32\r\n\r\n'
+         b'too many connections; try again\n')
+
+
 class _QuietHandler(WSGIRequestHandler):
+    def setup(self):
+        # StreamRequestHandler gives the socket this timeout: a client
+        # that stalls mid-request is dropped rather than kept forever.
+        self.timeout = self.server.client_timeout
+        super().setup()
+
     def log_message(self, format, *args):
         pass
 
 
-class _Server(WSGIServer):
+class _Server(ThreadingMixIn, WSGIServer):
+    """Each connection in a thread of its own, at most *max_connections*
+    at once, none waited for at shutdown (a silent client must not hold
+    up a scrape, nor the end of the process)."""
+
     daemon_threads = True
+    block_on_close = False
+    client_timeout = CLIENT_TIMEOUT
+    slots = None
+
+    def limit(self, max_connections, client_timeout):
+        self.slots = threading.BoundedSemaphore(max_connections)
+        self.client_timeout = client_timeout
+
+    def process_request(self, request, client_address):
+        if not self.slots.acquire(blocking=False):
+            try:
+                request.settimeout(1.0)
+                request.sendall(_BUSY)
+            except OSError:
+                pass
+            self.shutdown_request(request)
+            return
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            self.slots.release()
+            raise
+
+    def process_request_thread(self, request, client_address):
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self.slots.release()
+
+    def handle_error(self, request, client_address):
+        # A client that went silent (timed out) or away: its loss alone.
+        log.debug('connection from %s ended: %s', client_address,
+                  sys.exc_info()[1])
 
 
-def serve(registry, addr, port):
+def serve(registry, addr, port, max_connections=MAX_CONNECTIONS,
+          client_timeout=CLIENT_TIMEOUT):
     """Serve *registry* at ``http://addr:port/metrics`` from a daemon
-    thread; return the server (``server_port`` is the port, when *port*
-    was 0)."""
+    thread, each connection in a thread of its own; return the server
+    (``server_port`` is the port, when *port* was 0)."""
     from prometheus_client import make_wsgi_app
     httpd = make_server(addr, port, make_wsgi_app(registry),
                         server_class=_Server, handler_class=_QuietHandler)
+    httpd.limit(max_connections, client_timeout)
     threading.Thread(target=httpd.serve_forever, name='relstorage-metrics',
                      daemon=True).start()
     return httpd
@@ -218,10 +284,24 @@ def main(argv=None, out=None):
     parser.add_argument('--interval', type=float, default=15.0,
                         help='seconds between two polls, and the longest '
                              'the database figures are kept (default 15)')
+    parser.add_argument('--max-connections', type=int,
+                        default=MAX_CONNECTIONS, metavar='N',
+                        help='connections served at once; more are '
+                             'answered 503 (default %(default)s)')
+    parser.add_argument('--client-timeout', type=float,
+                        default=CLIENT_TIMEOUT, metavar='SECONDS',
+                        help='drop a client that sends nothing for this '
+                             'long before its request is whole '
+                             '(default %(default)s)')
     parser.add_argument('config', help='file of <relstorage> sections')
     args = parser.parse_args(argv)
     if args.interval <= 0:
         parser.error('--interval must be positive')
+    if args.max_connections < 1:
+        parser.error('--max-connections must be at least 1')
+    if not 0 < args.client_timeout < float('inf'):
+        parser.error('--client-timeout must be a positive number of '
+                     'seconds')
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format='%(asctime)s %(levelname)s %(name)s: '
                                '%(message)s')
@@ -249,7 +329,7 @@ def main(argv=None, out=None):
         previous = signal.signal(signal.SIGTERM, lambda *_: stop.set())
     try:
         httpd = serve(registry_for(storages, args.interval), args.addr,
-                      args.port)
+                      args.port, args.max_connections, args.client_timeout)
         for name, storage in opened:
             print('%s: %s' % (name, storage.describe()), file=out)
         print('serving http://%s:%d/metrics' % (args.addr, httpd.server_port),

@@ -30,7 +30,7 @@ LISTED = 1000
 #: The class of ZODB's blobs, whose data lives beside the state.
 BLOB_CLASS = 'ZODB.blob.Blob'
 #: Kinds of findings that mean the database is broken.
-BROKEN = ('dangling', 'damaged', 'missing_blobs')
+BROKEN = ('dangling', 'damaged', 'missing_blobs', 'future')
 
 
 class CheckResult(dict):
@@ -76,6 +76,16 @@ class Check:
         if self.listed is None or len(self.result[kind]) < self.listed:
             self.result[kind].append(entry)
 
+    @staticmethod
+    def class_of(state):
+        """The class *state* names, None when deleted or unreadable."""
+        if state is None:
+            return None
+        try:
+            return class_name(state)
+        except ValueError:
+            return None
+
     def class_number(self, name):
         number = self.numbers.get(name)
         if number is None:
@@ -112,6 +122,12 @@ class Check:
             oids = []
             found = []
             for row in rows:
+                if row[1] > self.result['tid']:
+                    # No commit made it: polls never announce it, and the
+                    # next commit would get an older tid than this one's.
+                    self.found('future', oid=row[0], tid=row[1],
+                               class_=self.class_of(row[2]),
+                               last=self.result['tid'])
                 if row[2] is not None:
                     oids.append(row[0])
                     refs = self.examine(row, with_blobs)
@@ -200,9 +216,10 @@ class Check:
             for oid in graph.unreached(reached):
                 self.found('unreachable', oid=oid,
                            class_=names[classes[index(oid)]])
-        for kind in ('damaged', 'missing_blobs'):
+        for kind in ('damaged', 'missing_blobs', 'future'):
             for entry in self.result[kind]:
-                entry['reachable'] = bool(reached[index(entry['oid'])])
+                at = index(entry['oid'])   # -1: deleted, not in the graph
+                entry['reachable'] = at >= 0 and bool(reached[at])
         for kind in BROKEN + ('unreachable',):
             for entry in self.result.get(kind, ()):
                 readable(entry)
@@ -214,5 +231,6 @@ def readable(entry):
     for key in ('oid', 'missing'):
         if entry.get(key) is not None:
             entry[key] = oid_repr(p64(entry[key]))
-    if 'tid' in entry:
-        entry['tid'] = tid_repr(p64(entry['tid']))
+    for key in ('tid', 'last'):
+        if key in entry:
+            entry[key] = tid_repr(p64(entry[key]))

@@ -29,6 +29,7 @@ from ZODB.POSException import StorageError
 
 from ..adapters.session import chunks
 from ..exceptions import CorruptRecord
+from ..exceptions import PackedFurtherAlready
 from ..pickledrefs import page_references
 from .refgraph import ReferenceGraph
 from .refworkers import Workers
@@ -220,7 +221,7 @@ class Pack:
         self.pack_tid = min(self.pack_tid, view)
         last = self.packer.last_pack_tid(session.session)
         if last is not None and self.pack_tid < last:
-            raise StorageError(
+            raise PackedFurtherAlready(
                 'cannot pack to %016x: an earlier pack already went to '
                 '%016x, so older states are gone' % (self.pack_tid, last))
         deleted = None

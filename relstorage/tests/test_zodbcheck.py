@@ -10,6 +10,7 @@ import pytest
 import ZODB
 from ZODB.utils import oid_repr
 from ZODB.utils import p64
+from ZODB.utils import tid_repr
 
 from relstorage import zodbcheck
 
@@ -246,23 +247,27 @@ def test_writers_commit_while_the_check_reads(factory, tmp_path):
     assert r['unreachable'] == [{'oid': name(oids['b']), 'class': MAPPING}]
 
 
-def test_reference_to_an_object_deleted_through_the_storage(factory,
-                                                            tmp_path):
-    """deleteObject (IExternalGC) leaves a deletion record (history) or a
-    tombstone (no history): the object is gone all the same."""
+def _delete_through_the_storage(factory, tmp_path, oid):
     from ZODB.Connection import TransactionMetaData
-    oids, config = prepared(factory, tmp_path)
     storage = factory.storage(blob_dir=str(tmp_path / 'blobs'),
                               blob_chunk_size=1000)
     try:
-        _, serial = storage.load(p64(oids['d']))
+        _, serial = storage.load(p64(oid))
         t = TransactionMetaData()
         storage.tpc_begin(t)
-        storage.deleteObject(p64(oids['d']), serial, t)
+        storage.deleteObject(p64(oid), serial, t)
         storage.tpc_vote(t)
         storage.tpc_finish(t)
     finally:
         storage.close()
+
+
+def test_reference_to_an_object_deleted_through_the_storage(factory,
+                                                            tmp_path):
+    """deleteObject (IExternalGC) leaves a deletion record (history) or a
+    tombstone (no history): the object is gone all the same."""
+    oids, config = prepared(factory, tmp_path)
+    _delete_through_the_storage(factory, tmp_path, oids['d'])
     status, r = run_json(zodbcheck, config)
     assert status == 3
     assert r['objects'] == 5
@@ -272,3 +277,58 @@ def test_reference_to_an_object_deleted_through_the_storage(factory,
     status, info = run_json(zodbinfo, '--exact', '--classes', config)
     assert info['objects'] == 5
     assert sum(c['objects'] for c in info['classes']) == 5
+
+
+@pytest.mark.parametrize('deleted', [False, True], ids=['live', 'deleted'])
+def test_revision_newer_than_the_last_transaction(factory, tmp_path,
+                                                  deleted):
+    """A current revision (or deletion) whose tid no transaction reached
+    (a restore that wrote rows but not the transaction, a hand-made
+    fix): polls never announce it and the next commit would get an
+    older tid."""
+    oids, config = prepared(factory, tmp_path)
+    oid = oids['d'] if deleted else oids['b']
+    if deleted:
+        _delete_through_the_storage(factory, tmp_path, oid)
+    adapter = factory.adapter()
+    session = adapter.connect(for_store=False)
+    try:
+        session.begin()
+        last = session.scalar(adapter.mover.last_tid_sql)
+        old = session.scalar('SELECT tid FROM object_state WHERE zoid = %s '
+                             'ORDER BY tid DESC LIMIT 1', (oid,))
+    finally:
+        session.rollback_quietly()
+        session.close()
+        adapter.close()
+    future = last + (1 << 32)
+    if factory.keep_history:
+        execute(factory,
+                ('INSERT INTO object_state (zoid, tid, prev_tid, state_size, '
+                 'state) SELECT zoid, %s, tid, state_size, state FROM '
+                 'object_state WHERE zoid = %s AND tid = %s',
+                 (future, oid, old)),
+                ('UPDATE current_object SET tid = %s WHERE zoid = %s',
+                 (future, oid)))
+    else:
+        execute(factory, ('UPDATE object_state SET tid = %s WHERE zoid = %s',
+                          (future, oid)))
+    status, r = run_json(zodbcheck, config)
+    assert status == zodbcheck.EXIT_BROKEN
+    assert r['broken'] is True
+    what = None if deleted else MAPPING
+    assert r['future'] == [{'oid': name(oid), 'class': what,
+                            'tid': tid_repr(p64(future)),
+                            'last': tid_repr(p64(last)),
+                            'reachable': not deleted}]
+    assert r['future_count'] == 1
+    assert r['dangling_count'] == (1 if deleted else 0)
+    assert r['damaged_count'] == 0
+    status, out, err = run_tool('zodbcheck', config)
+    assert status == 3, out + err
+    assert ('revision newer than the last transaction: %s (%s), transaction '
+            '%s%s, while the last transaction is %s' % (
+                name(oid), what or 'class unknown', tid_repr(p64(future)),
+                ' (unreachable)' if deleted else '',
+                tid_repr(p64(last)))) in out
+    assert '1 revision newer than the last transaction' in out

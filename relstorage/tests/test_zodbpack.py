@@ -11,6 +11,11 @@ import ZODB.config
 from ZODB.FileStorage import FileStorage
 from persistent.mapping import PersistentMapping
 from ZODB.Connection import TransactionMetaData
+from ZODB.POSException import POSKeyError
+from ZODB.tests.MinPO import MinPO
+from ZODB.tests.StorageTestBase import zodb_pickle
+from ZODB.TimeStamp import TimeStamp
+from ZODB.utils import p64
 
 from .dbs import DatabaseFactory
 from .dbs import child_env
@@ -66,7 +71,7 @@ def test_zodbpack_packs_every_section(factory, tmp_path):
                           '<filestorage other>\n path %s\n</filestorage>\n'
                           % fs_path)
     time.sleep(0.01)
-    out = run(config)
+    out = run('-d', '0', config)
     assert out.returncode == 0, out.stderr
     assert 'main (' in out.stdout and 'other (' in out.stdout
     assert '1 objects' in out.stdout  # the unlinked mapping
@@ -92,7 +97,7 @@ def test_zodbpack_says_where_the_graph_was_followed(tmp_path, graph_mb):
         with open(config, 'w') as f:
             f.write(text.replace(' keep-history', graph_mb + ' keep-history'))
         time.sleep(0.01)
-        out = run(config)
+        out = run('-d', '0', config)
     finally:
         factory.cleanup()
     assert out.returncode == 0, out.stderr
@@ -107,7 +112,7 @@ def test_zodbpack_prepack_then_use_prepack_state(factory, tmp_path):
     db.close()
     config = write_config(tmp_path, factory)
     time.sleep(0.01)
-    out = run('--prepack', config)
+    out = run('-d', '0', '--prepack', config)
     assert out.returncode == 0, out.stderr
     assert '1 unreachable objects found' in out.stdout
     storage = factory.storage()
@@ -192,3 +197,101 @@ def test_bad_config_names_the_problem(tmp_path):
     out = run(str(path))
     assert out.returncode == 2
     assert 'keep-history' in out.stderr
+
+
+def tid_at(when):
+    """The transaction id of Unix time *when*."""
+    return TimeStamp(*time.gmtime(when)[:5] + (when % 60,)).raw()
+
+
+def commit_at(storage, when, records):
+    """Commit ``{oid: MinPO value}`` as a transaction made at *when*."""
+    tid = tid_at(when)
+    meta = TransactionMetaData()
+    storage.tpc_begin(meta, tid)
+    for oid, value in records.items():
+        storage.restore(p64(oid), tid, zodb_pickle(MinPO(value)), '', None,
+                        meta)
+    storage.tpc_vote(meta)
+    storage.tpc_finish(meta)
+    return tid
+
+
+@pytest.mark.parametrize('args, keeps_a_day', [
+    ([], True), (['-d', '1'], True), (['-d', '0'], False),
+    (['-d', '-1'], False), (['--days=-3'], False)],
+    ids=['default', 'one', 'zero', 'minus-one', 'minus-three'])
+def test_zodbpack_keeps_a_day_by_default(factory, tmp_path, args,
+                                         keeps_a_day):
+    """RelStorage 4's zodbpack keeps a day of history unless told
+    otherwise, and reads a negative number of days as "pack to now": a
+    cron line carried over from it keeps meaning what it meant."""
+    now = time.time()
+    storage = factory.storage()
+    try:
+        root = [commit_at(storage, now - days * 86400, {0: n})
+                for n, days in enumerate((3, 2, 2 / 24.))]
+        # Written an hour ago and referred to by nothing.
+        young_garbage = commit_at(storage, now - 3600, {1: 'young'})
+        root.append(commit_at(storage, now - 1800, {0: 3}))
+    finally:
+        storage.close()
+    out = run(*(args + [write_config(tmp_path, factory)]))
+    assert out.returncode == 0, out.stderr
+    storage = factory.storage()
+    try:
+        def revisions(oid, tids):
+            kept = []
+            for tid in tids:
+                try:
+                    storage.loadSerial(p64(oid), tid)
+                except POSKeyError:
+                    continue
+                kept.append(tids.index(tid))
+            return kept
+
+        # The garbage of the last day is garbage only after that day.
+        assert revisions(1, [young_garbage]) == ([0] if keeps_a_day
+                                                 else [])
+        if factory.keep_history:
+            # Kept: what was current a day ago and everything since, so
+            # the last day's transactions can still be undone.
+            assert revisions(0, root) == ([1, 2, 3] if keeps_a_day
+                                          else [3])
+            undoable = {entry['id'] for entry in storage.undoLog(0, 10)}
+            assert (root[2] in undoable) == keeps_a_day
+            assert (root[3] in undoable) == keeps_a_day
+        else:
+            assert revisions(0, root) == [3]
+    finally:
+        storage.close()
+
+
+def test_zodbpack_help_says_the_default():
+    out = subprocess.run([sys.executable, '-m', 'relstorage.zodbpack',
+                          '--help'], capture_output=True, text=True,
+                         env=child_env(), timeout=60)
+    assert out.returncode == 0
+    text = ' '.join(out.stdout.split())
+    assert 'default 1' in text and '-d -1' in text, text
+
+
+def test_the_cron_line_after_a_pack_to_now(factory, tmp_path):
+    """A pack to now by hand, then the nightly cron line keeping a day:
+    nothing is left to pack there, which is said, not a failure (as
+    RelStorage 4 found nothing to pack)."""
+    db = ZODB.DB(factory.storage())
+    make_garbage(db)
+    db.close()
+    config = write_config(tmp_path, factory)
+    time.sleep(0.01)
+    out = run('-d', '0', config)
+    assert out.returncode == 0, out.stderr
+    out = run(config)
+    assert out.returncode == 0, out.stderr
+    if factory.keep_history:
+        # (Without history, the pack simply finds nothing to remove.)
+        assert 'nothing to pack' in out.stdout
+        assert 'an earlier pack already went to' in out.stdout
+    else:
+        assert ' 0 objects' in out.stdout, out.stdout

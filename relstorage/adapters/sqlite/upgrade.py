@@ -9,12 +9,21 @@ running cannot commit into a database being copied.
 """
 import os
 import sqlite3
+import urllib.parse
 
 from ..upgrade import Upgrade
 from ..upgrade import UpgradeRefused
 from . import files
+from .adapter import MAIN_FILE
 from .adapter import OID_FILE
 from .adapter import RS4_FILE
+from .adapter import SQLiteSession
+
+
+def _existing(path):
+    """The URI that opens the SQLite file at *path* without creating
+    it."""
+    return 'file:%s?mode=rw' % urllib.parse.quote(path)
 
 
 class SQLiteUpgrade(Upgrade):
@@ -34,8 +43,33 @@ class SQLiteUpgrade(Upgrade):
         if not session.scalar(
                 "SELECT COUNT(*) FROM pragma_database_list WHERE name = 'rs4'"):
             if os.path.exists(self._path()):
-                session.execute('ATTACH DATABASE %s AS rs4', (self._path(),))
+                path = self._path()
+                if getattr(session, 'reading', False):
+                    path = _existing(path)
+                session.execute('ATTACH DATABASE %s AS rs4', (path,))
         super().begin(session)
+
+    def refuse_missing(self):
+        # Connecting creates the directory and our file: not for nothing.
+        if not any(os.path.exists(os.path.join(self.adapter.data_dir, name))
+                   for name in (MAIN_FILE, RS4_FILE)):
+            raise UpgradeRefused(
+                '%s holds no RelStorage 4 database: nothing to upgrade (no '
+                '%s there)' % (self.adapter.describe(), RS4_FILE))
+
+    def reading_session(self):
+        # Only files that exist are opened: ours when there is one, else
+        # (the upgrade has not begun) RelStorage 4's alone, attached by
+        # begin. Not with mode=ro: a reader of a WAL database that cannot
+        # write leaves its -wal and -shm files behind.
+        self.refuse_missing()
+        main = self.adapter.main_path
+        conn = sqlite3.connect(_existing(main) if os.path.exists(main)
+                               else ':memory:', uri=True)
+        conn.isolation_level = None     # transactions are explicit
+        session = SQLiteSession(self.adapter, conn)
+        session.reading = True
+        return session
 
     def original_names(self):
         return self.old_tables
@@ -84,6 +118,7 @@ class SQLiteUpgrade(Upgrade):
 
     def drop_old(self):
         # Files, not tables: checked in a session, removed after it.
+        self.refuse_missing()
         session = self.adapter.connect(for_store=True)
         try:
             session.begin()
