@@ -1,6 +1,7 @@
 """PostgreSQL specifics: zap_all truncates large tables, but never waits
 for a reader to do so; commits copy rows into place without temp_store;
 commit announcements. Through psycopg2 and psycopg 3."""
+import contextlib
 import time
 
 import pytest
@@ -77,10 +78,11 @@ def test_zap_deletes_when_a_reader_holds_the_table(factory):
         storage.close()
 
 
-def test_poll_interval_with_commit_announcements(factory):
-    """With a poll-interval, every commit is announced (NOTIFY) to the
-    load sessions listening: an instance within its interval sees another
-    process's commit at once, and polls nothing while nobody commits."""
+@contextlib.contextmanager
+def _writer_and_listener(factory):
+    """``(wtm, wconn, rtm, rconn)``: a writer's connection that committed
+    ``root['x'] = 1``, and a connection with a poll-interval that read it
+    (its transaction ended), each with its transaction manager."""
     import transaction
     import ZODB
     writer = ZODB.DB(factory.storage(zap=True))
@@ -94,6 +96,21 @@ def test_poll_interval_with_commit_announcements(factory):
         rconn = reader.open(rtm)
         assert rconn.root()['x'] == 1
         rtm.abort()
+        yield wtm, wconn, rtm, rconn
+    finally:
+        writer.close()
+        reader.close()
+
+
+def test_poll_interval_with_commit_announcements(factory):
+    """With a poll-interval, every commit is announced (NOTIFY) to the
+    load sessions listening: an instance within its interval sees another
+    process's commit once its announcement arrives (on its own, shortly
+    after the COMMIT), and polls nothing while nobody commits. (The first
+    read, by a connection taken from the pool, sees the commit made
+    before: see test_reopened_connection_sees_commits_not_yet_announced.)
+    """
+    with _writer_and_listener(factory) as (wtm, wconn, rtm, rconn):
         inst = rconn._storage
         session = inst._load.session
         assert session.fetchall('SELECT pg_listening_channels()') == [
@@ -118,9 +135,6 @@ def test_poll_interval_with_commit_announcements(factory):
         # Without the announcement the view would stay for an hour.
         assert wait_for(sees_it)
         assert session.round_trips > trips
-    finally:
-        writer.close()
-        reader.close()
 
 
 def _hold_announcements(instance):
@@ -180,20 +194,7 @@ def test_announcement_arriving_with_a_read_is_not_lost(factory):
     """A commit announced while the instance's snapshot was open reaches
     it with the snapshot's end (a statement's results), through either
     driver: the next transaction sees the commit, within the interval."""
-    import transaction
-    import ZODB
-    writer = ZODB.DB(factory.storage(zap=True))
-    reader = ZODB.DB(factory.storage(poll_interval=3600))
-    try:
-        wtm = transaction.TransactionManager()
-        wconn = writer.open(wtm)
-        wconn.root()['x'] = 1
-        wtm.commit()
-        rtm = transaction.TransactionManager()
-        rconn = reader.open(rtm)
-        assert rconn.root()['x'] == 1
-        rtm.abort()
-
+    with _writer_and_listener(factory) as (wtm, wconn, rtm, rconn):
         rtm.begin()
         _hold_announcements(rconn._storage)
         wconn.root()['x'] = 2
@@ -202,9 +203,6 @@ def test_announcement_arriving_with_a_read_is_not_lost(factory):
         rtm.begin()
         assert rconn.root()['x'] == 2
         rtm.abort()
-    finally:
-        writer.close()
-        reader.close()
 
 
 def test_no_listening_without_a_poll_interval(factory):
