@@ -73,6 +73,12 @@ class OidOutOfRange(RelStorageError, ValueError):
     from a copy of another storage or from code choosing its own.)"""
 
 
+class InvalidPackTime(RelStorageError, ValueError):
+    """pack() was given a time that no transaction id can name: not a
+    finite number of seconds since the epoch, or outside the years a tid
+    holds (1900 to 5908)."""
+
+
 class UnableToLockRows(ConflictError):
     """Rows to change (or read-current rows) stayed locked by another
     transaction past commit-lock-timeout, or locking them deadlocked.

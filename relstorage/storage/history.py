@@ -1,4 +1,6 @@
 """Object history, the undo log and undo (history-preserving only)."""
+import operator
+
 from ZODB.POSException import POSKeyError
 from ZODB.POSException import UndoError
 from ZODB.blob import is_blob_record
@@ -7,7 +9,11 @@ from ZODB.utils import p64
 from ZODB.utils import u64
 from ZODB._compat import loads
 
+from .load import MAX_ID
 from .load import stored_id
+
+#: The most undo log entries read per query.
+UNDO_LOG_PAGE = 1000
 
 
 def _extension(ext_bytes):
@@ -36,13 +42,25 @@ class History:
     """Mixin of RelStorage: history, undoLog, undoInfo, undo."""
 
     def history(self, oid, size=1):
+        """Up to *size* revisions of *oid*, newest first, as FileStorage
+        gives them: a *size* of zero or less gives none (for an object
+        that exists: POSKeyError for one that does not), None is the
+        default of one. Checked before the database is asked, which
+        would take a negative or huge LIMIT for an error, or for none."""
+        if size is None:
+            size = 1
+        try:
+            size = operator.index(size)
+        except TypeError:
+            raise TypeError('history(): size must be an integer or None, '
+                            'not %r' % (size,)) from None
         with self._reading():
             rows = self._load_session().object_history(
-                stored_id(oid), size or 1)
+                stored_id(oid), min(max(size, 1), MAX_ID))
         if not rows:
             raise POSKeyError(oid)
         result = []
-        for tid, state_size, user, description, ext in rows:
+        for tid, state_size, user, description, ext in rows[:max(size, 0)]:
             d = _describe(tid, user, description, ext)
             del d['id']
             d.update(tid=p64(tid), size=state_size, version='')
@@ -67,7 +85,7 @@ class History:
             while len(result) < last - first:
                 rows = session.transactions(
                     0, upto, newest_first=True, include_packed=False,
-                    limit=max(100, last))
+                    limit=min(max(100, last), UNDO_LOG_PAGE))
                 if not rows:
                     break
                 for tid, user, description, ext, _packed in rows:
@@ -94,9 +112,14 @@ class History:
         conflict resolution where a later transaction changed it too."""
         self._check_writable()
         tpc = self._buffer_for(transaction)
-        undo_tid = u64(transaction_id)
+        # An id that is no tid (another length, past what a column holds)
+        # names no transaction: said before the database is asked.
+        undo_tid = (u64(transaction_id)
+                    if isinstance(transaction_id, bytes)
+                    and len(transaction_id) == 8 else MAX_ID + 1)
         session = self._store_session()
-        packed = session.transaction_exists(undo_tid)
+        packed = (session.transaction_exists(undo_tid)
+                  if undo_tid <= MAX_ID else None)
         if packed is None:
             raise UndoError('no such transaction: %r' % (transaction_id,))
         if packed:

@@ -10,6 +10,16 @@ PAGE = 500
 MAX_TID = 2 ** 63 - 1
 
 
+def tid_bounds(start, stop):
+    """*start* and *stop* (8-byte tids, or None for either end) as the
+    integers a query takes: a stop past the largest tid a column holds is
+    the newest transaction, and a start past it finds nothing (the
+    database is not asked for a number its columns cannot hold)."""
+    first = u64(start) if start is not None else 0
+    last = min(u64(stop), MAX_TID) if stop is not None else MAX_TID
+    return first, last
+
+
 class RelTransactionRecord(TransactionRecord):
     """One transaction; iterating it yields its DataRecords."""
 
@@ -32,8 +42,7 @@ class TransactionIterator:
         self._adapter = adapter
         self._session = None  # opened at the first step
         self._done = False
-        self._next = u64(start) if start is not None else 0
-        self._stop = u64(stop) if stop is not None else MAX_TID
+        self._next, self._stop = tid_bounds(start, stop)
         self._page = []
 
     def __iter__(self):
@@ -87,6 +96,8 @@ class Iteration:
 
     def record_iternext(self, next=None):
         start = u64(next) if next is not None else 0
+        if start > MAX_TID:
+            raise ValueError('no more records')
         with self._reading():
             rows = self._load_session().iter_current_records(start, 2)
         if not rows:

@@ -33,19 +33,25 @@ def stored_id(oid):
 log = logging.getLogger(__name__)
 
 
+def _zodb_caller(skip):
+    """The name of the function *skip* frames above the one asking, if it
+    is ZODB's, else None. ZODB tells a storage instance nothing else of
+    why it calls (a transaction ending, a connection closing)."""
+    try:
+        code = sys._getframe(skip + 1).f_code
+    except ValueError:  # called from near the top of a program
+        return None
+    return code.co_name if 'ZODB' in code.co_filename else None
+
+
 def _polled_as_transaction_ended():
     """Whether poll_invalidations was called by ZODB's
     Connection.afterCompletion (through newTransaction), which polls as
     each transaction ends so that invalidations apply early; a poll at
     open() or begin() is followed by reads, this one perhaps by nothing."""
-    # 0: here, 1: poll_invalidations, 2: newTransaction, 3: its caller
-    try:
-        new_transaction, caller = sys._getframe(2), sys._getframe(3)
-    except ValueError:  # called from near the top of a program
-        return False
-    return (new_transaction.f_code.co_name == 'newTransaction'
-            and caller.f_code.co_name == 'afterCompletion'
-            and 'ZODB' in caller.f_code.co_filename)
+    # 1: poll_invalidations, 2: newTransaction, 3: its caller
+    return (_zodb_caller(2) == 'newTransaction'
+            and _zodb_caller(3) == 'afterCompletion')
 
 
 class Loader:
@@ -98,6 +104,10 @@ class Loader:
                              zip(own[0::2], own[1::2]), complete=True,
                              fetch_changes=fetch)
         del self._own_changes[:]
+        # What was announced until now, this poll sees: forgotten, so that
+        # it causes no second poll (and piles up nowhere while the polls
+        # are forced, by this instance's own commits, say).
+        session.commits_announced()
         self._poll_failed = True
         new = session.restart() if snapshot else session.poll()
         if old is None or unknown or new < old:
@@ -193,9 +203,21 @@ class Loader:
         """Called by ZODB after a transaction ends (and when a connection
         closes): end the snapshot, so that an idle connection holds none
         (no PostgreSQL session "idle in transaction", no SQLite reader
-        pinning the WAL)."""
+        pinning the WAL).
+
+        A connection that closes goes back to ZODB's pool, and whoever
+        opens it next expects every commit made before: its next poll is
+        a real one, whatever the poll-interval. Within the interval the
+        instance would otherwise trust that no commit was announced, but
+        a commit is visible before its announcement reaches a listener
+        (PostgreSQL sends NOTIFY to the listening sessions after the
+        COMMIT, from their own server processes): in a loop of commits,
+        nearly half had not reached the listener when the COMMIT returned.
+        """
         with self._load_lock:
             self._end_snapshot()
+            if _zodb_caller(1) == 'close':
+                self._poll_forced = True
 
     def _end_snapshot(self):
         if self._load is not None:

@@ -20,6 +20,7 @@ atomic, so an interrupted pack leaves a consistent database and the next
 pack finishes the job.
 """
 import logging
+import numbers
 import queue
 import threading
 import time
@@ -29,12 +30,15 @@ from ZODB.POSException import StorageError
 
 from ..adapters.session import chunks
 from ..exceptions import CorruptRecord
+from ..exceptions import InvalidPackTime
 from ..exceptions import PackedFurtherAlready
 from ..pickledrefs import page_references
+from .load import MAX_ID
 from .refgraph import ReferenceGraph
 from .refworkers import Workers
 from ZODB.serialize import referencesf
 from ZODB.TimeStamp import TimeStamp
+from ZODB.utils import p64
 from ZODB.utils import u64
 
 log = logging.getLogger(__name__)
@@ -50,7 +54,21 @@ BATCH_SHARE = 0.8
 REFS_WRITTEN = 20000
 
 
+#: The range of pack times: the times a tid can name (1900-01-01 to
+#: 5908-11-23 UTC, where tids pass what a signed 64-bit column holds).
+EARLIEST_TIME = TimeStamp(p64(0)).timeTime()
+LATEST_TIME = TimeStamp(p64(MAX_ID)).timeTime()
+
+
 def tid_for_time(t):
+    """The tid of time *t* (seconds since the epoch); InvalidPackTime for
+    anything else, before the database is asked."""
+    if (not isinstance(t, numbers.Real) or isinstance(t, bool)
+            or not EARLIEST_TIME <= t < LATEST_TIME):
+        raise InvalidPackTime(
+            'pack time %r is not a time a transaction id can name (seconds '
+            'since the epoch, from 1900-01-01 to 5908-11-23 UTC)' % (t,))
+    t = float(t)
     return u64(TimeStamp(*time.gmtime(t)[:5] + (t % 60,)).raw())
 
 

@@ -16,7 +16,7 @@ from zope.interface import implementer
 
 from ..adapters.relstorage4 import RelStorage4Reader
 from ..blobs.files import missing_blob
-from .iteration import MAX_TID
+from .iteration import tid_bounds
 from .iteration import PAGE
 
 
@@ -44,9 +44,8 @@ class RelStorage4Source:
 
     def iterator(self, start=None, stop=None):
         reader = self._reader
-        next_tid = u64(start) if start is not None else 0
-        stop = u64(stop) if stop is not None else MAX_TID
-        while True:
+        next_tid, stop = tid_bounds(start, stop)
+        while next_tid <= stop:
             page = reader.transactions(next_tid, stop, PAGE)
             for tid, user, description, extension, packed in page:
                 # The copy has restored the blobs of the transaction before

@@ -1,14 +1,17 @@
 """PostgreSQL specifics: zap_all truncates large tables, but never waits
 for a reader to do so; commits copy rows into place without temp_store;
 commit announcements. Through psycopg2 and psycopg 3."""
+import contextlib
 import time
 
 import pytest
 from ZODB.Connection import TransactionMetaData
 from ZODB.POSException import ConflictError
 from ZODB.POSException import POSKeyError
+from ZODB.utils import maxtid
 from ZODB.utils import p64
 from ZODB.utils import u64
+from ZODB.utils import z64
 
 from .dbs import DatabaseFactory
 from .dbs import admin_query
@@ -75,10 +78,11 @@ def test_zap_deletes_when_a_reader_holds_the_table(factory):
         storage.close()
 
 
-def test_poll_interval_with_commit_announcements(factory):
-    """With a poll-interval, every commit is announced (NOTIFY) to the
-    load sessions listening: an instance within its interval sees another
-    process's commit at once, and polls nothing while nobody commits."""
+@contextlib.contextmanager
+def _writer_and_listener(factory):
+    """``(wtm, wconn, rtm, rconn)``: a writer's connection that committed
+    ``root['x'] = 1``, and a connection with a poll-interval that read it
+    (its transaction ended), each with its transaction manager."""
     import transaction
     import ZODB
     writer = ZODB.DB(factory.storage(zap=True))
@@ -92,6 +96,21 @@ def test_poll_interval_with_commit_announcements(factory):
         rconn = reader.open(rtm)
         assert rconn.root()['x'] == 1
         rtm.abort()
+        yield wtm, wconn, rtm, rconn
+    finally:
+        writer.close()
+        reader.close()
+
+
+def test_poll_interval_with_commit_announcements(factory):
+    """With a poll-interval, every commit is announced (NOTIFY) to the
+    load sessions listening: an instance within its interval sees another
+    process's commit once its announcement arrives (on its own, shortly
+    after the COMMIT), and polls nothing while nobody commits. (The first
+    read, by a connection taken from the pool, sees the commit made
+    before: see test_reopened_connection_sees_commits_not_yet_announced.)
+    """
+    with _writer_and_listener(factory) as (wtm, wconn, rtm, rconn):
         inst = rconn._storage
         session = inst._load.session
         assert session.fetchall('SELECT pg_listening_channels()') == [
@@ -116,9 +135,74 @@ def test_poll_interval_with_commit_announcements(factory):
         # Without the announcement the view would stay for an hour.
         assert wait_for(sees_it)
         assert session.round_trips > trips
+
+
+def _hold_announcements(instance):
+    """Keep the commits announced from now on from reaching *instance*'s
+    load session: PostgreSQL holds a notification for a listening session
+    that is in a transaction until the transaction ends. It stands for
+    the listener's server process that a loaded machine has not run yet:
+    the commit is visible, its announcement not there (in a loop of
+    commits, nearly half had not reached the listener when the COMMIT
+    returned). A read through the instance begins its snapshot."""
+    instance.loadBefore(z64, maxtid)
+    assert instance._load.session.in_transaction
+
+
+@pytest.mark.parametrize('explicit', [False, True],
+                         ids=['implicit', 'explicit'])
+def test_reopened_connection_sees_commits_not_yet_announced(factory,
+                                                            explicit):
+    """A connection taken from ZODB's pool sees every commit made before
+    it was opened, even one whose announcement has not reached it yet:
+    within its poll-interval it would otherwise trust the silence. (With
+    an explicit transaction manager, open() does not poll; begin() does.)
+    """
+    import transaction
+    import ZODB
+    writer = ZODB.DB(factory.storage(zap=True))
+    reader = ZODB.DB(factory.storage(poll_interval=3600))
+    try:
+        rtm = transaction.TransactionManager(explicit=explicit)
+        rconn = reader.open(rtm)
+        if explicit:
+            rtm.begin()
+        assert 'x' not in rconn.root()
+        rtm.abort()
+        inst = rconn._storage
+        rconn.close()
+
+        _hold_announcements(inst)
+        wtm = transaction.TransactionManager()
+        wconn = writer.open(wtm)
+        wconn.root()['x'] = 1
+        wtm.commit()
+
+        again = reader.open(rtm)
+        assert again is rconn and again._storage is inst
+        if explicit:
+            rtm.begin()
+        assert again.root()['x'] == 1
+        rtm.abort()
+        again.close()
     finally:
         writer.close()
         reader.close()
+
+
+def test_announcement_arriving_with_a_read_is_not_lost(factory):
+    """A commit announced while the instance's snapshot was open reaches
+    it with the snapshot's end (a statement's results), through either
+    driver: the next transaction sees the commit, within the interval."""
+    with _writer_and_listener(factory) as (wtm, wconn, rtm, rconn):
+        rtm.begin()
+        _hold_announcements(rconn._storage)
+        wconn.root()['x'] = 2
+        wtm.commit()
+        rtm.abort()         # ends the snapshot: the announcement comes
+        rtm.begin()
+        assert rconn.root()['x'] == 2
+        rtm.abort()
 
 
 def test_no_listening_without_a_poll_interval(factory):

@@ -89,9 +89,17 @@ class PsycopgDriver(Driver):
         return self.module.conninfo.conninfo_to_dict(dsn)
 
     def connect(self, dsn, **keywords):
-        return self.module.connect(
+        conn = self.module.connect(
             dsn, autocommit=True, cursor_factory=self.module.ClientCursor,
             **keywords)
+        # psycopg takes the notifications that arrive with a statement's
+        # results (those held back while a snapshot was open come with its
+        # ROLLBACK) before notified() can read them, and keeps them where
+        # only its notifies() generator looks, piling up: a handler
+        # notes them instead.
+        conn.relstorage_heard = heard = _Heard()
+        conn.add_notify_handler(heard)
+        return conn
 
     def mogrify(self, cursor, stmt, params):
         return cursor.mogrify(stmt, params)
@@ -105,10 +113,24 @@ class PsycopgDriver(Driver):
     def notified(self, conn):
         pgconn = conn.pgconn
         pgconn.consume_input()
-        found = False
+        heard = conn.relstorage_heard
+        found, heard.any = heard.any, False
         while pgconn.notifies() is not None:
             found = True
         return found
+
+
+class _Heard:
+    """A psycopg notify handler: whether a notification arrived since
+    notified() last looked."""
+
+    __slots__ = ('any',)
+
+    def __init__(self):
+        self.any = False
+
+    def __call__(self, notify):
+        self.any = True
 
 
 DRIVERS = {'psycopg2': Psycopg2Driver, 'psycopg': PsycopgDriver}
