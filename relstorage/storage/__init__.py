@@ -67,9 +67,11 @@ class RelStorage(Loader, TPC, History, Iteration, BlobMethods,
             if options.poll_interval and not adapter.announces_commits:
                 log.warning(
                     'poll-interval %s on the %s, which does not announce '
-                    'commits: a connection may read data up to %s s older '
-                    'than other processes\' commits (its own it sees at '
-                    'once)', options.poll_interval, adapter.describe(),
+                    'commits: a connection kept open may read data up to '
+                    '%s s older than other processes\' commits (its own it '
+                    'sees at once, and a connection opened from the pool '
+                    'sees every commit made before)',
+                    options.poll_interval, adapter.describe(),
                     options.poll_interval)
             adapter.prepare()
             self._cache = StorageCache(
