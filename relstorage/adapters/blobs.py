@@ -39,25 +39,25 @@ def upload_blob(session, path, chunk_size):
     return blob_id
 
 
-def blob_id_of(session, oid, tid):
-    """``(True, blob_id or None)`` for the revision *(oid, tid)*, or
-    ``(False, None)`` when this session cannot see that revision."""
+def blob_of(session, oid, tid, length_clause='LENGTH(c.chunk)'):
+    """What the database holds of the blob of revision *(oid, tid)*, in
+    one round trip: None when this session cannot see that revision,
+    else ``(blob_id, count, first, last, size)`` -- the revision's
+    blob_id (None when it holds no blob), how many chunks that blob has,
+    the lowest and highest chunk number, and the bytes of all its chunks
+    (*length_clause* measures one chunk ``c.chunk``). A whole blob has
+    chunks 0 to count - 1 (the primary key rules out two of one number),
+    so any other span means chunks are missing."""
     row = session.fetchone(
-        'SELECT blob_id FROM object_state WHERE zoid = %s AND tid = %s',
-        (oid, tid))
+        'SELECT s.blob_id, COUNT(c.chunk_num), MIN(c.chunk_num), '
+        'MAX(c.chunk_num), SUM(%s) FROM object_state s '
+        'LEFT JOIN blob_chunk c ON c.blob_id = s.blob_id '
+        'WHERE s.zoid = %%s AND s.tid = %%s GROUP BY s.blob_id'
+        % length_clause, (oid, tid))
     if row is None:
-        return False, None
-    return True, row[0]
-
-
-def chunk_span(session, blob_id):
-    """``(count, first, last)`` of the chunk numbers of *blob_id*: a whole
-    blob has chunks 0 to count - 1 (the primary key rules out two of one
-    number), so any other span means chunks are missing."""
-    count, first, last = session.fetchone(
-        'SELECT COUNT(*), MIN(chunk_num), MAX(chunk_num) FROM blob_chunk '
-        'WHERE blob_id = %s', (blob_id,))
-    return count, first, last
+        return None
+    blob_id, count, first, last, size = row
+    return (blob_id, int(count or 0), first, last, int(size or 0))
 
 
 def read_chunk(session, blob_id, num):

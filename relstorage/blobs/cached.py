@@ -1,19 +1,52 @@
 """``shared-blob-dir false`` (the default): blobs are stored in the database
 and the blob directory is this client's cache of them, kept under
 ``blob-cache-size``."""
+import logging
 import os
 import time
 
 from ZODB.blob import set_not_writable
 from ZODB.utils import p64
 
+from ..cache.safefile import FILE_MODE
+from ..cache.safefile import check_regular
+from ..exceptions import CacheFileUnusable
 from ..exceptions import CorruptRecord
 from .cachesize import CacheSizeChecker
 from .files import BlobFiles
 from .files import missing_blob
 
+log = logging.getLogger(__name__)
+
+
+def cached_file_ok(path, size):
+    """Whether the blob cache's file at *path* may be served for a blob of
+    *size* bytes: a regular file (a symbolic link, FIFO or device is not
+    even opened), the process user's own, writable by no one else, and
+    exactly as long as the blob in the database (a file cut short by a
+    crash is not). A file that fails is logged and downloaded again."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return False
+    try:
+        check_regular(st, 'cached blob file')
+        if st.st_size != size:
+            raise CacheFileUnusable(
+                'it holds %d bytes where the blob in the database holds %d'
+                % (st.st_size, size))
+    except CacheFileUnusable as e:
+        log.warning('not using the cached blob file %s: %s; downloading '
+                    'the blob again', path, e)
+        return False
+    return True
+
 
 class DatabaseBlobs(BlobFiles):
+
+    #: A blob cache is served from: a directory others may write is
+    #: refused (see BlobFiles).
+    trusted_dir = True
 
     def __init__(self, blob_dir, options, keep_history):
         super().__init__(blob_dir)
@@ -44,7 +77,9 @@ class DatabaseBlobs(BlobFiles):
         for oid, staged in list(tpc.blobs.items()):
             try:
                 added += os.path.getsize(staged)
-                self.place(staged, oid, tid)
+                # Read-only (as ZODB makes committed blobs) and the
+                # owner's only, like the files downloaded.
+                os.chmod(self.place(staged, oid, tid), FILE_MODE & ~0o222)
             except OSError:
                 self.discard([staged])
             del tpc.blobs[oid]
@@ -54,22 +89,15 @@ class DatabaseBlobs(BlobFiles):
 
     def load(self, storage, oid, tid):
         path = self.filename(oid, tid)
-        try:
-            # Record the use: the cache check removes the least recently
-            # used files first.
-            os.utime(path, ns=(time.time_ns(), os.stat(path).st_mtime_ns))
-            return path
-        except FileNotFoundError:
-            pass
         with storage._reading():
-            found = self._download(storage._load_session(), oid, tid, path)
+            found = self._fetch(storage._load_session(), oid, tid, path)
         if not found:
             # Not in this instance's snapshot: a revision committed since
             # (our own, whose cached file was removed meanwhile, say).
             session = storage._adapter.open_load_session()
             try:
                 session.restart()
-                found = self._download(session, oid, tid, path)
+                found = self._fetch(session, oid, tid, path)
             finally:
                 session.close()
         if not found:
@@ -77,15 +105,17 @@ class DatabaseBlobs(BlobFiles):
                                % storage._adapter.describe())
         return path
 
-    def _download(self, session, oid, tid, path):
-        """Copy the blob of *(oid, tid)* into the cache at *path*, chunk by
-        chunk; False when *session* does not see that revision."""
-        exists, blob_id = session.blob_id(oid, tid)
-        if not exists:
+    def _fetch(self, session, oid, tid, path):
+        """Make *path* hold the blob of *(oid, tid)*: the cached file if
+        it passes cached_file_ok against what *session* says of the blob,
+        else a fresh download. False when *session* does not see that
+        revision."""
+        found = session.blob_of(oid, tid)
+        if found is None:
             return False
+        blob_id, count, first, last, size = found
         if blob_id is None:
             raise missing_blob(oid, tid, 'the revision holds no blob')
-        count, first, last = session.blob_chunk_span(blob_id)
         if not count:
             raise missing_blob(oid, tid, 'its data (blob %d) is missing '
                                'from the database' % blob_id)
@@ -93,6 +123,18 @@ class DatabaseBlobs(BlobFiles):
             raise self._damaged(
                 session, oid, tid, blob_id, 'its chunks are numbered %d to '
                 '%d, but there are %d of them' % (first, last, count))
+        if cached_file_ok(path, size):
+            # Record the use: the cache check removes the least recently
+            # used files first.
+            os.utime(path, ns=(time.time_ns(), os.lstat(path).st_mtime_ns))
+        else:
+            self._download(session, oid, tid, blob_id, count, path)
+        return True
+
+    def _download(self, session, oid, tid, blob_id, count, path):
+        """Copy the *count* chunks of *blob_id* into the cache at *path*
+        (a new 0600 file, made read-only), replacing, never following,
+        whatever is there."""
         self.create_path(oid)
         fd, temp = self.fshelper.blob_mkstemp(p64(oid), p64(tid))
         size = 0
@@ -118,7 +160,6 @@ class DatabaseBlobs(BlobFiles):
             self.discard([temp])
             raise
         self.checker.added(size)
-        return True
 
     def _check_chunk(self, session, oid, tid, blob_id, num, count, size,
                      full):

@@ -1,8 +1,9 @@
 """Reading and writing a file in a directory that must be the process's own.
 
-The persistent cache (``cache-local-dir``) is read back into the process
-and served, so the directory and the file are checked the way OpenSSH
-checks its files: owned by the process's user, writable by no one else,
+The persistent cache (``cache-local-dir``) and the blob cache (``blob-dir``
+with ``shared-blob-dir false``) are read back into the process and served,
+so their directories and files are checked the way OpenSSH checks its
+files: owned by the process's user, writable by no one else,
 and the file a regular file of bounded size. The checks are made on open
 descriptors (``fstat``), and every name is opened relative to the
 checked directory's descriptor without following a symbolic link, so
@@ -61,6 +62,15 @@ def check_owner_and_mode(st, what):
                 stat.S_IMODE(st.st_mode)))
 
 
+def check_regular(st, what='file'):
+    """Refuse what *st* (of ``lstat`` or ``fstat``) describes unless it is
+    a regular file that passes check_owner_and_mode."""
+    if not stat.S_ISREG(st.st_mode):
+        raise CacheFileUnusable('it is %s, not a regular file'
+                                % _kind(st.st_mode))
+    check_owner_and_mode(st, what)
+
+
 def _make_dirs(path):
     """Create *path* and its missing parents, each DIR_MODE; True when
     *path* itself was created here."""
@@ -105,10 +115,8 @@ def read_bounded(dir_fd, name, limit):
         st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
     except FileNotFoundError:
         return None
-    if not stat.S_ISREG(st.st_mode):
-        # Not even opened: opening a device can have effects.
-        raise CacheFileUnusable('it is %s, not a regular file'
-                                % _kind(st.st_mode))
+    # Not even opened unless it passes: opening a device can have effects.
+    check_regular(st)
     try:
         fd = os.open(name, _READ_FLAGS, dir_fd=dir_fd)
     except FileNotFoundError:
@@ -122,10 +130,7 @@ def read_bounded(dir_fd, name, limit):
         # What was opened is what counts (it may have been swapped since
         # the look above).
         st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise CacheFileUnusable('it is %s, not a regular file'
-                                    % _kind(st.st_mode))
-        check_owner_and_mode(st, 'file')
+        check_regular(st)
         if st.st_size > limit:
             raise CacheFileUnusable(
                 'it holds %d bytes, more than the %d its cache-local-mb '
