@@ -19,25 +19,26 @@ from .files import missing_blob
 log = logging.getLogger(__name__)
 
 
-def cached_file_ok(path, size):
+def cached_file_ok(path, size=None):
     """Whether the blob cache's file at *path* may be served for a blob of
     *size* bytes: a regular file (a symbolic link, FIFO or device is not
     even opened), the process user's own, writable by no one else, and
     exactly as long as the blob in the database (a file cut short by a
-    crash is not). A file that fails is logged and downloaded again."""
+    crash is not; None: a revision the database no longer holds). A file
+    that fails is logged (and downloaded again, where the database still
+    has the blob)."""
     try:
         st = os.lstat(path)
     except FileNotFoundError:
         return False
     try:
         check_regular(st, 'cached blob file')
-        if st.st_size != size:
+        if size is not None and st.st_size != size:
             raise CacheFileUnusable(
                 'it holds %d bytes where the blob in the database holds %d'
                 % (st.st_size, size))
     except CacheFileUnusable as e:
-        log.warning('not using the cached blob file %s: %s; downloading '
-                    'the blob again', path, e)
+        log.warning('not using the cached blob file %s: %s', path, e)
         return False
     return True
 
@@ -100,9 +101,13 @@ class DatabaseBlobs(BlobFiles):
                 found = self._fetch(session, oid, tid, path)
             finally:
                 session.close()
-        if not found:
+        if not found and not cached_file_ok(path):
             raise missing_blob(oid, tid, 'no such revision in the %s'
                                % storage._adapter.describe())
+        # (Without history, a revision replaced or deleted since is gone
+        # from the database but still visible to older snapshots: its
+        # cached file, if any, is served after the checks that need no
+        # database.)
         return path
 
     def _fetch(self, session, oid, tid, path):
