@@ -157,6 +157,11 @@ class DatabaseBlobs(BlobFiles):
                                           count, len(data), full)
                     f.write(data)
                     size += len(data)
+                # On disk before it gets its name: a crash leaves the old
+                # entry or the whole file, never one that merely has the
+                # right size.
+                f.flush()
+                os.fsync(f.fileno())
             set_not_writable(temp)
             # Atomic: a reader sees the whole file or none, and two
             # downloads of the same blob simply replace each other.
