@@ -39,25 +39,38 @@ def upload_blob(session, path, chunk_size):
     return blob_id
 
 
-def blob_of(session, oid, tid, length_clause='LENGTH(c.chunk)'):
+def blob_of(session, oid, tid, length_clause='LENGTH(chunk)'):
     """What the database holds of the blob of revision *(oid, tid)*, in
     one round trip: None when this session cannot see that revision,
     else ``(blob_id, count, first, last, size)`` -- the revision's
     blob_id (None when it holds no blob), how many chunks that blob has,
-    the lowest and highest chunk number, and the bytes of all its chunks
-    (*length_clause* measures one chunk ``c.chunk``). A whole blob has
-    chunks 0 to count - 1 (the primary key rules out two of one number),
-    so any other span means chunks are missing."""
+    the lowest and highest chunk number, and its size in bytes.
+
+    A whole blob has chunks 0 to count - 1 (the primary key rules out two
+    of one number), so any other span means chunks are missing. Every
+    chunk but the last is full (see upload_blob), so the size is read
+    from the lengths of the first and the last chunk (*length_clause*
+    measures ``chunk``): the server does not read the blob."""
     row = session.fetchone(
-        'SELECT s.blob_id, COUNT(c.chunk_num), MIN(c.chunk_num), '
-        'MAX(c.chunk_num), SUM(%s) FROM object_state s '
-        'LEFT JOIN blob_chunk c ON c.blob_id = s.blob_id '
-        'WHERE s.zoid = %%s AND s.tid = %%s GROUP BY s.blob_id'
-        % length_clause, (oid, tid))
+        'SELECT s.blob_id, '
+        '(SELECT COUNT(*) FROM blob_chunk c WHERE c.blob_id = s.blob_id), '
+        '(SELECT MIN(chunk_num) FROM blob_chunk c '
+        'WHERE c.blob_id = s.blob_id), '
+        '(SELECT MAX(chunk_num) FROM blob_chunk c '
+        'WHERE c.blob_id = s.blob_id), '
+        '(SELECT {length} FROM blob_chunk c WHERE c.blob_id = s.blob_id '
+        'AND c.chunk_num = 0), '
+        '(SELECT {length} FROM blob_chunk c WHERE c.blob_id = s.blob_id '
+        'AND c.chunk_num = (SELECT MAX(chunk_num) FROM blob_chunk d '
+        'WHERE d.blob_id = s.blob_id)) '
+        'FROM object_state s WHERE s.zoid = %s AND s.tid = %s'
+        .format(length=length_clause), (oid, tid))
     if row is None:
         return None
-    blob_id, count, first, last, size = row
-    return (blob_id, int(count or 0), first, last, int(size or 0))
+    blob_id, count, first, last, full, tail = row
+    count, full, tail = int(count or 0), int(full or 0), int(tail or 0)
+    size = (count - 1) * full + tail if count > 1 else full
+    return blob_id, count, first, last, size
 
 
 def read_chunk(session, blob_id, num):
