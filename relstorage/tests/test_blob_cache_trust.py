@@ -17,6 +17,7 @@ import ZODB
 from ZODB.blob import Blob
 from ZODB.POSException import POSKeyError
 
+from relstorage.blobs.cachesize import cache_files
 from relstorage.exceptions import ConfigurationError
 
 from .dbs import DatabaseFactory
@@ -175,6 +176,27 @@ def test_a_good_cached_file_is_served_as_is(factory, cache):
     assert _read_blob(factory, blob_dir) == PAYLOAD
     after = os.lstat(path)
     assert (after.st_ino, after.st_dev) == (before.st_ino, before.st_dev)
+
+
+@pytest.mark.parametrize('chunk_size', [1000, 870, 8700, 10000])
+def test_the_size_is_that_of_the_blob_in_the_database(factory, tmp_path,
+                                                       chunk_size):
+    # Several chunks, the last short or empty, or one: the size the
+    # database gives matches the blob's (a good file is kept), and a file
+    # one byte short does not pass.
+    assert len(PAYLOAD) == 8700
+    with _db(factory, tmp_path / 'writer', blob_chunk_size=chunk_size) as db:
+        with db.transaction() as conn:
+            conn.root()['b'] = Blob(PAYLOAD)
+    blob_dir = tmp_path / 'cache'
+    assert _read_blob(factory, blob_dir) == PAYLOAD  # downloaded
+    [(_, _, path)] = cache_files(str(blob_dir))
+    before = os.lstat(path)
+    assert _read_blob(factory, blob_dir) == PAYLOAD
+    assert os.lstat(path).st_ino == before.st_ino
+    _plant(path, PAYLOAD[:-1])
+    assert _read_blob(factory, blob_dir) == PAYLOAD
+    assert os.path.getsize(path) == len(PAYLOAD)
 
 
 @pytest.fixture(params=['sqlite', 'postgresql', 'mysql'])
