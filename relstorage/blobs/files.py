@@ -77,9 +77,9 @@ class BlobFiles:
             if self.trusted_dir:
                 raise ConfigurationError(
                     'cannot use blob-dir %s as the blob cache: %s (its '
-                    'files are served as the blobs of the database, so it '
-                    'must be the process user\'s own and writable by no one '
-                    'else)' % (blob_dir, e)) from None
+                    'files are served as the database\'s blobs; chmod go-w '
+                    'it, or give each user a blob-dir of its own)'
+                    % (blob_dir, e)) from None
             log.warning('blob-dir %s: %s; whoever may write to it can '
                         'change the blobs', blob_dir, e)
 
