@@ -299,13 +299,18 @@ def test_a_cache_dir_another_user_owns_is_refused(sqlite, tmp_path):
     assert os.listdir(blob_dir) == []
 
 
+@pytest.mark.parametrize('mode, uid, why', [
+    (0o775, None, 'writable by its group'),
+    (0o755, OTHER_UID, 'owned by uid %d' % OTHER_UID)])
 def test_a_shared_blob_dir_others_may_write_is_used_with_a_warning(
-        sqlite, tmp_path, caplog):
+        sqlite, tmp_path, caplog, mode, uid, why):
     # shared-blob-dir: the directory is the blobs' only home, set up by
     # whoever deploys several clients on it; it keeps working.
     blob_dir = tmp_path / 'shared'
     blob_dir.mkdir()
-    blob_dir.chmod(0o775)
+    blob_dir.chmod(mode)
+    if uid is not None:
+        os.chown(blob_dir, uid, -1)
     with caplog.at_level(logging.WARNING, 'relstorage.blobs'):
         with _db(sqlite, blob_dir, shared_blob_dir=True) as db:
             with db.transaction() as conn:
@@ -313,7 +318,7 @@ def test_a_shared_blob_dir_others_may_write_is_used_with_a_warning(
             with db.transaction() as conn:
                 with conn.root()['b'].open('r') as f:
                     assert f.read() == PAYLOAD
-    assert stat.S_IMODE(os.stat(blob_dir).st_mode) == 0o775
-    assert any(str(blob_dir) in r.getMessage() and 'writable by its group'
-               in r.getMessage() for r in caplog.records), caplog.text
+    assert stat.S_IMODE(os.stat(blob_dir).st_mode) == mode
+    assert any(str(blob_dir) in r.getMessage() and why in r.getMessage()
+               for r in caplog.records), caplog.text
     transaction.abort()
