@@ -15,6 +15,7 @@ from ..exceptions import CorruptRecord
 from .cachesize import CacheSizeChecker
 from .files import BlobFiles
 from .files import missing_blob
+from .signed import Signatures
 
 log = logging.getLogger(__name__)
 
@@ -49,8 +50,9 @@ class DatabaseBlobs(BlobFiles):
     #: refused (see BlobFiles).
     trusted_dir = True
 
-    def __init__(self, blob_dir, options, keep_history):
+    def __init__(self, blob_dir, options, keep_history, cache_key):
         super().__init__(blob_dir)
+        self.signatures = Signatures(cache_key)
         self.keep_history = keep_history
         self.chunk_size = options.blob_chunk_size
         self.checker = CacheSizeChecker(
@@ -80,8 +82,11 @@ class DatabaseBlobs(BlobFiles):
                 added += os.path.getsize(staged)
                 # Read-only (as ZODB makes committed blobs) and the
                 # owner's only, like the files downloaded.
-                os.chmod(self.place(staged, oid, tid), FILE_MODE & ~0o222)
-            except OSError:
+                target = self.place(staged, oid, tid)
+                os.chmod(target, FILE_MODE & ~0o222)
+                self.signatures.sign(target, oid, tid)
+            except (OSError, CacheFileUnusable):
+                # Unsigned, it is downloaded again when loaded.
                 self.discard([staged])
             del tpc.blobs[oid]
         self.checker.added(added)
@@ -90,6 +95,7 @@ class DatabaseBlobs(BlobFiles):
 
     def load(self, storage, oid, tid):
         path = self.filename(oid, tid)
+        self.signatures.key()  # read once, not while a snapshot is held
         with storage._reading():
             found = self._fetch(storage._load_session(), oid, tid, path)
         if not found:
@@ -101,7 +107,7 @@ class DatabaseBlobs(BlobFiles):
                 found = self._fetch(session, oid, tid, path)
             finally:
                 session.close()
-        if not found and not cached_file_ok(path):
+        if not found and not self._usable(path, oid, tid):
             raise missing_blob(oid, tid, 'no such revision in the %s'
                                % storage._adapter.describe())
         # (Without history, a revision replaced or deleted since is gone
@@ -128,12 +134,24 @@ class DatabaseBlobs(BlobFiles):
             raise self._damaged(
                 session, oid, tid, blob_id, 'its chunks are numbered %d to '
                 '%d, but there are %d of them' % (first, last, count))
-        if cached_file_ok(path, size):
+        if self._usable(path, oid, tid, size):
             # Record the use: the cache check removes the least recently
             # used files first.
             os.utime(path, ns=(time.time_ns(), os.lstat(path).st_mtime_ns))
         else:
             self._download(session, oid, tid, blob_id, count, path)
+        return True
+
+    def _usable(self, path, oid, tid, size=None):
+        """Whether the cached file at *path* passes cached_file_ok and its
+        signature checks out."""
+        if not cached_file_ok(path, size):
+            return False
+        try:
+            self.signatures.check(path, oid, tid)
+        except (CacheFileUnusable, OSError) as e:
+            log.warning('not using the cached blob file %s: %s', path, e)
+            return False
         return True
 
     def _download(self, session, oid, tid, blob_id, count, path):
@@ -143,6 +161,7 @@ class DatabaseBlobs(BlobFiles):
         self.create_path(oid)
         fd, temp = self.fshelper.blob_mkstemp(p64(oid), p64(tid))
         size = 0
+        mac = self.signatures.start(oid, tid)
         try:
             with os.fdopen(fd, 'wb') as f:
                 for num in range(count):
@@ -156,6 +175,8 @@ class DatabaseBlobs(BlobFiles):
                         self._check_chunk(session, oid, tid, blob_id, num,
                                           count, len(data), full)
                     f.write(data)
+                    if mac is not None:
+                        mac.update(data)
                     size += len(data)
                 # On disk before it gets its name: a crash leaves the old
                 # entry or the whole file, never one that merely has the
@@ -170,6 +191,13 @@ class DatabaseBlobs(BlobFiles):
             self.discard([temp])
             raise
         self.checker.added(size)
+        try:
+            self.signatures.sign(path, oid, tid, mac)
+        except (CacheFileUnusable, OSError) as e:
+            # Served all the same (just written); downloaded again when
+            # next loaded.
+            log.warning('could not sign the cached blob file %s: %s',
+                        path, e)
 
     def _check_chunk(self, session, oid, tid, blob_id, num, count, size,
                      full):

@@ -9,7 +9,6 @@ import tempfile
 
 from ZODB.blob import BLOB_SUFFIX
 from ZODB.blob import FilesystemHelper
-from ZODB.blob import remove_committed
 from ZODB.blob import rename_or_copy_blob
 from ZODB.POSException import POSKeyError
 from ZODB.utils import oid_repr
@@ -21,6 +20,7 @@ from ZODB.utils import u64
 from ..cache.safefile import checked_dir
 from ..exceptions import CacheFileUnusable
 from ..exceptions import ConfigurationError
+from .signed import remove_blob_file
 
 log = logging.getLogger(__name__)
 
@@ -180,12 +180,12 @@ class BlobFiles:
         to them. Remove their files."""
         for oid in removed_oids:
             for path in self._blob_files(oid).values():
-                remove_committed(path)
+                remove_blob_file(path)
             self._remove_dir_if_empty(oid)
         for oid, keep_tid in kept.items():
             for tid, path in self._blob_files(oid).items():
                 if tid < keep_tid:
-                    remove_committed(path)
+                    remove_blob_file(path)
 
     def prune_history_free(self, current_tids, pack_tid):
         """History-free: remove files of revisions that are no longer
@@ -210,7 +210,7 @@ class BlobFiles:
         for oid, old in batch:
             for tid, path in old.items():
                 if tid != current.get(oid):
-                    remove_committed(path)
+                    remove_blob_file(path)
             self._remove_dir_if_empty(oid)
 
 

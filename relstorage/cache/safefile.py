@@ -28,7 +28,7 @@ _DIR_FLAGS = (os.O_RDONLY | getattr(os, 'O_DIRECTORY', 0) | os.O_NONBLOCK
               | _CLOEXEC)
 # O_NONBLOCK: a FIFO put where the file belongs opens at once (and is then
 # refused) instead of waiting forever for a writer.
-_READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | _CLOEXEC
+READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | _CLOEXEC
 _WRITE_FLAGS = (os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
                 | _CLOEXEC)
 _KINDS = ((stat.S_ISDIR, 'a directory'), (stat.S_ISLNK, 'a symbolic link'),
@@ -118,7 +118,7 @@ def read_bounded(dir_fd, name, limit):
     # Not even opened unless it passes: opening a device can have effects.
     check_regular(st)
     try:
-        fd = os.open(name, _READ_FLAGS, dir_fd=dir_fd)
+        fd = os.open(name, READ_FLAGS, dir_fd=dir_fd)
     except FileNotFoundError:
         return None
     except OSError as e:
@@ -133,8 +133,8 @@ def read_bounded(dir_fd, name, limit):
         check_regular(st)
         if st.st_size > limit:
             raise CacheFileUnusable(
-                'it holds %d bytes, more than the %d its cache-local-mb '
-                'allows' % (st.st_size, limit))
+                'it holds %d bytes, more than the %d allowed'
+                % (st.st_size, limit))
         parts = []
         left = limit + 1
         while left > 0:
@@ -145,17 +145,18 @@ def read_bounded(dir_fd, name, limit):
             left -= len(part)
         if left <= 0:
             raise CacheFileUnusable(
-                'it grew past the %d bytes its cache-local-mb allows while '
-                'being read' % limit)
+                'it grew past the %d bytes allowed while being read'
+                % limit)
         return b''.join(parts)
     finally:
         os.close(fd)
 
 
-def replace_file(dir_fd, name, write):
+def replace_file(dir_fd, name, write, durable=True):
     """Make *name* in the directory *dir_fd* a new FILE_MODE file that
-    ``write(fileobj)`` fills: written under a fresh name, made durable,
-    then renamed over *name* (which is replaced, never followed)."""
+    ``write(fileobj)`` fills: written under a fresh name, made durable
+    (unless not *durable*: a file that may be lost in a crash), then
+    renamed over *name* (which is replaced, never followed)."""
     temp = '.relstorage-cache-%s' % secrets.token_hex(8)
     fd = os.open(temp, _WRITE_FLAGS, FILE_MODE, dir_fd=dir_fd)
     try:
@@ -164,7 +165,8 @@ def replace_file(dir_fd, name, write):
             fd = None
             result = write(f)
             f.flush()
-            os.fsync(f.fileno())
+            if durable:
+                os.fsync(f.fileno())
         os.replace(temp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
     except BaseException:
         if fd is not None:
@@ -174,5 +176,6 @@ def replace_file(dir_fd, name, write):
         except OSError:
             pass
         raise
-    os.fsync(dir_fd)
+    if durable:
+        os.fsync(dir_fd)
     return result
