@@ -18,6 +18,7 @@ from ZODB.blob import Blob
 from ZODB.POSException import POSKeyError
 
 from relstorage.blobs.cachesize import cache_files
+from relstorage.blobs.cachesize import shrink
 from relstorage.exceptions import ConfigurationError
 
 from .dbs import DatabaseFactory
@@ -176,6 +177,66 @@ def test_a_good_cached_file_is_served_as_is(factory, cache):
     assert _read_blob(factory, blob_dir) == PAYLOAD
     after = os.lstat(path)
     assert (after.st_ino, after.st_dev) == (before.st_ino, before.st_dev)
+
+
+def test_a_file_of_the_right_size_with_other_bytes_is_not_served(
+        factory, cache, caplog):
+    # The process user's own, read-only, as long as the blob: only its
+    # signature (keyed with the database's cache key) tells it apart.
+    blob_dir, path = cache
+    assert os.path.exists(path + '.sig')
+    _plant(path, _forged())
+    with caplog.at_level(logging.WARNING, 'relstorage.blobs'):
+        assert _read_blob(factory, blob_dir) == PAYLOAD
+    assert any(path in r.getMessage() and 'signature' in r.getMessage()
+               for r in caplog.records), caplog.text
+
+
+def test_a_file_without_a_signature_is_downloaded_again(factory, cache):
+    # A cache filled by an earlier version, say.
+    blob_dir, path = cache
+    os.remove(path + '.sig')
+    before = os.lstat(path)
+    assert _read_blob(factory, blob_dir) == PAYLOAD
+    assert os.lstat(path).st_ino != before.st_ino
+    assert os.path.exists(path + '.sig')
+    again = os.lstat(path)
+    assert _read_blob(factory, blob_dir) == PAYLOAD
+    assert os.lstat(path).st_ino == again.st_ino
+
+
+def test_without_a_cache_key_files_are_checked_by_size(sqlite, tmp_path,
+                                                       caplog):
+    # A read-only storage on a database that has no cache key yet cannot
+    # sign: it says so and checks the size only.
+    blob_dir = tmp_path / 'cache'
+    path = _commit_blob(sqlite, blob_dir)
+    adapter = sqlite.adapter()
+    session = adapter.connect(for_store=True)
+    session.begin()
+    session.execute("DELETE FROM relstorage_meta WHERE name = 'cache_key'")
+    session.commit()
+    session.close()
+    with caplog.at_level(logging.WARNING, 'relstorage.blobs'):
+        with _db(sqlite, blob_dir, read_only=True) as db:
+            with db.transaction() as conn:
+                with conn.root()['b'].open('r') as f:
+                    assert f.read() == PAYLOAD
+            _plant(path, PAYLOAD[:-1])
+            with db.transaction() as conn:
+                with conn.root()['b'].open('r') as f:
+                    assert f.read() == PAYLOAD
+    assert 'size only' in caplog.text
+
+
+def test_removing_cached_files_removes_their_signatures(factory, tmp_path):
+    blob_dir = tmp_path / 'cache'
+    path = _commit_blob(factory, blob_dir)
+    assert os.path.exists(path + '.sig')
+    shrink(str(blob_dir), 0)
+    assert not os.path.exists(path)
+    assert not os.path.exists(path + '.sig')
+    assert not os.path.exists(os.path.dirname(path))
 
 
 @pytest.mark.parametrize('chunk_size', [1000, 870, 8700, 10000])
