@@ -22,6 +22,7 @@ from relstorage.blobs.cachesize import shrink
 from relstorage.exceptions import ConfigurationError
 
 from .dbs import DatabaseFactory
+from .inspecting import execute
 
 PAYLOAD = b'the real blob, as committed. ' * 300
 OTHER_UID = 65534  # nobody
@@ -211,12 +212,8 @@ def test_without_a_cache_key_files_are_checked_by_size(sqlite, tmp_path,
     # sign: it says so and checks the size only.
     blob_dir = tmp_path / 'cache'
     path = _commit_blob(sqlite, blob_dir)
-    adapter = sqlite.adapter()
-    session = adapter.connect(for_store=True)
-    session.begin()
-    session.execute("DELETE FROM relstorage_meta WHERE name = 'cache_key'")
-    session.commit()
-    session.close()
+    execute(sqlite, ('DELETE FROM relstorage_meta WHERE name = %s',
+                     ('cache_key',)))
     with caplog.at_level(logging.WARNING, 'relstorage.blobs'):
         with _db(sqlite, blob_dir, read_only=True) as db:
             with db.transaction() as conn:
