@@ -118,9 +118,8 @@ class DatabaseBlobs(BlobFiles):
 
     def _fetch(self, session, oid, tid, path):
         """Make *path* hold the blob of *(oid, tid)*: the cached file if
-        it passes cached_file_ok against what *session* says of the blob,
-        else a fresh download. False when *session* does not see that
-        revision."""
+        it is _usable for the size *session* gives the blob, else a fresh
+        download. False when *session* does not see that revision."""
         found = session.blob_of(oid, tid)
         if found is None:
             return False
