@@ -118,7 +118,8 @@ class CacheKeyUnavailable(RelStorageError):
 
 
 class CacheFileUnusable(RelStorageError):
-    """A ``cache-local-dir`` directory or file that is refused (not the
-    process user's own, writable by others, not a regular file, too big,
-    damaged, or not signed with the database's key); the message says
-    why. The storage logs it and goes on without that file."""
+    """A ``cache-local-dir`` directory or file, or a file of the blob
+    cache, that is refused (not the process user's own, writable by
+    others, not a regular file, of the wrong size, damaged, or not signed
+    with the database's key); the message says why. The storage logs it
+    and goes on without that file (a blob is downloaded again)."""

@@ -39,25 +39,38 @@ def upload_blob(session, path, chunk_size):
     return blob_id
 
 
-def blob_id_of(session, oid, tid):
-    """``(True, blob_id or None)`` for the revision *(oid, tid)*, or
-    ``(False, None)`` when this session cannot see that revision."""
+def blob_of(session, oid, tid, length_clause='LENGTH(chunk)'):
+    """What the database holds of the blob of revision *(oid, tid)*, in
+    one round trip: None when this session cannot see that revision,
+    else ``(blob_id, count, first, last, size)`` -- the revision's
+    blob_id (None when it holds no blob), how many chunks that blob has,
+    the lowest and highest chunk number, and its size in bytes.
+
+    A whole blob has chunks 0 to count - 1 (the primary key rules out two
+    of one number), so any other span means chunks are missing. Every
+    chunk but the last is full (see upload_blob), so the size is read
+    from the lengths of the first and the last chunk (*length_clause*
+    measures ``chunk``): the server does not read the blob."""
     row = session.fetchone(
-        'SELECT blob_id FROM object_state WHERE zoid = %s AND tid = %s',
-        (oid, tid))
+        'SELECT s.blob_id, '
+        '(SELECT COUNT(*) FROM blob_chunk c WHERE c.blob_id = s.blob_id), '
+        '(SELECT MIN(chunk_num) FROM blob_chunk c '
+        'WHERE c.blob_id = s.blob_id), '
+        '(SELECT MAX(chunk_num) FROM blob_chunk c '
+        'WHERE c.blob_id = s.blob_id), '
+        '(SELECT {length} FROM blob_chunk c WHERE c.blob_id = s.blob_id '
+        'AND c.chunk_num = 0), '
+        '(SELECT {length} FROM blob_chunk c WHERE c.blob_id = s.blob_id '
+        'AND c.chunk_num = (SELECT MAX(chunk_num) FROM blob_chunk d '
+        'WHERE d.blob_id = s.blob_id)) '
+        'FROM object_state s WHERE s.zoid = %s AND s.tid = %s'
+        .format(length=length_clause), (oid, tid))
     if row is None:
-        return False, None
-    return True, row[0]
-
-
-def chunk_span(session, blob_id):
-    """``(count, first, last)`` of the chunk numbers of *blob_id*: a whole
-    blob has chunks 0 to count - 1 (the primary key rules out two of one
-    number), so any other span means chunks are missing."""
-    count, first, last = session.fetchone(
-        'SELECT COUNT(*), MIN(chunk_num), MAX(chunk_num) FROM blob_chunk '
-        'WHERE blob_id = %s', (blob_id,))
-    return count, first, last
+        return None
+    blob_id, count, first, last, full, tail = row
+    count, full, tail = int(count or 0), int(full or 0), int(tail or 0)
+    size = (count - 1) * full + tail if count > 1 else full
+    return blob_id, count, first, last, size
 
 
 def read_chunk(session, blob_id, num):

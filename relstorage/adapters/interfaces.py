@@ -92,6 +92,16 @@ class ILoadSession(Interface):
         """``(state, start_tid, end_tid)`` of the revision current just
         before *tid*, or None."""
 
+    def blob_of(oid, tid):
+        """What the database holds of the blob of revision *(oid, tid)*:
+        None when the snapshot does not see that revision, else
+        ``(blob_id, chunks, first chunk_num, last chunk_num, bytes)``
+        (blob_id None when the revision holds no blob), read in one round
+        trip; the blob cache checks a cached file's size against it."""
+
+    def blob_chunk(blob_id, num):
+        """The bytes of chunk *num* of *blob_id*, or None past the last."""
+
     def close():
         """Close the connection; never raises."""
 

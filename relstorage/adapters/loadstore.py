@@ -82,11 +82,9 @@ class _SessionWrapper:
     def current_tids(self, oids):
         return self._read(self.mover.current_tids, oids)
 
-    def blob_id(self, oid, tid):
-        return self._read(blobs.blob_id_of, oid, tid)
-
-    def blob_chunk_span(self, blob_id):
-        return self._read(blobs.chunk_span, blob_id)
+    def blob_of(self, oid, tid):
+        return self._read(blobs.blob_of, oid, tid,
+                          self.mover.chunk_length_clause)
 
     def blob_chunk(self, blob_id, num):
         return self._read(blobs.read_chunk, blob_id, num)

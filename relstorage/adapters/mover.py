@@ -22,6 +22,8 @@ class Mover:
     insert_select_where = ' WHERE TRUE'
     #: The byte length of temp_store's state, 0 for NULL.
     state_length_clause = 'COALESCE(LENGTH(state), 0)'
+    #: The byte length of a blob chunk ``chunk`` (NULL for NULL).
+    chunk_length_clause = 'LENGTH(chunk)'
     #: Completes a SELECT that reads no table (Oracle's FROM DUAL).
     no_table = ''
 

@@ -2,12 +2,14 @@
 the database (``cached``) or only in a shared directory (``shared``)."""
 
 
-def make_blobs(options, keep_history):
-    """The blob helper for *options*, or None without ``blob-dir``."""
+def make_blobs(options, keep_history, cache_key):
+    """The blob helper for *options*, or None without ``blob-dir``;
+    *cache_key()* returns the database's cache key, which signs the files
+    of a blob cache."""
     if not options.blob_dir:
         return None
     if options.shared_blob_dir:
         from .shared import SharedBlobs
         return SharedBlobs(options.blob_dir)
     from .cached import DatabaseBlobs
-    return DatabaseBlobs(options.blob_dir, options, keep_history)
+    return DatabaseBlobs(options.blob_dir, options, keep_history, cache_key)

@@ -1,22 +1,58 @@
 """``shared-blob-dir false`` (the default): blobs are stored in the database
 and the blob directory is this client's cache of them, kept under
 ``blob-cache-size``."""
+import logging
 import os
 import time
 
 from ZODB.blob import set_not_writable
 from ZODB.utils import p64
 
+from ..cache.safefile import FILE_MODE
+from ..cache.safefile import check_regular
+from ..exceptions import CacheFileUnusable
 from ..exceptions import CorruptRecord
 from .cachesize import CacheSizeChecker
 from .files import BlobFiles
 from .files import missing_blob
+from .signed import Signatures
+
+log = logging.getLogger(__name__)
+
+
+def cached_file_ok(path, size=None):
+    """Whether the blob cache's file at *path* may be served for a blob of
+    *size* bytes: a regular file (a symbolic link, FIFO or device is not
+    even opened), the process user's own, writable by no one else, and
+    exactly as long as the blob in the database (a file cut short by a
+    crash is not; None: a revision the database no longer holds). A file
+    that fails is logged (and downloaded again, where the database still
+    has the blob)."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return False
+    try:
+        check_regular(st, 'cached blob file')
+        if size is not None and st.st_size != size:
+            raise CacheFileUnusable(
+                'it holds %d bytes where the blob in the database holds %d'
+                % (st.st_size, size))
+    except CacheFileUnusable as e:
+        log.warning('not using the cached blob file %s: %s', path, e)
+        return False
+    return True
 
 
 class DatabaseBlobs(BlobFiles):
 
-    def __init__(self, blob_dir, options, keep_history):
+    #: A blob cache is served from: a directory others may write is
+    #: refused (see BlobFiles).
+    trusted_dir = True
+
+    def __init__(self, blob_dir, options, keep_history, cache_key):
         super().__init__(blob_dir)
+        self.signatures = Signatures(cache_key)
         self.keep_history = keep_history
         self.chunk_size = options.blob_chunk_size
         self.checker = CacheSizeChecker(
@@ -44,8 +80,13 @@ class DatabaseBlobs(BlobFiles):
         for oid, staged in list(tpc.blobs.items()):
             try:
                 added += os.path.getsize(staged)
-                self.place(staged, oid, tid)
-            except OSError:
+                # Read-only (as ZODB makes committed blobs) and the
+                # owner's only, like the files downloaded.
+                target = self.place(staged, oid, tid)
+                os.chmod(target, FILE_MODE & ~0o222)
+                self.signatures.sign(target, oid, tid)
+            except (OSError, CacheFileUnusable):
+                # Unsigned, it is downloaded again when loaded.
                 self.discard([staged])
             del tpc.blobs[oid]
         self.checker.added(added)
@@ -54,38 +95,37 @@ class DatabaseBlobs(BlobFiles):
 
     def load(self, storage, oid, tid):
         path = self.filename(oid, tid)
-        try:
-            # Record the use: the cache check removes the least recently
-            # used files first.
-            os.utime(path, ns=(time.time_ns(), os.stat(path).st_mtime_ns))
-            return path
-        except FileNotFoundError:
-            pass
+        self.signatures.key()  # read once, not while a snapshot is held
         with storage._reading():
-            found = self._download(storage._load_session(), oid, tid, path)
+            found = self._fetch(storage._load_session(), oid, tid, path)
         if not found:
             # Not in this instance's snapshot: a revision committed since
             # (our own, whose cached file was removed meanwhile, say).
             session = storage._adapter.open_load_session()
             try:
                 session.restart()
-                found = self._download(session, oid, tid, path)
+                found = self._fetch(session, oid, tid, path)
             finally:
                 session.close()
-        if not found:
+        if not found and not self._usable(path, oid, tid):
             raise missing_blob(oid, tid, 'no such revision in the %s'
                                % storage._adapter.describe())
+        # (Without history, a revision replaced or deleted since is gone
+        # from the database but still visible to older snapshots: its
+        # cached file, if any, is served after the checks that need no
+        # database.)
         return path
 
-    def _download(self, session, oid, tid, path):
-        """Copy the blob of *(oid, tid)* into the cache at *path*, chunk by
-        chunk; False when *session* does not see that revision."""
-        exists, blob_id = session.blob_id(oid, tid)
-        if not exists:
+    def _fetch(self, session, oid, tid, path):
+        """Make *path* hold the blob of *(oid, tid)*: the cached file if
+        it is _usable for the size *session* gives the blob, else a fresh
+        download. False when *session* does not see that revision."""
+        found = session.blob_of(oid, tid)
+        if found is None:
             return False
+        blob_id, count, first, last, size = found
         if blob_id is None:
             raise missing_blob(oid, tid, 'the revision holds no blob')
-        count, first, last = session.blob_chunk_span(blob_id)
         if not count:
             raise missing_blob(oid, tid, 'its data (blob %d) is missing '
                                'from the database' % blob_id)
@@ -93,9 +133,34 @@ class DatabaseBlobs(BlobFiles):
             raise self._damaged(
                 session, oid, tid, blob_id, 'its chunks are numbered %d to '
                 '%d, but there are %d of them' % (first, last, count))
+        if self._usable(path, oid, tid, size):
+            # Record the use: the cache check removes the least recently
+            # used files first.
+            os.utime(path, ns=(time.time_ns(), os.lstat(path).st_mtime_ns))
+        else:
+            self._download(session, oid, tid, blob_id, count, path)
+        return True
+
+    def _usable(self, path, oid, tid, size=None):
+        """Whether the cached file at *path* passes cached_file_ok and its
+        signature checks out."""
+        if not cached_file_ok(path, size):
+            return False
+        try:
+            self.signatures.check(path, oid, tid)
+        except (CacheFileUnusable, OSError) as e:
+            log.warning('not using the cached blob file %s: %s', path, e)
+            return False
+        return True
+
+    def _download(self, session, oid, tid, blob_id, count, path):
+        """Copy the *count* chunks of *blob_id* into the cache at *path*
+        (a new 0600 file, made read-only), replacing, never following,
+        whatever is there."""
         self.create_path(oid)
         fd, temp = self.fshelper.blob_mkstemp(p64(oid), p64(tid))
         size = 0
+        mac = self.signatures.start(oid, tid)
         try:
             with os.fdopen(fd, 'wb') as f:
                 for num in range(count):
@@ -109,7 +174,14 @@ class DatabaseBlobs(BlobFiles):
                         self._check_chunk(session, oid, tid, blob_id, num,
                                           count, len(data), full)
                     f.write(data)
+                    if mac is not None:
+                        mac.update(data)
                     size += len(data)
+                # On disk before it gets its name: a crash leaves the old
+                # entry or the whole file, never one that merely has the
+                # right size.
+                f.flush()
+                os.fsync(f.fileno())
             set_not_writable(temp)
             # Atomic: a reader sees the whole file or none, and two
             # downloads of the same blob simply replace each other.
@@ -118,7 +190,13 @@ class DatabaseBlobs(BlobFiles):
             self.discard([temp])
             raise
         self.checker.added(size)
-        return True
+        try:
+            self.signatures.sign(path, oid, tid, mac)
+        except (CacheFileUnusable, OSError) as e:
+            # Served all the same (just written); downloaded again when
+            # next loaded.
+            log.warning('could not sign the cached blob file %s: %s',
+                        path, e)
 
     def _check_chunk(self, session, oid, tid, blob_id, num, count, size,
                      full):

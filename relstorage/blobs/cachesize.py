@@ -18,10 +18,10 @@ import sys
 import threading
 
 from ZODB.blob import BLOB_SUFFIX
-from ZODB.blob import remove_committed
 
 from ..children import child_env
 from ..children import python_command
+from .signed import remove_blob_file
 
 log = logging.getLogger(__name__)
 
@@ -70,7 +70,7 @@ def shrink(directory, target):
                     break
                 try:
                     # A reader that has the file open keeps reading it.
-                    remove_committed(path)
+                    remove_blob_file(path)
                 except FileNotFoundError:
                     pass
                 except OSError as e:

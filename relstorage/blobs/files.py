@@ -9,7 +9,6 @@ import tempfile
 
 from ZODB.blob import BLOB_SUFFIX
 from ZODB.blob import FilesystemHelper
-from ZODB.blob import remove_committed
 from ZODB.blob import rename_or_copy_blob
 from ZODB.POSException import POSKeyError
 from ZODB.utils import oid_repr
@@ -18,7 +17,10 @@ from ZODB.utils import repr_to_oid
 from ZODB.utils import tid_repr
 from ZODB.utils import u64
 
+from ..cache.safefile import checked_dir
+from ..exceptions import CacheFileUnusable
 from ..exceptions import ConfigurationError
+from .signed import remove_blob_file
 
 log = logging.getLogger(__name__)
 
@@ -42,11 +44,16 @@ def copy_into(path, directory, prefix):
 class BlobFiles:
     """The blob directory of one storage (shared by its instances)."""
 
+    #: Whether the directory is a cache whose files are served (refused
+    #: unless the process user's own and writable by no one else) rather
+    #: than the blobs' only home (shared-blob-dir: a warning).
+    trusted_dir = False
+
     def __init__(self, blob_dir):
         blob_dir = os.path.abspath(os.path.expanduser(blob_dir))
+        # Owner-only, and missing parents too: blobs are application data.
+        self._check_dir(blob_dir)
         try:
-            # Owner-only: blobs are application data.
-            os.makedirs(blob_dir, mode=0o700, exist_ok=True)
             # The layout is chosen from what the directory holds, so only
             # after it exists and before anything is put in it.
             self.fshelper = FilesystemHelper(blob_dir)
@@ -56,6 +63,25 @@ class BlobFiles:
             raise ConfigurationError(
                 'cannot use blob-dir %s: %s' % (blob_dir, e)) from e
         self.blob_dir = blob_dir
+
+    def _check_dir(self, blob_dir):
+        """Create *blob_dir* (0700) if missing, and check that it is the
+        process user's own and writable by no one else (see safefile)."""
+        try:
+            with checked_dir(blob_dir, create=True):
+                pass
+        except OSError as e:
+            raise ConfigurationError(
+                'cannot use blob-dir %s: %s' % (blob_dir, e)) from e
+        except CacheFileUnusable as e:
+            if self.trusted_dir:
+                raise ConfigurationError(
+                    'cannot use blob-dir %s as the blob cache: %s (its '
+                    'files are served as the database\'s blobs; chmod go-w '
+                    'it, or give each user a blob-dir of its own)'
+                    % (blob_dir, e)) from None
+            log.warning('blob-dir %s: %s; whoever may write to it can '
+                        'change the blobs', blob_dir, e)
 
     def temporary_directory(self):
         return self.fshelper.temp_dir
@@ -154,12 +180,12 @@ class BlobFiles:
         to them. Remove their files."""
         for oid in removed_oids:
             for path in self._blob_files(oid).values():
-                remove_committed(path)
+                remove_blob_file(path)
             self._remove_dir_if_empty(oid)
         for oid, keep_tid in kept.items():
             for tid, path in self._blob_files(oid).items():
                 if tid < keep_tid:
-                    remove_committed(path)
+                    remove_blob_file(path)
 
     def prune_history_free(self, current_tids, pack_tid):
         """History-free: remove files of revisions that are no longer
@@ -184,7 +210,7 @@ class BlobFiles:
         for oid, old in batch:
             for tid, path in old.items():
                 if tid != current.get(oid):
-                    remove_committed(path)
+                    remove_blob_file(path)
             self._remove_dir_if_empty(oid)
 
 

@@ -1,8 +1,9 @@
 """Reading and writing a file in a directory that must be the process's own.
 
-The persistent cache (``cache-local-dir``) is read back into the process
-and served, so the directory and the file are checked the way OpenSSH
-checks its files: owned by the process's user, writable by no one else,
+The persistent cache (``cache-local-dir``) and the blob cache (``blob-dir``
+with ``shared-blob-dir false``) are read back into the process and served,
+so their directories and files are checked the way OpenSSH checks its
+files: owned by the process's user, writable by no one else,
 and the file a regular file of bounded size. The checks are made on open
 descriptors (``fstat``), and every name is opened relative to the
 checked directory's descriptor without following a symbolic link, so
@@ -27,7 +28,7 @@ _DIR_FLAGS = (os.O_RDONLY | getattr(os, 'O_DIRECTORY', 0) | os.O_NONBLOCK
               | _CLOEXEC)
 # O_NONBLOCK: a FIFO put where the file belongs opens at once (and is then
 # refused) instead of waiting forever for a writer.
-_READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | _CLOEXEC
+READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | _CLOEXEC
 _WRITE_FLAGS = (os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
                 | _CLOEXEC)
 _KINDS = ((stat.S_ISDIR, 'a directory'), (stat.S_ISLNK, 'a symbolic link'),
@@ -59,6 +60,15 @@ def check_owner_and_mode(st, what):
                 what, 'its group and others' if writable == 0o022
                 else 'its group' if writable == 0o020 else 'others',
                 stat.S_IMODE(st.st_mode)))
+
+
+def check_regular(st, what='file'):
+    """Refuse what *st* (of ``lstat`` or ``fstat``) describes unless it is
+    a regular file that passes check_owner_and_mode."""
+    if not stat.S_ISREG(st.st_mode):
+        raise CacheFileUnusable('it is %s, not a regular file'
+                                % _kind(st.st_mode))
+    check_owner_and_mode(st, what)
 
 
 def _make_dirs(path):
@@ -105,12 +115,10 @@ def read_bounded(dir_fd, name, limit):
         st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
     except FileNotFoundError:
         return None
-    if not stat.S_ISREG(st.st_mode):
-        # Not even opened: opening a device can have effects.
-        raise CacheFileUnusable('it is %s, not a regular file'
-                                % _kind(st.st_mode))
+    # Not even opened unless it passes: opening a device can have effects.
+    check_regular(st)
     try:
-        fd = os.open(name, _READ_FLAGS, dir_fd=dir_fd)
+        fd = os.open(name, READ_FLAGS, dir_fd=dir_fd)
     except FileNotFoundError:
         return None
     except OSError as e:
@@ -122,14 +130,11 @@ def read_bounded(dir_fd, name, limit):
         # What was opened is what counts (it may have been swapped since
         # the look above).
         st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise CacheFileUnusable('it is %s, not a regular file'
-                                    % _kind(st.st_mode))
-        check_owner_and_mode(st, 'file')
+        check_regular(st)
         if st.st_size > limit:
             raise CacheFileUnusable(
-                'it holds %d bytes, more than the %d its cache-local-mb '
-                'allows' % (st.st_size, limit))
+                'it holds %d bytes, more than the %d allowed'
+                % (st.st_size, limit))
         parts = []
         left = limit + 1
         while left > 0:
@@ -140,17 +145,18 @@ def read_bounded(dir_fd, name, limit):
             left -= len(part)
         if left <= 0:
             raise CacheFileUnusable(
-                'it grew past the %d bytes its cache-local-mb allows while '
-                'being read' % limit)
+                'it grew past the %d bytes allowed while being read'
+                % limit)
         return b''.join(parts)
     finally:
         os.close(fd)
 
 
-def replace_file(dir_fd, name, write):
+def replace_file(dir_fd, name, write, durable=True):
     """Make *name* in the directory *dir_fd* a new FILE_MODE file that
-    ``write(fileobj)`` fills: written under a fresh name, made durable,
-    then renamed over *name* (which is replaced, never followed)."""
+    ``write(fileobj)`` fills: written under a fresh name, made durable
+    (unless not *durable*: a file that may be lost in a crash), then
+    renamed over *name* (which is replaced, never followed)."""
     temp = '.relstorage-cache-%s' % secrets.token_hex(8)
     fd = os.open(temp, _WRITE_FLAGS, FILE_MODE, dir_fd=dir_fd)
     try:
@@ -159,7 +165,8 @@ def replace_file(dir_fd, name, write):
             fd = None
             result = write(f)
             f.flush()
-            os.fsync(f.fileno())
+            if durable:
+                os.fsync(f.fileno())
         os.replace(temp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
     except BaseException:
         if fd is not None:
@@ -169,5 +176,6 @@ def replace_file(dir_fd, name, write):
         except OSError:
             pass
         raise
-    os.fsync(dir_fd)
+    if durable:
+        os.fsync(dir_fd)
     return result

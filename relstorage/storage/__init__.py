@@ -78,7 +78,8 @@ class RelStorage(Loader, TPC, History, Iteration, BlobMethods,
                 int(options.cache_local_mb * 1000000),
                 object_max_bytes=options.cache_local_object_max,
                 delta_limit=options.cache_delta_size_limit)
-            self._blobs = make_blobs(options, adapter.keep_history)
+            self._blobs = make_blobs(options, adapter.keep_history,
+                                     adapter.cache_key)
             self._persist = None
             if options.cache_local_dir and self._cache.limit_bytes:
                 self._persist = persist.PersistentCache.open(

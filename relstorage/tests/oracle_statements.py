@@ -219,7 +219,7 @@ def collect(keep_history, blobs):
             for size in (0, 10, 2500):
                 store.upload_blob(_blob_file(tmp, size), 1000)
         store.drop_replaced_blobs([1, 2])
-        store.blob_id(1, 2)
+        store.blob_of(1, 2)
         store.blob_chunk(7, 0)
 
     # Locks, busy and free, and without the DBMS_LOCK privilege.

@@ -344,6 +344,7 @@ class OracleLocker(Locker):
 
 class OracleMoverMixin:
     state_length_clause = 'COALESCE(DBMS_LOB.GETLENGTH(state), 0)'
+    chunk_length_clause = 'DBMS_LOB.GETLENGTH(chunk)'
     no_table = ' FROM DUAL'
 
     def upsert_select(self, table, key, cols, select_sql):
