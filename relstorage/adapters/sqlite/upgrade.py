@@ -14,6 +14,7 @@ from ..upgrade import Upgrade
 from ..upgrade import UpgradeRefused
 from .adapter import OID_FILE
 from .adapter import RS4_FILE
+from . import errors
 
 
 class SQLiteUpgrade(Upgrade):
@@ -44,8 +45,10 @@ class SQLiteUpgrade(Upgrade):
                                 isolation_level=None)
         try:
             guard.execute('BEGIN IMMEDIATE')
-        except sqlite3.OperationalError as e:
+        except sqlite3.Error as e:
             guard.close()
+            if errors.kind(e) != errors.BUSY:
+                raise
             raise UpgradeRefused(
                 '%s is in use: another process is writing to RelStorage 4\'s '
                 '%s (%s); stop every RelStorage 4 process and run the upgrade '
