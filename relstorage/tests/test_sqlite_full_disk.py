@@ -20,6 +20,7 @@ from ZODB.FileStorage import FileStorage
 from ZODB.POSException import POSKeyError
 from ZODB.tests.MinPO import MinPO
 from ZODB.tests.StorageTestBase import zodb_pickle
+from ZODB.utils import newTid
 from ZODB.utils import p64
 from ZODB.utils import z64
 
@@ -79,9 +80,12 @@ def empty(mount):
             path.unlink()
 
 
-def open_storage(data_dir, keep_history):
-    return RelStorage(SQLiteAdapter(
-        str(data_dir), options=Options(keep_history=keep_history)))
+def open_storage(data_dir, keep_history, blob_dir=None):
+    options = Options(keep_history=keep_history)
+    if blob_dir is not None:
+        options = Options(keep_history=keep_history, blob_dir=str(blob_dir),
+                          shared_blob_dir=True)
+    return RelStorage(SQLiteAdapter(str(data_dir), options=options))
 
 
 def assert_unlocked(data_dir):
@@ -95,15 +99,29 @@ def assert_unlocked(data_dir):
         conn.close()
 
 
-def store_all(storage, oids, value, serials):
+def store_all(storage, oids, value, serials, how='store', blob_dir=None):
     """Vote and finish a transaction storing *value* in *oids*: 'vote'
     when the vote failed with DatabaseFull (aborted), else 'committed'.
-    A failure of tpc_finish goes out."""
+    A failure of tpc_finish goes out. *how*: 'store', 'restore' (a copied
+    transaction, with its own tid) or 'blob' (the first object gets a
+    blob, made in *blob_dir*)."""
     txn = TransactionMetaData()
-    storage.tpc_begin(txn)
+    tid = None
+    if how == 'restore':
+        tid = newTid(storage.lastTransaction())
+    storage.tpc_begin(txn, tid)
     for oid in oids:
-        storage.store(oid, serials.get(oid, z64),
-                      zodb_pickle(MinPO(value)), '', txn)
+        data = zodb_pickle(MinPO(value))
+        if how == 'restore':
+            storage.restore(oid, tid, data, '', None, txn)
+        elif how == 'blob' and oid == oids[0]:
+            path = os.path.join(blob_dir, 'new.blob')
+            with open(path, 'wb') as f:
+                f.write(value.encode() * 10)
+            storage.storeBlob(oid, serials.get(oid, z64), data, path, '',
+                              txn)
+        else:
+            storage.store(oid, serials.get(oid, z64), data, '', txn)
     try:
         storage.tpc_vote(txn)
     except DatabaseFull:
@@ -113,6 +131,12 @@ def store_all(storage, oids, value, serials):
     for oid in oids:
         serials[oid] = tid
     return 'committed'
+
+
+def blob_files(blob_dir):
+    return sorted(os.path.join(top, name)
+                  for top, _, names in os.walk(blob_dir)
+                  for name in names if name.endswith('.blob'))
 
 
 def check_holds(data_dir, keep_history, expected, absent):
@@ -141,18 +165,27 @@ def levels(outcomes):
         leave += STEP
 
 
-@pytest.mark.parametrize('count', [40, 300])
+@pytest.mark.parametrize('how,count', [
+    ('store', 40), ('store', 300), ('restore', 40), ('blob', 40)])
 @pytest.mark.parametrize('keep_history', [True, False], ids=['HP', 'HF'])
-def test_full_disk_fails_the_vote_or_nothing(tmp_path, keep_history, count):
+def test_full_disk_fails_the_vote_or_nothing(tmp_path, keep_history, how,
+                                             count):
     """*count* objects of 3,000 bytes: 40 fit in the room reserved for
     the first commit's COMMIT (the disk fills around it), 300 do not (the
-    room is taken anew, at their vote)."""
+    room is taken anew, at their vote). Restored, their rows go through
+    temp_store; with a blob, its file is placed in a shared blob-dir on
+    a disk with room. After a vote that failed, the same instance
+    commits once there is room again."""
     with small_disk(tmp_path) as mount:
         outcomes = []
         for leave in levels(outcomes):
             empty(mount)
             data_dir = mount / 'db'
-            storage = open_storage(data_dir, keep_history)
+            blob_dir = None
+            if how == 'blob':
+                blob_dir = tmp_path / ('blobs-%d' % leave)
+                blob_dir.mkdir()
+            storage = open_storage(data_dir, keep_history, blob_dir)
             try:
                 serials = {}
                 base = [storage.new_oid() for _ in range(5)]
@@ -160,22 +193,31 @@ def test_full_disk_fails_the_vote_or_nothing(tmp_path, keep_history, count):
                     'committed'
                 new = [storage.new_oid() for _ in range(count)]
                 fill(mount, leave)
-                outcome = store_all(
-                    storage, base[:2] + new, 'x' * 3000, serials)
+                outcome = store_all(storage, base[:2] + new, 'x' * 3000,
+                                    serials, how, tmp_path)
                 outcomes.append(outcome)
                 assert_unlocked(data_dir)
+                if outcome == 'vote':
+                    # Still on the full disk, another instance opens it.
+                    check_holds(data_dir, keep_history,
+                                dict.fromkeys(base, 'base'), new)
+                    if blob_dir is not None:
+                        assert blob_files(blob_dir) == []
+                    (mount / 'filler').unlink()
+                    assert store_all(storage, base[:2] + new, 'x' * 3000,
+                                     serials, how, tmp_path) == 'committed'
+                if blob_dir is not None:
+                    with open(storage.loadBlob(base[0], serials[base[0]]),
+                              'rb') as f:
+                        assert f.read() == b'x' * 30000
             finally:
                 # Room for the last close's checkpoint, which removes the
                 # WAL and its index (else they stay, and the room module
                 # keeps the index open, holding the mount busy).
                 (mount / 'filler').unlink(missing_ok=True)
                 storage.close()
-            if outcome == 'vote':
-                check_holds(data_dir, keep_history,
-                            dict.fromkeys(base, 'base'), new)
-            else:
-                check_holds(data_dir, keep_history,
-                            dict.fromkeys(base[:2] + new, 'x' * 3000), ())
+            check_holds(data_dir, keep_history,
+                        dict.fromkeys(base[:2] + new, 'x' * 3000), ())
         assert 'vote' in outcomes, outcomes
 
 
