@@ -12,8 +12,9 @@ as the cache holds, past the end of the WAL, and may extend the WAL index
 ``FALLOC_FL_KEEP_SIZE`` the file system gives the blocks past the files'
 ends without changing their sizes, so SQLite's view of the files is
 unchanged and its COMMIT writes into blocks that are there already. Where
-the call does not exist (not Linux) or the file system refuses it, nothing
-is reserved and the COMMIT can still meet a full disk.
+the call does not exist (not Linux) or the file system refuses it, or the
+database is not in WAL mode, nothing is reserved (a warning says so, once)
+and the COMMIT can still meet a full disk.
 """
 import ctypes
 import ctypes.util
@@ -140,6 +141,10 @@ def reserve(main_path, page_size, cache_pages, what):
         try:
             fd = os.open(main_path + '-wal', os.O_RDWR | os.O_CLOEXEC)
         except FileNotFoundError:
+            # Not in WAL mode (a journal_mode pragma): the COMMIT writes
+            # into the database file, which SQLite locks with POSIX locks
+            # that a descriptor of ours, closed, would drop.
+            _warn_once(main_path, 'journal_mode is not wal')
             return
         try:
             # SQLite writes the WAL from its start, without holes: what
@@ -158,9 +163,15 @@ def reserve(main_path, page_size, cache_pages, what):
         if e.errno in _SPACE_ERRORS:
             raise database_full(what, e) from None
         raise
-    if not done and main_path not in _unsupported_logged:
+    if not done:
+        _warn_once(main_path, 'fallocate is not available on this system '
+                   'or file system')
+
+
+def _warn_once(main_path, why):
+    if main_path not in _unsupported_logged:
         _unsupported_logged.add(main_path)
         log.warning(
-            'cannot reserve room for commits in %s (fallocate is not '
-            'available on this system or file system): a COMMIT can still '
-            'fail on a full disk after its vote succeeded', what)
+            'cannot reserve room for commits in %s (%s): a COMMIT can '
+            'still fail on a full disk after its vote succeeded',
+            os.path.dirname(main_path), why)
