@@ -539,12 +539,16 @@ class SQLiteAdapter(Adapter):
         # holds (see room): a small cache, spilled as the vote writes.
         session.execute('PRAGMA cache_size = %d' % self.store_cache_pages)
         session.execute('PRAGMA cache_spill = ON')
+        #: The page size, and how many dirty pages the cache holds at
+        #: most (the larger of its size and the spill threshold).
+        session.commit_pages = (session.scalar('PRAGMA page_size'),
+                                session.scalar('PRAGMA cache_spill'))
         if self.checkpointer is not None:
             session.execute('PRAGMA wal_autocheckpoint = 0')
 
     def reserve_commit(self, session):
-        room.reserve(self.main_path, session.scalar('PRAGMA page_size'),
-                     session.scalar('PRAGMA cache_spill'), self.describe())
+        page_size, pages = session.commit_pages
+        room.reserve(self.main_path, page_size, pages, self.describe())
 
     def commits_announced(self, session):
         if not self.options.poll_interval:
