@@ -40,11 +40,11 @@ ENOUGH = 8
 
 
 @contextlib.contextmanager
-def small_disk(tmp_path):
+def small_disk(tmp_path, kb=DISK_KB):
     mount = tmp_path / 'disk'
     mount.mkdir()
     try:
-        subprocess.run(['mount', '-t', 'tmpfs', '-o', 'size=%dk' % DISK_KB,
+        subprocess.run(['mount', '-t', 'tmpfs', '-o', 'size=%dk' % kb,
                         'tmpfs', str(mount)],
                        check=True, capture_output=True, text=True)
     except (OSError, subprocess.CalledProcessError) as e:
