@@ -298,8 +298,9 @@ class Adapter:
 
     def reserve_commit(self, session):
         """Called at vote, in the store *session*, when the commit is
-        prepared (only where ``only_writer_from_vote``): take whatever room its COMMIT will
-        need; raise DatabaseFull when there is none."""
+        prepared (only where ``only_writer_from_vote``): take whatever
+        room its COMMIT will need; raise DatabaseFull when there is
+        none."""
 
     def is_permission_error(self, error):
         """Whether a driver error means the user lacks a privilege."""

@@ -539,8 +539,8 @@ class SQLiteAdapter(Adapter):
         # holds (see room): a small cache, spilled as the vote writes.
         session.execute('PRAGMA cache_size = %d' % self.store_cache_pages)
         session.execute('PRAGMA cache_spill = ON')
-        #: The page size, and how many dirty pages the cache holds at
-        #: most (the larger of its size and the spill threshold).
+        # The page size, and how many dirty pages the cache holds at
+        # most (the larger of its size and the spill threshold).
         session.commit_pages = (session.scalar('PRAGMA page_size'),
                                 session.scalar('PRAGMA cache_spill'))
         if self.checkpointer is not None:
