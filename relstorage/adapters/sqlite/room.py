@@ -14,7 +14,9 @@ ends without changing their sizes, so SQLite's view of the files is
 unchanged and its COMMIT writes into blocks that are there already. Where
 the call does not exist (not Linux) or the file system refuses it, or the
 database is not in WAL mode, nothing is reserved (a warning says so, once)
-and the COMMIT can still meet a full disk.
+and the COMMIT can still meet a full disk. So can it on a copy-on-write
+file system (btrfs, ZFS), where rewriting the WAL takes new blocks
+whatever was reserved.
 """
 import ctypes
 import ctypes.util
