@@ -80,12 +80,13 @@ def empty(mount):
             path.unlink()
 
 
-def open_storage(data_dir, keep_history, blob_dir=None):
+def open_storage(data_dir, keep_history, blob_dir=None, pragmas=None):
     options = Options(keep_history=keep_history)
     if blob_dir is not None:
         options = Options(keep_history=keep_history, blob_dir=str(blob_dir),
                           shared_blob_dir=True)
-    return RelStorage(SQLiteAdapter(str(data_dir), options=options))
+    return RelStorage(SQLiteAdapter(str(data_dir), pragmas=pragmas,
+                                    options=options))
 
 
 def assert_unlocked(data_dir):
@@ -218,6 +219,40 @@ def test_full_disk_fails_the_vote_or_nothing(tmp_path, keep_history, how,
                 storage.close()
             check_holds(data_dir, keep_history,
                         dict.fromkeys(base[:2] + new, 'x' * 3000), ())
+        assert 'vote' in outcomes, outcomes
+
+
+def test_full_disk_where_the_commit_grows_the_wal_index(tmp_path):
+    """The WAL index (the -shm file) indexes 4,062 frames in its first
+    32 KiB region, 4,096 in each next one. A commit whose last frames,
+    those written by the COMMIT, are the first past that boundary makes
+    the COMMIT grow the index, which on a full disk failed the finish
+    (SQLITE_IOERR_SHMSIZE) when only the WAL's room was reserved: 8 fill
+    levels did. Nothing checkpoints here (wal_autocheckpoint 0), so the
+    WAL keeps growing: about 3,950 frames first, then 152 objects."""
+    with small_disk(tmp_path, 48 * 1024) as mount:
+        outcomes = []
+        leave = 256 * 1024
+        while outcomes[-ENOUGH:] != ['committed'] * ENOUGH:
+            assert leave < 4 * 1024 * 1024, outcomes
+            empty(mount)
+            storage = open_storage(mount / 'db', True,
+                                   pragmas={'wal_autocheckpoint': '0'})
+            try:
+                serials = {}
+                oids = [storage.new_oid() for _ in range(3735)]
+                for i in range(0, len(oids), 500):
+                    store_all(storage, oids[i:i + 500], os.urandom(3900),
+                              serials)
+                new = [storage.new_oid() for _ in range(150)]
+                fill(mount, leave)
+                outcomes.append(store_all(storage, oids[:2] + new,
+                                          os.urandom(3900), serials))
+                assert_unlocked(mount / 'db')
+            finally:
+                (mount / 'filler').unlink(missing_ok=True)
+                storage.close()
+            leave += STEP
         assert 'vote' in outcomes, outcomes
 
 
