@@ -74,7 +74,8 @@ class Adapter:
     #: it (None: the next upload deletes them inside its transaction).
     empty_temp_store_sql = None
     #: Whether the commit transaction is the only writer from vote on (the
-    #: tid may then be chosen at vote and rows written in place).
+    #: tid may then be chosen at vote, and everything but the COMMIT done
+    #: there: see StoreSession.prepare).
     only_writer_from_vote = False
     #: Whether a reader's snapshot keeps the database from reclaiming
     #: what commits wrote (SQLite's WAL starts again from its beginning
@@ -359,6 +360,12 @@ class Adapter:
         """Whether a commit was announced to the load *session* since the
         last call; None: this database announces nothing."""
         return None
+
+    def reserve_commit(self, session):
+        """Called at vote, in the store *session*, when the commit is
+        prepared (only where ``only_writer_from_vote``): take whatever
+        room its COMMIT will need; raise DatabaseFull when there is
+        none."""
 
     def is_permission_error(self, error):
         """Whether a driver error means the user lacks a privilege."""

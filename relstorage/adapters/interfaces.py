@@ -120,6 +120,13 @@ class IStoreSession(Interface):
         whose commit transaction is already the only writer may choose
         the tid now and write the rows in place."""
 
+    def prepare(meta, restore_tid=None, packed=False, empty=False,
+                max_oid=None, before_commit=None, first_row_tid=None):
+        """Only where the commit transaction is the only writer from vote
+        on: at vote, do everything of commit() but the COMMIT (and take
+        the room the COMMIT needs), so that commit() only makes it
+        visible. Return the tid."""
+
     def commit(tid_hint, meta, restore_tid=None):
         """Take the commit lock, choose the tid (> every earlier one; the
         given *restore_tid* when restoring), make the uploaded rows current,

@@ -185,6 +185,9 @@ class StoreSession(_SessionWrapper):
         self.previous_tid = None
         #: The tid chosen at upload, when the rows were written in place.
         self.chosen_tid = None
+        #: The tid of a commit prepared at vote (prepare()), until its
+        #: COMMIT.
+        self.prepared_tid = None
         #: The rows of the last upload, until its commit.
         self.uploaded = ()
         #: Rows that commit() copies into place (mover.split_direct);
@@ -275,15 +278,11 @@ class StoreSession(_SessionWrapper):
                 'increase' % (first, last))
         return last, restore_tid
 
-    def commit(self, meta, restore_tid=None, packed=False, empty=False,
-               max_oid=None, before_commit=None, first_row_tid=None,
-               probe_oid=None):
-        """Make the uploaded rows current; return the tid. With
-        *first_row_tid* (history-free copies only) each row keeps the tid
-        uploaded in its prev_tid column, the oldest being *first_row_tid*,
-        and *restore_tid* becomes the last transaction. *probe_oid*: an
-        object the commit writes as its tid, to ask the database whether
-        it committed if the connection is lost while committing."""
+    def _prepare(self, meta, restore_tid=None, packed=False, empty=False,
+                 max_oid=None, first_row_tid=None):
+        """``(tid, statements)``: the commit's tid, chosen (and the commit
+        lock taken) now unless it was at upload, and the statements that
+        make the uploaded rows current and record the transaction."""
         session = self.session
         tid = self.chosen_tid
         self.chosen_tid = None
@@ -308,16 +307,55 @@ class StoreSession(_SessionWrapper):
         if max_oid is not None:
             script += self.adapter.oids.raise_to(max_oid)
         script += self.adapter.announce_commit()
-        script.append(('COMMIT', ()))
-        script += self.locker.release_commit_lock()
+        return tid, script
+
+    def _write(self, tid, script, before_commit):
+        if before_commit is not None:
+            # With the tid chosen and the commit lock held; whatever it
+            # does is undone by the caller if the commit fails.
+            before_commit(tid)
+        if self.direct_rows:
+            self.mover.copy_into_place(self.session, self.direct_rows, tid)
+        self.session.execute_script(script)
+
+    def prepare(self, meta, restore_tid=None, packed=False, empty=False,
+                max_oid=None, before_commit=None, first_row_tid=None):
+        """Where the commit transaction is the only writer from vote on
+        (SQLite), do at vote everything of the commit but the COMMIT
+        itself: choose the tid, make the rows current, record the
+        transaction and take the room its COMMIT needs, so that commit()
+        only makes them visible. Arguments as for commit(); raises
+        (DatabaseFull...) with nothing committed."""
+        tid, script = self._prepare(meta, restore_tid, packed, empty,
+                                    max_oid, first_row_tid)
+        self._write(tid, script, before_commit)
+        self.adapter.reserve_commit(self.session)
+        self.prepared_tid = tid
+        return tid
+
+    def commit(self, meta, restore_tid=None, packed=False, empty=False,
+               max_oid=None, before_commit=None, first_row_tid=None,
+               probe_oid=None):
+        """Make the uploaded rows current; return the tid. With
+        *first_row_tid* (history-free copies only) each row keeps the tid
+        uploaded in its prev_tid column, the oldest being *first_row_tid*,
+        and *restore_tid* becomes the last transaction. *probe_oid*: an
+        object the commit writes as its tid, to ask the database whether
+        it committed if the connection is lost while committing. After
+        prepare(), only the COMMIT is left (the arguments were given to
+        prepare)."""
+        session = self.session
+        tid, self.prepared_tid = self.prepared_tid, None
+        prepared = tid is not None
+        if not prepared:
+            tid, script = self._prepare(meta, restore_tid, packed, empty,
+                                        max_oid, first_row_tid)
+        end = [('COMMIT', ())] + self.locker.release_commit_lock()
         try:
-            if before_commit is not None:
-                # With the tid chosen and the commit lock held; whatever
-                # it does is undone by the caller if the commit fails.
-                before_commit(tid)
-            if self.direct_rows:
-                self.mover.copy_into_place(session, self.direct_rows, tid)
-            session.execute_script(script)
+            if prepared:
+                session.execute_script(end)
+            else:
+                self._write(tid, script + end, before_commit)
         except DatabaseDisconnected as lost:
             # The COMMIT may have reached the server before the connection
             # went: ask, on a new connection. Only a commit known not to
@@ -361,7 +399,7 @@ class StoreSession(_SessionWrapper):
             return None
 
     def rollback(self):
-        self.chosen_tid = None
+        self.chosen_tid = self.prepared_tid = None
         self.uploaded = self.direct_rows = ()
         ok = True
         if self.session.in_transaction:

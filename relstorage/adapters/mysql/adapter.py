@@ -583,6 +583,11 @@ class MySQLAdapter(Adapter):
         # a privilege (CREATE TEMPORARY TABLES, say)
         return error_code(error) in (1142, 1143, 1044, 1227)
 
+    def is_full_error(self, error):
+        # The table is full (its tablespace cannot grow: disk full, or
+        # innodb_data_file_path's max); disk full.
+        return error_code(error) in (1114, 1021)
+
     def is_disconnect(self, session, error):
         module = self.driver.module
         return (isinstance(error, module.InterfaceError)

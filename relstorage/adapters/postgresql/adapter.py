@@ -546,6 +546,10 @@ class PostgreSQLAdapter(Adapter):
     def is_permission_error(self, error):
         return getattr(error, 'pgcode', None) == '42501'
 
+    def is_full_error(self, error):
+        # disk_full: a table, an index or a temporary file could not grow.
+        return getattr(error, 'pgcode', None) == '53100'
+
     def is_disconnect(self, session, error):
         driver = self.driver
         if isinstance(error, driver.InterfaceError):

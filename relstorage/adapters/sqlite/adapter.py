@@ -3,6 +3,7 @@ directory, WAL so readers never block the writer, the single writer as the
 lock taken at vote, and a separate small file for handing out oids so that
 allocating an oid never waits for a committing transaction."""
 import collections
+import contextlib
 import fcntl
 import logging
 import os
@@ -13,7 +14,6 @@ import time
 import urllib.parse
 
 from ...exceptions import CommitLockTimeout
-from ...exceptions import DatabaseFull
 from ...exceptions import DatabaseMissing
 from ...exceptions import ConfigurationError
 from ...exceptions import DatabaseUnavailable
@@ -31,6 +31,8 @@ from . import files
 from .checkpoint import Checkpointer
 from .inspect import SQLiteStatistics
 from .checkpoint import retry
+from . import errors
+from . import room
 
 log = logging.getLogger(__name__)
 
@@ -209,7 +211,7 @@ class SQLiteSession(Session):
 
     def _begin_writer(self, sql, wait):
         # CommitLockTimeout: another writer holds the lock (execute's
-        # translation of SQLite's "locked").
+        # translation of SQLITE_BUSY).
         retry(lambda: self.execute(sql), CommitLockTimeout,
               wait, self.first_pause, self.max_pause)
 
@@ -228,15 +230,8 @@ class SQLiteSession(Session):
     def execute(self, stmt, params=()):
         try:
             return super().execute(stmt, params)
-        except sqlite3.OperationalError as e:
-            if 'locked' in str(e) or 'busy' in str(e):
-                raise self.adapter.writer_timeout() from None
-            if 'full' in str(e):
-                raise DatabaseFull(
-                    'the %s is full (no space left on its disk, or its '
-                    'max_page_count pragma reached): %s; nothing of this '
-                    'transaction was written' % (self.adapter.describe(), e)
-                ) from None
+        except sqlite3.Error as e:
+            self.adapter.raise_classified(e)
             raise
 
 
@@ -358,10 +353,20 @@ class SQLiteOIDAllocator(OIDAllocator):
             conn.execute('INSERT OR IGNORE INTO next_oid (id, next) '
                          'VALUES (0, ?)', (start,))
 
+    @contextlib.contextmanager
+    def _classified(self):
+        """The oid file's errors told like the database's (DatabaseFull
+        for no room, CommitLockTimeout for a lock held too long)."""
+        try:
+            yield
+        except sqlite3.Error as e:
+            self.adapter.raise_classified(e)
+            raise
+
     def new_blocks(self, session, blocks):
-        conn = self._connection()
         count = blocks * OID_BLOCK
-        with self.adapter.oid_lock:
+        with self._classified(), self.adapter.oid_lock:
+            conn = self._connection()
             self._ensure_row(conn, session)
             first = conn.execute(
                 'UPDATE next_oid SET next = next + ? WHERE id = 0 '
@@ -371,8 +376,8 @@ class SQLiteOIDAllocator(OIDAllocator):
     def raise_to(self, max_oid):
         # The counter lives in its own file, so it is raised at once rather
         # than in the commit's transaction; raising it early is harmless.
-        conn = self._connection()
-        with self.adapter.oid_lock:
+        with self._classified(), self.adapter.oid_lock:
+            conn = self._connection()
             if conn.execute('SELECT COUNT(*) FROM next_oid').fetchone()[0]:
                 conn.execute('UPDATE next_oid SET next = MAX(next, ?) '
                              'WHERE id = 0', (max_oid + 1,))
@@ -382,9 +387,8 @@ class SQLiteOIDAllocator(OIDAllocator):
         return []
 
     def reset(self, session):
-        conn = self._connection()
-        with self.adapter.oid_lock:
-            conn.execute('DELETE FROM next_oid')
+        with self._classified(), self.adapter.oid_lock:
+            self._connection().execute('DELETE FROM next_oid')
 
     def reset_after_drop(self):
         self.reset(None)
@@ -423,6 +427,9 @@ class SQLiteAdapter(Adapter):
     # sleeps of up to 100 ms, so a pack that took the lock again at once
     # would keep it from that writer for the whole pack.
     pack_pause_between_batches = 0.15
+    #: The store session's page cache, in pages: the vote writes all but
+    #: this much to the WAL, and reserves room for the rest.
+    store_cache_pages = 128
 
     def __init__(self, data_dir, pragmas=None, driver='auto', options=None):
         from ...options import Options
@@ -469,6 +476,16 @@ class SQLiteAdapter(Adapter):
             'commit-lock-timeout (%ss)'
             % (self.describe(), self.options.commit_lock_timeout))
 
+    def raise_classified(self, error):
+        """Raise what the SQLite *error* means to the storage, when it
+        means more than itself: CommitLockTimeout for another writer's
+        lock, DatabaseFull for no room."""
+        kind = errors.kind(error)
+        if kind == errors.BUSY:
+            raise self.writer_timeout() from None
+        if kind == errors.FULL:
+            raise errors.database_full(self.describe(), error) from None
+
     def location(self):
         return ('sqlite', os.path.realpath(self.data_dir))
 
@@ -497,8 +514,20 @@ class SQLiteAdapter(Adapter):
 
     def prepare_store_session(self, session):
         session.execute(TEMP_STORE_DDL)
+        # What the COMMIT still writes after the vote is what the cache
+        # holds (see room): a small cache, spilled as the vote writes.
+        session.execute('PRAGMA cache_size = %d' % self.store_cache_pages)
+        session.execute('PRAGMA cache_spill = ON')
+        # The page size, and how many dirty pages the cache holds at
+        # most (the larger of its size and the spill threshold).
+        session.commit_pages = (session.scalar('PRAGMA page_size'),
+                                session.scalar('PRAGMA cache_spill'))
         if self.checkpointer is not None:
             session.execute('PRAGMA wal_autocheckpoint = 0')
+
+    def reserve_commit(self, session):
+        page_size, pages = session.commit_pages
+        room.reserve(self.main_path, page_size, pages, self.describe())
 
     def commits_announced(self, session):
         if not self.options.poll_interval:
@@ -540,3 +569,4 @@ class SQLiteAdapter(Adapter):
         self.oids.close()
         if self.checkpointer is not None:
             self.checkpointer.close()
+        room.release(self.main_path)

@@ -21,26 +21,16 @@ import stat
 import threading
 
 from ...exceptions import DatabaseUnavailable
+from . import errors
 from .checkpoint import retry
 
 log = logging.getLogger(__name__)
-
-#: SQLite's primary result codes that mean another connection has the
-#: file (the extended codes add bits above the low byte).
-BUSY_CODES = frozenset((sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED))
 
 #: Permission bits that let group or others read or write.
 EXPOSED = stat.S_IRGRP | stat.S_IWGRP | stat.S_IROTH | stat.S_IWOTH
 
 _warned = set()
 _warned_lock = threading.Lock()
-
-
-def is_busy(error):
-    """Whether *error* (an ``sqlite3.Error``) means another connection
-    holds the file, by its result code, not by its message's text."""
-    code = getattr(error, 'sqlite_errorcode', None)
-    return code is not None and (code & 0xff) in BUSY_CODES
 
 
 def warn_if_exposed(path, st=None):
@@ -100,7 +90,7 @@ def _pragma(conn, name, value):
     try:
         conn.execute('PRAGMA %s = %s' % (name, value))
     except sqlite3.OperationalError as e:
-        if is_busy(e):
+        if errors.kind(e) == errors.BUSY:
             raise _Busy(e) from None
         raise
 

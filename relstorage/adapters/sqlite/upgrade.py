@@ -13,6 +13,7 @@ import urllib.parse
 
 from ..upgrade import Upgrade
 from ..upgrade import UpgradeRefused
+from . import errors
 from . import files
 from .adapter import MAIN_FILE
 from .adapter import OID_FILE
@@ -79,8 +80,10 @@ class SQLiteUpgrade(Upgrade):
                                 isolation_level=None)
         try:
             guard.execute('BEGIN IMMEDIATE')
-        except sqlite3.OperationalError as e:
+        except sqlite3.Error as e:
             guard.close()
+            if errors.kind(e) != errors.BUSY:
+                raise
             raise UpgradeRefused(
                 '%s is in use: another process is writing to RelStorage 4\'s '
                 '%s (%s); stop every RelStorage 4 process and run the upgrade '

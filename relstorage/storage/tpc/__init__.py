@@ -4,7 +4,9 @@
 the database before ``tpc_vote``. Vote locks rows, detects and resolves
 conflicts and uploads the states (``vote.py``); finish takes the short
 commit lock, picks the tid and makes the rows current in one database
-transaction (``finish.py``).
+transaction (``finish.py``). Where the commit transaction is the only
+writer from vote on (SQLite), vote does all of that but the COMMIT, so
+that finish cannot fail for lack of room.
 """
 from ZODB.POSException import ConflictError
 from ZODB.POSException import ReadOnlyError
@@ -49,6 +51,8 @@ class TransactionBuffer:
         self.view_checked = True
         #: The metrics' timing of the phases (see relstorage.metrics).
         self.timing = None
+        #: The commit's arguments, when vote prepared it (see vote.py).
+        self.commit_args = None
 
     def own_serials(self):
         """The restored rows' own tids, if every row is restored with one

@@ -11,9 +11,9 @@ def _bytes(text):
     return text if isinstance(text, bytes) else text.encode('utf-8')
 
 
-def finish(storage, tpc):
-    """Commit what vote uploaded; return the new tid (an int)."""
-    session = storage._store_session()
+def commit_args(storage, tpc):
+    """The keyword arguments of the store session's prepare() and
+    commit() for *tpc*."""
     meta = tpc.transaction
     ext = getattr(meta, 'extension_bytes', None)
     if ext is None:
@@ -28,23 +28,33 @@ def finish(storage, tpc):
         max_oid = None
     blobs = storage._blobs
     serials = tpc.own_serials()
+    return dict(
+        meta=(_bytes(meta.user), _bytes(meta.description), ext or b''),
+        restore_tid=tpc.restore_tid, packed=tpc.packed,
+        empty=not tpc.rows, max_oid=max_oid,
+        first_row_tid=min(serials.values()) if serials else None,
+        before_commit=blobs.before_commit(tpc) if blobs else None)
+
+
+def finish(storage, tpc):
+    """Commit what vote uploaded (and, where vote prepared the commit,
+    only make it visible); return the new tid (an int)."""
+    session = storage._store_session()
+    args = tpc.commit_args or commit_args(storage, tpc)
+    blobs = storage._blobs
     try:
         tid = session.commit(
-            (_bytes(meta.user), _bytes(meta.description), ext or b''),
-            restore_tid=tpc.restore_tid, packed=tpc.packed,
-            empty=not tpc.rows, max_oid=max_oid,
-            first_row_tid=min(serials.values()) if serials else None,
-            probe_oid=tpc.rows[0][0] if tpc.rows else None,
-            before_commit=blobs.before_commit(tpc) if blobs else None)
+            probe_oid=tpc.rows[0][0] if tpc.rows else None, **args)
     except (DatabaseDisconnected, CommitOutcomeUnknown):
         # The commit may have happened: keep blob files already placed
         # (an orphan file is harmless, a missing one is not).
         del tpc.placed[:]
         raise
+    max_oid = args['max_oid']
     if max_oid is not None:
         storage._adapter.note_oid(max_oid)
-    storage._after_commit(tid, tpc.rows, session.previous_tid, serials,
-                          checked=tpc.view_checked)
+    storage._after_commit(tid, tpc.rows, session.previous_tid,
+                          tpc.own_serials(), checked=tpc.view_checked)
     if blobs is not None:
         blobs.after_commit(tpc, tid)
     return tid

@@ -5,6 +5,7 @@ from ZODB.utils import p64
 
 from ...exceptions import OidOutOfRange
 from ..load import MAX_ID
+from .finish import commit_args
 
 
 def vote(storage, tpc):
@@ -76,3 +77,9 @@ def vote(storage, tpc):
                        tid_free=tpc.restore_tid is None)
     tpc.rows = rows
     tpc.resolved = resolved
+    if storage._adapter.only_writer_from_vote:
+        # The commit transaction is the only writer already: everything
+        # but the COMMIT is done now, so that a vote that succeeded
+        # leaves finish nothing that can fail for lack of room.
+        tpc.commit_args = commit_args(storage, tpc)
+        session.prepare(**tpc.commit_args)
