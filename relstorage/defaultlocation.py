@@ -40,6 +40,9 @@ log = logging.getLogger(__name__)
 #: belongs to.
 MARKER = 'configured-by'
 
+#: The code of ZConfig's parser's methods, whose frames are looked for.
+_PARSER_CODE = set()
+
 #: Files whose presence means a data directory holds a database (this
 #: storage's, or RelStorage 4's).
 DATABASE_FILES = ('relstorage.sqlite3', 'main.sqlite3')
@@ -84,10 +87,18 @@ def config_file_being_read():
     counts: the site's own file, not a file it includes (which several
     sites may share)."""
     from ZConfig.cfgparser import ZConfigParser
+    if not _PARSER_CODE:
+        _PARSER_CODE.update(
+            f.__code__ for f in vars(ZConfigParser).values()
+            if hasattr(f, '__code__'))
     outermost = None
     frame = sys._getframe(1)
     while frame is not None:
-        parser = frame.f_locals.get('self')
+        # Only the parser's own frames have their locals read: reading a
+        # frame's locals makes the frame keep a copy of them, which would
+        # keep alive whatever the caller's frames hold afterwards.
+        parser = (frame.f_locals.get('self')
+                  if frame.f_code in _PARSER_CODE else None)
         if isinstance(parser, ZConfigParser) and (
                 outermost is None or parser.context is outermost.context):
             outermost = parser

@@ -65,7 +65,11 @@ def _safe_iterable(node):
 REVIEWED = {
     # pragma names and values are checked against strict patterns when the
     # adapter is built (an invalid one is a ConfigurationError).
-    ('adapters/sqlite/adapter.py', "'PRAGMA %s = %s' % (name, value)"),
+    ('adapters/sqlite/files.py', "'PRAGMA %s = %s' % (name, value)"),
+    # a class constant (an int): the store session's page cache, small so
+    # that a vote writes what the COMMIT would otherwise write.
+    ('adapters/sqlite/adapter.py',
+     "'PRAGMA cache_size = %d' % self.store_cache_pages"),
     # an int(), restoring the busy timeout after BEGIN IMMEDIATE's tries.
     ('adapters/sqlite/adapter.py', "'PRAGMA busy_timeout = %d' % ms"),
     # an int() of commit-lock-timeout (Oracle's FOR UPDATE WAIT n takes no

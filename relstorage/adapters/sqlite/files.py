@@ -110,7 +110,7 @@ def connect(path, timeout, pragmas=()):
         conn = sqlite3.connect(path, timeout=timeout, isolation_level=None,
                                check_same_thread=False)
         for name, value in pragmas:
-            step = 'set PRAGMA %s = %s' % (name, value)
+            step = 'set the pragma %s to %s' % (name, value)
             retry(lambda: _pragma(conn, name, value), _Busy,
                   timeout, 0.001, 0.05)
     except _Busy as e:
