@@ -166,9 +166,15 @@ def test_restore_with_old_tid_is_refused_and_leaves_nothing_locked(factory):
         t = TransactionMetaData()
         storage.tpc_begin(t, z64[:-1] + b'\x01')  # older than everything
         storage.restore(oid, None, zodb_pickle(MinPO(1)), '', None, t)
-        storage.tpc_vote(t)
-        with pytest.raises(RelStorageError) as exc:
-            storage.tpc_finish(t)
+        # Where the vote does all but the COMMIT (SQLite), the vote
+        # refuses it; elsewhere the finish, which chooses the tid.
+        if storage._adapter.only_writer_from_vote:
+            with pytest.raises(RelStorageError) as exc:
+                storage.tpc_vote(t)
+        else:
+            storage.tpc_vote(t)
+            with pytest.raises(RelStorageError) as exc:
+                storage.tpc_finish(t)
         assert 'transaction ids must increase' in str(exc.value)
         storage.tpc_abort(t)
         with pytest.raises(POSKeyError):
