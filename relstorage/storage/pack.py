@@ -31,6 +31,7 @@ from ZODB.POSException import StorageError
 from ..adapters.session import chunks
 from ..exceptions import CorruptRecord
 from ..exceptions import InvalidPackTime
+from ..exceptions import PackAlreadyRunning  # re-exported too
 from ..exceptions import PackedFurtherAlready
 from ..pickledrefs import page_references
 from .load import MAX_ID
@@ -117,10 +118,6 @@ class _ReferenceWriter(threading.Thread):
         self.join()
         if kind is None and self.error is not None:
             raise self.error
-
-
-class PackAlreadyRunning(StorageError):
-    """Only one pack may run per database at a time."""
 
 
 class Pack:
