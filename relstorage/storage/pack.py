@@ -127,7 +127,8 @@ class Pack:
                  prepack_only=False, use_prepack_state=False,
                  workers=None):
         self.storage = storage
-        #: Worker processes of the pre-pack (None: Workers' default).
+        #: Worker processes of the pre-pack (None: as many as the CPUs,
+        #: see refworkers.default_count).
         self.workers = workers
         self.prepack_only = prepack_only
         self.use_prepack_state = use_prepack_state

@@ -1,6 +1,7 @@
 """The layout rules the code keeps, checked over every shipped module
 (everything under relstorage/ but relstorage/tests/): each rule is a
 scan that fails naming the module and line that breaks it."""
+import ast
 import importlib
 import inspect
 import pathlib
@@ -88,3 +89,66 @@ def test_moved_errors_keep_their_old_names_and_bases():
     assert issubclass(UpgradeRefused, exceptions.SchemaError)
     assert issubclass(exceptions.UnableToLockRows, ConflictError)
     assert issubclass(exceptions.UnableToLockRows, RelStorageError)
+
+
+#: Where shipped code may look at the environment: (file under
+#: relstorage/, function) -> why that is no behaviour from the environment.
+ENVIRONMENT_READS = {
+    # XDG_DATA_HOME: the established convention for per-user data; it
+    # only places the default data directory (data-dir replaces it).
+    ('defaultlocation.py', 'per_user_data_dir'),
+    # libpq's PG* variables, only to describe where libpq connects (libpq
+    # reads them itself; relstorage passes the DSN through).
+    ('adapters/postgresql/dsn.py', 'dsn_location'),
+    # The environment handed to a child process, passed through unread.
+    ('children.py', 'child_env'),
+}
+_ENVIRONMENT_NAMES = {'environ', 'environb', 'getenv', 'getenvb'}
+
+
+def environment_reads(path):
+    """``(line, function)`` of every use of os.environ / os.getenv (as an
+    attribute of ``os`` or imported from it) in the file *path*."""
+    tree = ast.parse(path.read_text(), str(path))
+    found = []
+
+    def visit(node, function):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            function = node.name
+        if (isinstance(node, ast.Attribute)
+                and node.attr in _ENVIRONMENT_NAMES
+                and isinstance(node.value, ast.Name)
+                and node.value.id == 'os'):
+            found.append((node.lineno, function))
+        if (isinstance(node, ast.ImportFrom) and node.module == 'os'
+                and any(a.name in _ENVIRONMENT_NAMES for a in node.names)):
+            found.append((node.lineno, function))
+        for child in ast.iter_child_nodes(node):
+            visit(child, function)
+    visit(tree, None)
+    return found
+
+
+def shipped_files():
+    return sorted(p for p in SOURCE.rglob('*.py')
+                  if 'tests' not in p.relative_to(SOURCE).parts)
+
+
+def test_the_environment_scan_sees_reads():
+    sample = SOURCE / 'defaultlocation.py'
+    assert [f for _, f in environment_reads(sample)] == ['per_user_data_dir']
+
+
+def test_no_behaviour_from_the_environment():
+    unexpected = []
+    seen = set()
+    for path in shipped_files():
+        rel = path.relative_to(SOURCE).as_posix()
+        for line, function in environment_reads(path):
+            if (rel, function) in ENVIRONMENT_READS:
+                seen.add((rel, function))
+            else:
+                unexpected.append('%s:%d (in %s)' % (rel, line, function))
+    assert unexpected == []
+    # No stale entry: each allowed read is still there.
+    assert seen == ENVIRONMENT_READS
