@@ -17,6 +17,7 @@ def python_command(module, *args):
 def child_env(env=None):
     """*env* (default: this process's environment) with PYTHONPATH set
     to this process's ``sys.path``, ahead of what it held."""
+    # Passed through to the child, not read (see test_layers).
     env = dict(os.environ if env is None else env)
     paths = [p for p in sys.path if p]
     if env.get('PYTHONPATH'):

@@ -52,6 +52,9 @@ def per_user_data_dir(name):
     """``$XDG_DATA_HOME/relstorage/<name>``, with ``~/.local/share``
     when XDG_DATA_HOME is unset or empty, and ``default`` when the storage
     has no name."""
+    # The environment read on purpose (see test_layers): XDG_DATA_HOME is
+    # the established convention for where per-user data goes; it only
+    # places the default data directory, which a data-dir setting replaces.
     base = (os.environ.get('XDG_DATA_HOME')
             or os.path.expanduser('~/.local/share'))
     return os.path.join(base, 'relstorage', _dir_name(name))

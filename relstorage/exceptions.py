@@ -79,7 +79,7 @@ class InvalidPackTime(RelStorageError, ValueError):
     holds (1900 to 5908)."""
 
 
-class UnableToLockRows(ConflictError):
+class UnableToLockRows(RelStorageError, ConflictError):
     """Rows to change (or read-current rows) stayed locked by another
     transaction past commit-lock-timeout, or locking them deadlocked.
     A ConflictError, so ZODB's retry machinery tries again."""
@@ -87,6 +87,10 @@ class UnableToLockRows(ConflictError):
 
 class CorruptRecord(RelStorageError):
     """A stored row cannot be what it claims to be."""
+
+
+class PackAlreadyRunning(RelStorageError):
+    """Only one pack may run per database at a time."""
 
 
 class PackedFurtherAlready(RelStorageError):
@@ -98,6 +102,21 @@ class CommitOutcomeUnknown(RelStorageError):
     """The connection was lost while the commit was being sent, and the
     database could not be asked afterwards whether it happened. Not a
     TransientError: retrying could apply the transaction twice."""
+
+
+class UpgradeRefused(SchemaError):
+    """The upgrade cannot start (the database is in use, or holds no
+    RelStorage 4 tables of the configured mode)."""
+
+
+class CopyError(RelStorageError):
+    """A copy cannot start or continue (what is wrong is named)."""
+
+
+class UsageError(RelStorageError):
+    """A console script was given bad arguments or a configuration it
+    cannot use (the message names what is wrong); scripts exit with
+    status 2."""
 
 
 class DatabaseFull(RelStorageError):

@@ -189,6 +189,11 @@ OPTIONS = (
                doc='Megabytes the pre-pack may hold its reference graph '
                    'in; a larger graph is followed in the database. 0 '
                    'always uses the database.'),
+    OptionSpec('pack-workers', None, 'int', nullable=True, minimum=0,
+               maximum=64,
+               doc='Worker processes the pre-pack reads references in; '
+                   '0: none. None: as many as the CPUs this process may '
+                   'use, at most 4, and none with a single CPU.'),
     OptionSpec('cache-servers', None, 'strings', nullable=True,
                doc='Shared cache servers (host:port ...).'),
     OptionSpec('cache-module-name', None, 'str', nullable=True,

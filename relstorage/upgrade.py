@@ -23,9 +23,9 @@ import logging
 import sys
 
 from .adapters.upgrade import STEPS
-from .adapters.upgrade import UpgradeRefused
 from .config import RelStorageFactory
 from .config import options_from_section
+from .exceptions import UpgradeRefused
 from .helptext import help_text
 from .zodbpack import run_sections
 

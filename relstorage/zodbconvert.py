@@ -36,12 +36,13 @@ from zope.interface import alsoProvides
 
 from .config import RelStorageFactory
 from .config import options_from_section
+from .exceptions import CopyError
 from .exceptions import DatabaseMissing
 from .exceptions import NoSchema
 from .exceptions import RelStorage4Database
+from .exceptions import UsageError
 from .helptext import help_text
 from .storage import RelStorage
-from .storage.copy import CopyError
 from .storage.copy import copy_transactions
 from .storage.copy import is_empty
 from .storage.copy import resume_point
@@ -52,10 +53,6 @@ log = logging.getLogger('zodbconvert')
 
 EXIT_FAILED = 1
 EXIT_USAGE = 2
-
-
-class UsageError(Exception):
-    """Bad arguments or configuration: reported, exit status 2."""
 
 
 def find_sections(path):

@@ -207,8 +207,8 @@ def main(argv=None, out=None):
                              'pack nothing')
     parser.add_argument('--workers', type=int, metavar='N',
                         help='worker processes the pre-pack reads '
-                             'references in (default: '
-                             'RELSTORAGE_PACK_WORKERS, else the CPUs, at '
+                             'references in (default: the pack-workers '
+                             'option of each storage, else the CPUs, at '
                              'most 4; 0: none)')
     parser.add_argument('config', help='file of storage sections')
     args = parser.parse_args(argv)

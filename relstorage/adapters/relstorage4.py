@@ -6,6 +6,7 @@ by their own names. Its blobs are read in pieces, so none is held whole
 in memory (RelStorage 4 keeps each blob in one large object on
 PostgreSQL and in one row on SQLite).
 """
+from ..exceptions import UpgradeRefused
 
 #: Bytes of a blob read per statement.
 PIECE = 1 << 20
@@ -25,7 +26,6 @@ class RelStorage4Reader:
             raise
         if self.mode is None:
             self.session.close()
-            from .upgrade import UpgradeRefused
             raise UpgradeRefused('%s holds no RelStorage 4 database'
                                  % adapter.describe())
         self.keep_history = self.mode == 'history-preserving'

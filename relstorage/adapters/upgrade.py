@@ -20,7 +20,7 @@ each adapter's ``upgrade`` module.
 import secrets
 import time
 
-from ..exceptions import SchemaError
+from ..exceptions import UpgradeRefused  # re-exported too
 
 #: The steps, in order; each runs in a transaction of its own.
 STEPS = ('prepare', 'transactions', 'states', 'current', 'blob map',
@@ -28,11 +28,6 @@ STEPS = ('prepare', 'transactions', 'states', 'current', 'blob map',
 
 #: Objects copied per transaction in the big steps.
 BATCH_OBJECTS = 20000
-
-
-class UpgradeRefused(SchemaError):
-    """The upgrade cannot start (the database is in use, or holds no
-    RelStorage 4 tables of the configured mode)."""
 
 
 class Upgrade:

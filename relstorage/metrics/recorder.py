@@ -43,7 +43,9 @@ from ..storage.classes import class_name
 log = logging.getLogger(__name__)
 
 #: Whether prometheus_client writes to a multiprocess directory (it
-#: decides when it is imported, from PROMETHEUS_MULTIPROC_DIR).
+#: decides when it is imported, from PROMETHEUS_MULTIPROC_DIR). That
+#: variable stays: it is prometheus_client's own convention, which every
+#: process sharing the directory must follow; relstorage reads it nowhere.
 MULTIPROCESS = values.ValueClass is not values.MutexValue
 
 LABEL = 'storage'

@@ -294,8 +294,7 @@ class RelStorage(Loader, TPC, History, Iteration, BlobMethods,
         pack-skip-prepack) removes what the last such pre-pack found,
         to the pack time it used, instead of running one. *workers* is
         how many worker processes the pre-pack reads references in
-        (default: RELSTORAGE_PACK_WORKERS in the environment, else the
-        CPUs, at most 4; none with one CPU)."""
+        (default: the pack-workers option)."""
         self._check_writable()
         options = self._options
         if gc is None:
@@ -304,6 +303,8 @@ class RelStorage(Loader, TPC, History, Iteration, BlobMethods,
             prepack_only = options.pack_prepack_only
         if use_prepack_state is None:
             use_prepack_state = options.pack_skip_prepack
+        if workers is None:
+            workers = options.pack_workers
         if prepack_only and use_prepack_state:
             raise ValueError('a pack cannot both only pre-pack and skip the '
                              'pre-pack (pack-prepack-only and '

@@ -22,11 +22,7 @@ from ZODB.utils import u64
 from ZODB.utils import z64
 
 from ..blobs.files import copy_into
-from ..exceptions import RelStorageError
-
-
-class CopyError(RelStorageError):
-    """A copy cannot start or continue (what is wrong is named)."""
+from ..exceptions import CopyError  # re-exported too
 
 
 def tid_time(tid):

@@ -31,6 +31,7 @@ from ZODB.POSException import StorageError
 from ..adapters.session import chunks
 from ..exceptions import CorruptRecord
 from ..exceptions import InvalidPackTime
+from ..exceptions import PackAlreadyRunning  # re-exported too
 from ..exceptions import PackedFurtherAlready
 from ..pickledrefs import page_references
 from .load import MAX_ID
@@ -119,10 +120,6 @@ class _ReferenceWriter(threading.Thread):
             raise self.error
 
 
-class PackAlreadyRunning(StorageError):
-    """Only one pack may run per database at a time."""
-
-
 class Pack:
     """One run of pack() over one storage's adapter."""
 
@@ -130,7 +127,8 @@ class Pack:
                  prepack_only=False, use_prepack_state=False,
                  workers=None):
         self.storage = storage
-        #: Worker processes of the pre-pack (None: Workers' default).
+        #: Worker processes of the pre-pack (None: as many as the CPUs,
+        #: see refworkers.default_count).
         self.workers = workers
         self.prepack_only = prepack_only
         self.use_prepack_state = use_prepack_state

@@ -12,9 +12,9 @@ its pages to this process, with a warning; the pack goes on. So does
 one that stops answering: a page it has not answered within
 PAGE_TIMEOUT seconds gets it stopped (killed).
 
-``zodbpack --workers N`` (pack_with_result's *workers*), or else
-``RELSTORAGE_PACK_WORKERS`` in the environment, sets how many workers
-(0: none, every page is read here); by default as many as the CPUs this
+The ``pack-workers`` option, or ``zodbpack --workers N``
+(pack_with_result's *workers*) for one run, sets how many workers (0:
+none, every page is read here); by default as many as the CPUs this
 process may use, at most MOST, and none with a single CPU. They start
 only once the pre-pack has read START_AFTER pages, so a small database
 never starts one. (On two CPUs beside PostgreSQL, 9,000,000 states took
@@ -52,15 +52,8 @@ _SERVE = ('import sys; from relstorage.pickledrefs import serve; '
 
 
 def default_count():
-    """How many workers: RELSTORAGE_PACK_WORKERS, or the CPUs this
+    """How many workers when pack-workers is not set: the CPUs this
     process may use (at most MOST; none with one CPU)."""
-    setting = os.environ.get('RELSTORAGE_PACK_WORKERS', '').strip()
-    if setting:
-        try:
-            return max(int(setting), 0)
-        except ValueError:
-            log.warning('RELSTORAGE_PACK_WORKERS=%r is not a number; '
-                        'using the default', setting)
     try:
         cpus = len(os.sched_getaffinity(0))
     except AttributeError:  # not on Linux

@@ -56,6 +56,7 @@ KEY_SAMPLES = {
     'pack-batch-timeout': ('0.75', 0.75),
     'pack-commit-busy-delay': ('2', 2.0),
     'pack-graph-mb': ('64', 64),
+    'pack-workers': ('2', 2),
     'cache-servers': ('10.0.0.1:11211 10.0.0.2:11211',
                       ['10.0.0.1:11211', '10.0.0.2:11211']),
     'cache-module-name': ('some.cache.module', 'some.cache.module'),
@@ -234,6 +235,9 @@ def test_two_adapter_sections_are_refused():
     ('pack-batch-timeout -0.5', 'pack-batch-timeout'),
     ('pack-commit-busy-delay x', 'pack-commit-busy-delay'),
     ('pack-graph-mb -1', 'pack-graph-mb'),
+    ('pack-workers -1', 'pack-workers'),
+    ('pack-workers 65', 'pack-workers'),
+    ('pack-workers many', 'pack-workers'),
     ('replica-timeout never', 'replica-timeout'),
     ('commit-lock-id one', 'commit-lock-id'),
 ])

@@ -40,6 +40,9 @@ DESIGN_DEFAULTS = {
     'pack-commit-busy-delay': 5.0,
     # This project's own: the memory the pre-pack may hold its graph in.
     'pack-graph-mb': 512,
+    # This project's own (earlier the RELSTORAGE_PACK_WORKERS variable):
+    # None is as many as the CPUs, at most 4, none with one CPU.
+    'pack-workers': None,
     'cache-servers': None,
     'cache-module-name': None,
     'cache-prefix': None,
@@ -58,8 +61,8 @@ SUPPORTED_NOW = {
     'commit-lock-timeout', 'commit-lock-id', 'cache-local-dir',
     'network-timeout', 'poll-interval', 'pack-gc', 'pack-batch-timeout',
     'pack-commit-busy-delay', 'pack-prepack-only', 'pack-skip-prepack',
-    'pack-graph-mb', 'cache-local-mb', 'cache-local-object-max',
-    'cache-delta-size-limit', 'blob-dir', 'shared-blob-dir',
+    'pack-graph-mb', 'pack-workers', 'cache-local-mb',
+    'cache-local-object-max', 'cache-delta-size-limit', 'blob-dir', 'shared-blob-dir',
     # Accepted from RelStorage configurations: memcache's settings are
     # unused (a warning says so), cache-prefix names nothing yet.
     'cache-servers', 'cache-module-name', 'cache-prefix',
@@ -97,6 +100,7 @@ NON_DEFAULT = {
     'pack-batch-timeout': 0.25,
     'pack-commit-busy-delay': 1.0,
     'pack-graph-mb': 0,
+    'pack-workers': 0,
     'cache-servers': ['127.0.0.1:11211'],
     'cache-module-name': 'some.cache.module',
     'cache-prefix': 'app',
@@ -184,6 +188,9 @@ def test_unknown_keyword_names_it(key):
     ('commit-lock-timeout', None),
     ('pack-batch-timeout', -1.0),
     ('pack-commit-busy-delay', 'x'),
+    ('pack-workers', -1),
+    ('pack-workers', 65),
+    ('pack-workers', 1.5),
     ('blob-cache-size', -10),
     ('blob-cache-size', '1gb'),
     ('blob-cache-size-check', 101),

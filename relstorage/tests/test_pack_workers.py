@@ -2,7 +2,8 @@
 started as a large database would start them): the same garbage found as
 without them, a damaged state read by a worker named by the pack, and a
 worker that cannot start, or that stops answering, leaving its pages to
-the packing process; zodbpack --workers and RELSTORAGE_PACK_WORKERS."""
+the packing process; the pack-workers option and zodbpack --workers (and
+RELSTORAGE_PACK_WORKERS, which no longer changes anything)."""
 import io
 import logging
 import os
@@ -11,6 +12,7 @@ import time
 
 import pytest
 import ZODB
+import ZODB.config
 from persistent.mapping import PersistentMapping
 from ZODB.serialize import referencesf
 
@@ -29,10 +31,11 @@ SIZE = 400
 
 @pytest.fixture
 def workers(monkeypatch):
-    """Small pages, and two workers started after the first page."""
+    """Small pages, and the options of a storage with two workers,
+    started after the first page."""
     monkeypatch.setattr(pack_module, 'PAGE', 20)
     monkeypatch.setattr(refworkers, 'START_AFTER', 1)
-    monkeypatch.setenv('RELSTORAGE_PACK_WORKERS', '2')
+    return {'pack_workers': 2}
 
 
 def _graph(seed):
@@ -44,7 +47,7 @@ def _graph(seed):
 
 def test_workers_find_the_same_garbage(factory, workers):
     edges, linked = _graph(7)
-    result = _pack_and_check(factory.storage(zap=True),
+    result = _pack_and_check(factory.storage(zap=True, **workers),
                              SIZE, edges, linked)
     assert result['prepack_workers'] == 2
     # Every page went somewhere; the workers read some of them.
@@ -57,7 +60,7 @@ def test_a_worker_that_cannot_start(workers, monkeypatch, caplog):
     factory = DatabaseFactory('sqlite', True)
     try:
         with caplog.at_level(logging.WARNING, logger=refworkers.__name__):
-            result = _pack_and_check(factory.storage(), SIZE,
+            result = _pack_and_check(factory.storage(**workers), SIZE,
                                      edges, linked)
     finally:
         factory.cleanup()
@@ -98,7 +101,7 @@ def test_a_worker_that_stops_answering(workers, monkeypatch, caplog):
     try:
         with caplog.at_level(logging.WARNING, logger=refworkers.__name__):
             began = time.monotonic()
-            result = _pack_and_check(factory.storage(), SIZE,
+            result = _pack_and_check(factory.storage(**workers), SIZE,
                                      edges, linked)
             took = time.monotonic() - began
     finally:
@@ -113,18 +116,19 @@ def test_a_worker_that_stops_answering(workers, monkeypatch, caplog):
     assert [p.poll() is not None for p in started] == [True, True]
 
 
-def test_zodbpack_workers_and_the_environment(workers, tmp_path,
-                                              monkeypatch):
+def test_zodbpack_workers_and_the_option(workers, tmp_path, monkeypatch):
     edges, linked = _graph(10)
-    monkeypatch.setenv('RELSTORAGE_PACK_WORKERS', '0')
+    # The variable earlier releases read changes nothing any more.
+    monkeypatch.setenv('RELSTORAGE_PACK_WORKERS', '2')
     factory = DatabaseFactory('sqlite', True)
     try:
-        result = _pack_and_check(factory.storage(), SIZE, edges, linked)
+        result = _pack_and_check(factory.storage(pack_workers=0), SIZE,
+                                 edges, linked)
         assert result['prepack_workers'] == 0
         assert result['prepack_worker_pages'] == 0
         config = tmp_path / 'pack.conf'
         config.write_text(
-            '%%import relstorage\n<relstorage>\n'
+            '%%import relstorage\n<relstorage>\n pack-workers 0\n'
             ' <sqlite3>\n  data-dir %s\n </sqlite3>\n</relstorage>\n'
             % factory.data_dir('main'))
         for argv, said in ((['-d', '0', '--workers', '1'],
@@ -138,6 +142,42 @@ def test_zodbpack_workers_and_the_environment(workers, tmp_path,
                 assert 'worker' not in out.getvalue()
     finally:
         factory.cleanup()
+
+
+def test_pack_workers_read_from_zconfig_give_the_same_pack(workers,
+                                                           monkeypatch):
+    """The same database packed with pack-workers 0 and 2, each read from
+    a ZConfig string: the same objects are left, and the same counts come
+    out; only where the pages were read differs."""
+    monkeypatch.setenv('RELSTORAGE_PACK_WORKERS', '1')  # ignored
+    edges, linked = _graph(11)
+    counts = {}
+    for count in (0, 2):
+        factory = DatabaseFactory('sqlite', True)
+        try:
+            storage = ZODB.config.storageFromString(
+                '%%import relstorage\n<relstorage>\n pack-workers %d\n'
+                ' <sqlite3>\n  data-dir %s\n </sqlite3>\n</relstorage>\n'
+                % (count, factory.data_dir('main')))
+            assert storage._options.pack_workers == count
+            result = _pack_and_check(storage, SIZE, edges, linked)
+        finally:
+            factory.cleanup()
+        assert result['prepack_workers'] == count
+        assert (result['prepack_worker_pages'] > 0) == (count > 0)
+        counts[count] = {key: result[key] for key in (
+            'objects_removed', 'revisions_removed', 'garbage_found')
+            if key in result}
+    assert counts[0] == counts[2]
+    assert counts[0]['objects_removed'] > 0
+
+
+def test_the_environment_sets_no_default(monkeypatch):
+    monkeypatch.delenv('RELSTORAGE_PACK_WORKERS', raising=False)
+    unset = refworkers.default_count()
+    monkeypatch.setenv('RELSTORAGE_PACK_WORKERS', '7')
+    assert refworkers.default_count() == unset
+    assert 0 <= unset <= refworkers.MOST
 
 
 def _build_more(factory):
@@ -194,7 +234,7 @@ def test_a_damaged_state_stops_the_pack(workers):
         db.close()
         # The last pages go to the workers: the first is read here.
         _damage(factory, last, state[:len(state) // 2], len(state) // 2)
-        storage = factory.storage()
+        storage = factory.storage(**workers)
         try:
             with pytest.raises(CorruptRecord,
                                match='0x%x' % int.from_bytes(last, 'big')):

@@ -10,7 +10,7 @@ that the rename waits for: the upgrade waits a few seconds, then refuses
 and names the sessions.
 """
 from ..upgrade import Upgrade
-from ..upgrade import UpgradeRefused
+from ...exceptions import UpgradeRefused
 from .drivers import error_code
 
 #: RelStorage 4's tables whose names ours use.

@@ -61,6 +61,8 @@ def dsn_location(dsn):
     defaults (PGHOST, PGPORT, PGDATABASE, PGUSER, the login name) for
     what it leaves out."""
     params = parse_dsn(dsn or '')
+    # Read only to describe the target as libpq will (see test_layers):
+    # the connection itself is left to libpq, which reads them anyway.
     env = os.environ
 
     def get(key, var, default):

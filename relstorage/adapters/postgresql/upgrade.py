@@ -7,7 +7,7 @@ was or both sets of tables. RelStorage 4 keeps each blob in large
 objects; they are cut into chunks of blob-chunk-size on the server.
 """
 from ..upgrade import Upgrade
-from ..upgrade import UpgradeRefused
+from ...exceptions import UpgradeRefused
 
 #: RelStorage 4's tables (their names clash with ours, or its clients
 #: would still find them) and the other objects it creates.

@@ -12,7 +12,7 @@ import sqlite3
 import urllib.parse
 
 from ..upgrade import Upgrade
-from ..upgrade import UpgradeRefused
+from ...exceptions import UpgradeRefused
 from . import errors
 from . import files
 from .adapter import MAIN_FILE
