@@ -10,13 +10,13 @@ import os
 
 import pytest
 
-from . import private_servers
-from .dbs import in_ci
-from .private_servers import DATABASES
-from .private_servers import MySQLServer
-from .private_servers import NotInstalled
-from .private_servers import PostgreSQLServer
-from .private_servers import private_server
+from relstorage.testing import private_servers
+from relstorage.testing.dbs import in_ci
+from relstorage.testing.private_servers import DATABASES
+from relstorage.testing.private_servers import MySQLServer
+from relstorage.testing.private_servers import NotInstalled
+from relstorage.testing.private_servers import PostgreSQLServer
+from relstorage.testing.private_servers import private_server
 
 CLASSES = {'postgresql': PostgreSQLServer, 'mysql': MySQLServer}
 KINDS = tuple(CLASSES)
