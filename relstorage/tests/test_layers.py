@@ -29,8 +29,8 @@ PRIVATE_SIGNALS = {
 #: test or the speed test that a private server could not be had, and
 #: never come out of a storage.
 TESTING_ERRORS = {
-    'relstorage.testing.private_servers.NotInstalled',
-    'relstorage.testing.private_servers.ServerError',
+    'relstorage.testing.servers.NotInstalled',
+    'relstorage.testing.servers.ServerError',
 }
 
 
@@ -128,7 +128,7 @@ ENVIRONMENT_READS = {
     ('testing/dbs.py', 'in_ci'),
     # A private test server's environment: the caller's, less the PG*
     # and MYSQL* variables that would point it elsewhere.
-    ('testing/private_servers.py', '_child_env'),
+    ('testing/processes.py', 'server_env'),
 }
 _ENVIRONMENT_NAMES = {'environ', 'environb', 'getenv', 'getenvb'}
 

@@ -32,9 +32,9 @@ from relstorage.options import Options
 from relstorage.testing.dbs import DatabaseFactory
 from relstorage.testing.dbs import child_env
 from relstorage.testing.dbs import in_ci
-from relstorage.testing.private_servers import NotInstalled
-from relstorage.testing.private_servers import free_port as closed_port
 from relstorage.testing.private_servers import private_server
+from relstorage.testing.processes import free_port as closed_port
+from relstorage.testing.servers import NotInstalled
 
 pytestmark = pytest.mark.timeout(300)
 

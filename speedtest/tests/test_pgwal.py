@@ -7,7 +7,7 @@ import json
 import pytest
 
 from relstorage.testing.dbs import in_ci
-from relstorage.testing.private_servers import NotInstalled
+from relstorage.testing.servers import NotInstalled
 from speedtest import pgwal
 
 
