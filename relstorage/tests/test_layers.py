@@ -1,6 +1,7 @@
 """The layout rules the code keeps, checked over every shipped module
-(everything under relstorage/ but relstorage/tests/): each rule is a
-scan that fails naming the module and line that breaks it."""
+(everything under relstorage/ but relstorage/tests/, and for the imports
+of the tests and of the testing support speedtest/ but its tests): each
+rule is a scan that fails naming the module and line that breaks it."""
 import ast
 import importlib
 import inspect
@@ -184,11 +185,14 @@ def test_no_behaviour_from_the_environment():
 #: The tests' package: only the tests import it (and the speed test's
 #: tests); what anything else needs from it belongs in relstorage.testing.
 TESTS_PACKAGE = 'relstorage.tests'
+#: The testing support: the tests and the speed test use it, the storage
+#: never does.
+TESTING_PACKAGE = 'relstorage.testing'
 _IMPORTERS = {'import_module', '__import__'}
 
 
-def _names_tests(name):
-    return name == TESTS_PACKAGE or name.startswith(TESTS_PACKAGE + '.')
+def _within(name, target):
+    return name == target or name.startswith(target + '.')
 
 
 def _absolute(module, level, package):
@@ -207,9 +211,9 @@ def _docstrings(tree):
             and isinstance(n.body[0].value, ast.Constant)}
 
 
-def imports_of_tests(source, package):
-    """Lines of *source* (a module of *package*) that import the tests'
-    package: ``import``, ``from ... import`` (relative ones resolved),
+def imports_of(target, source, package):
+    """Lines of *source* (a module of *package*) that import the package
+    *target*: ``import``, ``from ... import`` (relative ones resolved),
     ``importlib.import_module``/``__import__`` of a string, and code for
     a child process (any string but a docstring that names it)."""
     tree = ast.parse(source)
@@ -232,9 +236,9 @@ def imports_of_tests(source, package):
             names = [_absolute(name.lstrip('.'), level, package)]
         elif (isinstance(node, ast.Constant) and isinstance(node.value, str)
               and id(node) not in docstrings
-              and re.search(r'\brelstorage\.tests\b', node.value)):
-            names = [TESTS_PACKAGE]
-        if any(_names_tests(n) for n in names):
+              and re.search(r'\b%s\b' % re.escape(target), node.value)):
+            names = [target]
+        if any(_within(n, target) for n in names):
             found.append(node.lineno)
     return sorted(set(found))
 
@@ -269,7 +273,7 @@ def test_the_tests_import_scan_sees_every_form():
         from relstorage.testing import dbs
         from . import dbs
         ''')
-    assert imports_of_tests(sample, 'relstorage.testing') == list(
+    assert imports_of(TESTS_PACKAGE, sample, 'relstorage.testing') == list(
         range(3, 11))
     names = {str(p.relative_to(SOURCE.parent))
              for p, _ in modules_outside_the_tests()}
@@ -278,10 +282,20 @@ def test_the_tests_import_scan_sees_every_form():
     assert not any('/tests/' in n for n in names)
 
 
+def importers_of(target, modules):
+    """``path:line`` of each import of *target* by *modules*."""
+    return ['%s:%d' % (path.relative_to(SOURCE.parent), line)
+            for path, package in modules
+            for line in imports_of(target, path.read_text(), package)]
+
+
 def test_nothing_outside_the_tests_imports_them():
-    importers = []
-    for path, package in modules_outside_the_tests():
-        for line in imports_of_tests(path.read_text(), package):
-            importers.append('%s:%d' % (
-                path.relative_to(SOURCE.parent), line))
-    assert importers == []
+    assert importers_of(TESTS_PACKAGE, modules_outside_the_tests()) == []
+
+
+def test_the_storage_does_not_import_the_testing_support():
+    storage = [(path, package) for path, package
+               in modules_outside_the_tests()
+               if not package.startswith(('speedtest', TESTING_PACKAGE))]
+    assert storage
+    assert importers_of(TESTING_PACKAGE, storage) == []
