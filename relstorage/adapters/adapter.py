@@ -56,6 +56,14 @@ class Adapter:
     oid_allocator_class = None
     #: What the server says of itself, for zodbinfo.
     statistics_class = ServerStatistics
+    #: The Upgrade (see adapters.upgrade) that converts a RelStorage 4
+    #: database in place; None where there is none yet.
+    upgrade_class = None
+    #: The database's name in messages ("the SQLite has no replicas").
+    database_name = None
+    #: The query keys of this database's zodburi URI that belong to its
+    #: adapter section (the others are options, or zodburi's own).
+    uri_keys = ('driver',)
     #: Starts the snapshot transaction of a load session.
     load_begin_sql = 'BEGIN'
     #: Starts the commit transaction of a store session.
@@ -136,6 +144,13 @@ class Adapter:
     def describe(self, server=None):
         """The database, for messages: on *server*, or on the read-write
         server in use."""
+        raise NotImplementedError
+
+    @classmethod
+    def section_from_uri(cls, uri):
+        """``{key: value}`` of the adapter section that the zodburi URI
+        *uri* (a uriresolver.URI: host, port, user, password, path,
+        netloc) names, the query's uri_keys aside."""
         raise NotImplementedError
 
     def current_server(self):

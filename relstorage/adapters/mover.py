@@ -9,6 +9,7 @@ from ..exceptions import CorruptRecord
 from .session import chunks
 from .session import in_list
 from .session import values_list
+from .sql import SQL
 
 
 class Mover:
@@ -175,14 +176,19 @@ class Mover:
 
 class HistoryPreservingMover(Mover):
 
-    load_current_sql = (
-        'SELECT s.state, s.tid, s.state_size FROM current_object c '
+    #: load_current_sql and load_many_sql with a slot for a hint after
+    #: SELECT (the join order, say), which a database may fill.
+    load_current_template = SQL(
+        'SELECT {hint}s.state, s.tid, s.state_size FROM current_object c '
         'JOIN object_state s ON s.zoid = c.zoid AND s.tid = c.tid '
         'WHERE c.zoid = %s')
-    load_many_sql = (
-        'SELECT s.zoid, s.state, s.tid, s.state_size FROM current_object c '
+    load_many_template = SQL(
+        'SELECT {hint}s.zoid, s.state, s.tid, s.state_size '
+        'FROM current_object c '
         'JOIN object_state s ON s.zoid = c.zoid AND s.tid = c.tid '
         'WHERE c.zoid IN %s')
+    load_current_sql = load_current_template.format(hint='')
+    load_many_sql = load_many_template.format(hint='')
     current_tids_sql = 'SELECT zoid, tid FROM current_object WHERE zoid IN %s'
     # Every revision in the range, from the history: exact whatever view
     # it is read in (a newer revision does not hide an older one).
@@ -190,6 +196,15 @@ class HistoryPreservingMover(Mover):
                    'WHERE tid > %s AND tid <= %s')
     last_tid_sql = 'SELECT COALESCE(MAX(tid), 0) FROM transactions'
     lock_table = 'current_object'
+
+    def __init__(self, adapter):
+        super().__init__(adapter)
+        #: Copies temp_store's rows into object_state as the tid given.
+        self.move_states_sql = SQL(
+            'INSERT INTO object_state '
+            '(zoid, tid, prev_tid, state_size, state, blob_id) '
+            'SELECT zoid, %s, prev_tid, {length}, state, blob_id '
+            'FROM temp_store').format(length=self.state_length_clause)
 
     def committed_probe(self, tid, oid):
         """A statement counting what proves that *tid* committed (its
@@ -216,10 +231,7 @@ class HistoryPreservingMover(Mover):
         if own_tids:
             raise ValueError('rows keep their own tids only without history')
         return [
-            ('INSERT INTO object_state '
-             '(zoid, tid, prev_tid, state_size, state, blob_id) '
-             'SELECT zoid, %%s, prev_tid, %s, state, blob_id FROM temp_store'
-             % self.state_length_clause, (tid,)),
+            (self.move_states_sql, (tid,)),
             (self.upsert_select('current_object', 'zoid', ('zoid', 'tid'),
                                 'SELECT zoid, %s AS tid FROM temp_store'),
              (tid,)),

@@ -6,6 +6,7 @@ import importlib
 import inspect
 import pathlib
 import pkgutil
+import re
 
 import relstorage
 from relstorage import exceptions
@@ -152,3 +153,159 @@ def test_no_behaviour_from_the_environment():
     assert unexpected == []
     # No stale entry: each allowed read is still there.
     assert seen == ENVIRONMENT_READS
+
+
+# -- per-database knowledge lives in the database packages ------------------
+
+DATABASE_PACKAGES = ('adapters/sqlite/', 'adapters/postgresql/',
+                     'adapters/mysql/', 'adapters/oracle/')
+#: Names (lower-cased) that only a database package may decide by.
+DATABASE_NAMES = {'postgresql', 'postgres', 'mysql', 'mariadb', 'oracle',
+                  'sqlite', 'sqlite3', 'postgresqladapter', 'mysqladapter',
+                  'oracleadapter', 'sqliteadapter'}
+
+
+def _names_a_database(node):
+    return (isinstance(node, ast.Constant) and isinstance(node.value, str)
+            and node.value.lower() in DATABASE_NAMES)
+
+
+def _is_type_name(node):
+    """``type(x).__name__`` or ``x.__class__.__name__``."""
+    return (isinstance(node, ast.Attribute) and node.attr == '__name__'
+            and (isinstance(node.value, ast.Call)
+                 and getattr(node.value.func, 'id', None) == 'type'
+                 or getattr(node.value, 'attr', None) == '__class__'))
+
+
+def decisions_by_database_name(path):
+    """``(line, what)`` of each place *path* decides by a database's
+    name: a comparison with one, a dict keyed by them, or a type's name
+    compared or looked up."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Compare):
+            operands = [node.left] + node.comparators
+            if any(_names_a_database(o) or _is_type_name(o)
+                   for o in operands):
+                found.append((node.lineno, 'comparison'))
+        elif isinstance(node, ast.Dict):
+            if any(k is not None and _names_a_database(k)
+                   for k in node.keys):
+                found.append((node.lineno, 'table keyed by database names'))
+        elif isinstance(node, ast.Subscript) and _is_type_name(node.slice):
+            found.append((node.lineno, 'lookup by type name'))
+        elif (isinstance(node, ast.Call)
+              and getattr(node.func, 'attr', None) == 'get' and node.args
+              and _is_type_name(node.args[0])):
+            found.append((node.lineno, 'lookup by type name'))
+    return found
+
+
+def test_the_database_name_scan_sees_decisions(tmp_path):
+    sample = tmp_path / 'sample.py'
+    sample.write_text(
+        "KEYS = {'mysql': 1}\n"
+        "if kind == 'postgresql': pass\n"
+        "where = TABLE.get(type(adapter).__name__)\n"
+        "print('the %s' % type(e).__name__)\n")
+    assert sorted(line for line, _ in decisions_by_database_name(sample)) == [
+        1, 2, 3]
+
+
+def test_no_shared_module_decides_by_a_database_name():
+    """Shared code asks the adapter (upgrade_class, database_name,
+    uri_keys, section_from_uri...); only a database package knows which
+    database it is."""
+    found = []
+    for path in shipped_files():
+        rel = path.relative_to(SOURCE).as_posix()
+        if rel.startswith(DATABASE_PACKAGES):
+            continue
+        found.extend('%s:%d: %s' % (rel, line, what)
+                     for line, what in decisions_by_database_name(path))
+    assert found == []
+
+
+# -- one way to compose SQL ---------------------------------------------------
+
+_SQL_WORDS = re.compile(r'%s|\b(SELECT|FROM|WHERE|JOIN|INSERT|DELETE|UPDATE|'
+                        r'INDEX|LIMIT)\b')
+
+
+def _sqlish(node):
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return bool(_SQL_WORDS.search(node.value))
+    name = getattr(node, 'id', None) or getattr(node, 'attr', None) or ''
+    return any(word in name.lower() for word in ('sql', 'stmt', 'script'))
+
+
+def sql_rewrites(path):
+    """``(line, what)`` of each ``.replace()`` on SQL text (a statement
+    or a piece of one) and each ``%%s`` (a ``%`` that means a slot and a
+    parameter in one string) in *path*."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if (isinstance(node, ast.Call)
+                and getattr(node.func, 'attr', None) == 'replace'
+                and any(_sqlish(n) for n in [node.func.value] + node.args)):
+            found.append((node.lineno, '.replace() on SQL'))
+        elif (isinstance(node, ast.Constant) and isinstance(node.value, str)
+              and '%%s' in node.value):
+            found.append((node.lineno, '%%s'))
+    return found
+
+
+def test_the_sql_rewrite_scan_sees_rewrites(tmp_path):
+    sample = tmp_path / 'sample.py'
+    sample.write_text(
+        "a = sql.replace('SELECT ', 'SELECT STRAIGHT_JOIN ', 1)\n"
+        "b = 'SELECT GET_LOCK(%s, %%s)' % NAME\n"
+        "c = stmt.replace('%s', '?')\n"
+        "d = name.replace('-', '_')\n")
+    assert sorted(line for line, _ in sql_rewrites(sample)) == [1, 2, 3]
+
+
+def test_statements_are_composed_one_way():
+    """Statements get their identifiers, hints and clauses through the
+    slots of adapters.sql.SQL (or are stated whole per database), never by
+    rewriting shared text; adapters.sql alone translates parameters."""
+    found = []
+    for path in sorted((SOURCE / 'adapters').rglob('*.py')):
+        rel = path.relative_to(SOURCE).as_posix()
+        if rel == 'adapters/sql.py':
+            continue
+        found.extend('%s:%d: %s' % (rel, line, what)
+                     for line, what in sql_rewrites(path))
+    assert found == []
+
+
+def test_sql_slots_and_quoting():
+    from relstorage.adapters.sql import SQL
+    from relstorage.adapters.sql import Identifier
+    from relstorage.adapters.sql import listed
+    from relstorage.adapters.sql import numbered
+    from relstorage.adapters.sql import qmark
+    from relstorage.adapters.sql import without_parameters
+    stmt = SQL('SELECT {hint}zoid FROM {table} WHERE zoid = %s')
+    assert stmt.slots == {'hint', 'table'}
+    assert stmt.format(hint='', table='object_state') == (
+        'SELECT zoid FROM object_state WHERE zoid = %s')
+    assert stmt.format(hint='STRAIGHT_JOIN ', table=Identifier('a"b')) == (
+        'SELECT STRAIGHT_JOIN zoid FROM "a""b" WHERE zoid = %s')
+    assert stmt.format(quote='`', hint='', table=Identifier('transaction')) \
+        == 'SELECT zoid FROM `transaction` WHERE zoid = %s'
+    # A slot left empty, or one the text does not have, is refused.
+    for parts in ({'hint': ''}, {'hint': '', 'table': 't', 'index': ''}):
+        try:
+            stmt.format(**parts)
+        except ValueError:
+            pass
+        else:
+            raise AssertionError(parts)
+    assert SQL('{a} {b}').format(a=SQL('x'), b='y') == 'x y'
+    assert listed(['a', 'b`c'], '`') == '`a`, `b``c`'
+    assert qmark('a = %s AND b = %s') == 'a = ? AND b = ?'
+    assert numbered('a = %s AND b = %s') == 'a = $1 AND b = $2'
+    assert numbered('SELECT 1') == 'SELECT 1'
+    assert without_parameters("LIKE 'a%'") == "LIKE 'a%%'"

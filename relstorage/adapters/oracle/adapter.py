@@ -24,6 +24,7 @@ from ..packer import HistoryPreservingPacker
 from ..schema import Schema
 from ..schema import Types
 from ..session import Session
+from ..sql import SQL
 from .drivers import DISCONNECT_ERRORS
 from .drivers import DSN
 from .drivers import LOCK_ERRORS
@@ -78,12 +79,12 @@ BEGIN_SNAPSHOT = 'BEGIN ROLLBACK; SET TRANSACTION READ ONLY; END;'
 
 #: The commit lock (released by COMMIT or ROLLBACK) and the pack lock
 #: (held until released, or until the session ends).
-REQUEST_LOCK = (
+REQUEST_LOCK = SQL(
     'BEGIN :status := DBMS_LOCK.REQUEST(id => :lock_id, '
     'lockmode => DBMS_LOCK.X_MODE, timeout => :timeout, '
-    'release_on_commit => %s); END;')
-REQUEST_COMMIT_LOCK = REQUEST_LOCK % 'TRUE'
-REQUEST_PACK_LOCK = REQUEST_LOCK % 'FALSE'
+    'release_on_commit => {on_commit}); END;')
+REQUEST_COMMIT_LOCK = REQUEST_LOCK.format(on_commit='TRUE')
+REQUEST_PACK_LOCK = REQUEST_LOCK.format(on_commit='FALSE')
 RELEASE_LOCK = 'BEGIN :status := DBMS_LOCK.RELEASE(id => :lock_id); END;'
 
 #: DBMS_LOCK.REQUEST's answers.
@@ -407,6 +408,16 @@ class OracleAdapter(Adapter):
 
     types = OracleTypes
     schema_class = OracleSchema
+    database_name = 'Oracle'
+
+    @classmethod
+    def section_from_uri(cls, uri):
+        """``oracle://user:password@host:port/service``: an Easy Connect
+        string, host[:port][/service]."""
+        dsn = (uri.host or '') + (':%d' % uri.port if uri.port else '') + (
+            uri.path if uri.path.strip('/') else '')
+        return {'user': uri.user, 'password': uri.password,
+                'dsn': dsn or None}
     hp_mover_class = OracleHPMover
     hf_mover_class = OracleHFMover
     hp_packer_class = OracleHPPacker

@@ -22,6 +22,8 @@ from ..oidallocator import SequenceOIDAllocator
 from ..schema import Schema
 from .inspect import PostgreSQLStatistics
 from ..session import Session
+from ..sql import numbered
+from ..sql import without_parameters
 from ..keepalive import Keepalive
 from .dsn import describe_dsn
 from .dsn import make_dsn
@@ -30,6 +32,7 @@ from .dsn import dsn_location
 from .dsn import scrub_dsn
 from .drivers import select_driver
 from .dsn import parse_dsn
+from .upgrade import PostgreSQLUpgrade
 
 log = logging.getLogger(__name__)
 
@@ -69,7 +72,7 @@ class PostgreSQLSession(Session):
             mogrify = self.adapter.driver.mogrify
             script = '; '.join(mogrify(cursor, stmt, params)
                                for stmt, params in statements)
-            self.execute(script.replace('%', '%%'))
+            self.execute(without_parameters(script))
 
     def table_exists(self, name):
         return self.scalar(
@@ -231,7 +234,7 @@ class PostgreSQLMoverMixin:
         # prepared statement outlives transactions and their rollbacks).
         if not session.load_prepared:
             session.execute('PREPARE rs_load_current (bigint) AS '
-                            + self.load_current_sql.replace('%s', '$1'))
+                            + numbered(self.load_current_sql))
             session.load_prepared = True
         return session.fetchone('EXECUTE rs_load_current (%s)', (oid,))
 
@@ -374,6 +377,16 @@ class PostgreSQLAdapter(Adapter):
     locker_class = PostgreSQLLocker
     oid_allocator_class = PostgreSQLOIDAllocator
     statistics_class = PostgreSQLStatistics
+    upgrade_class = PostgreSQLUpgrade
+    database_name = 'PostgreSQL'
+
+    @classmethod
+    def section_from_uri(cls, uri):
+        """``postgresql://user:password@host:port/dbname``: a dsn."""
+        return {'dsn': make_dsn({name: value for name, value in (
+            ('dbname', uri.path.lstrip('/')), ('host', uri.host),
+            ('port', uri.port), ('user', uri.user),
+            ('password', uri.password)) if value})}
     announces_commits = True
     load_begin_sql = 'BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY'
     store_begin_sql = 'BEGIN ISOLATION LEVEL READ COMMITTED'
