@@ -30,6 +30,7 @@ from .packer import HistoryPreservingPacker
 from . import replicas
 from .schema import Schema
 from .schema import Types
+from .sql import EMPTY_TABLE
 
 log = logging.getLogger(__name__)
 
@@ -325,7 +326,7 @@ class Adapter:
 
     def empty_tables(self, session):
         for table in self.schema.tables:
-            session.execute('DELETE FROM %s' % table)
+            session.execute(EMPTY_TABLE.format(table=table))
         if not self.keep_history:
             session.execute(
                 'INSERT INTO last_transaction (id, tid) VALUES (0, 0)')

@@ -19,6 +19,7 @@ from .blobs import delete_blobs
 from .session import chunks
 from .session import in_list
 from .sql import SQL
+from .sql import EMPTY_TABLE
 
 
 def _b(value):
@@ -110,7 +111,7 @@ class Packer:
         for ddl in PACK_TABLES_DDL:
             session.execute(ddl)
         for table in PACK_TABLES:
-            session.execute('DELETE FROM %s' % table)
+            session.execute(EMPTY_TABLE.format(table=table))
 
     def add_roots(self, session, oids):
         session.executemany('INSERT INTO pack_root (zoid) VALUES (%s)',

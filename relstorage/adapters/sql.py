@@ -64,6 +64,11 @@ class SQL:
         return 'SQL(%r)' % self.text
 
 
+#: Statements every database spells alike, for the tables of its schema.
+EMPTY_TABLE = SQL('DELETE FROM {table}')
+DROP_TABLE = SQL('DROP TABLE IF EXISTS {table}')
+
+
 def _text(part, quote):
     if isinstance(part, Identifier):
         return part.quoted(quote)

@@ -386,7 +386,8 @@ class Upgrade:
             self.begin(session)
             original_tables = self.surveyed_tables(session)
             result = {
-                what: session.scalar(query.format(table=original_tables[table]))
+                what: session.scalar(query.format(
+                    table=original_tables[table]))
                 for what, (table, query) in SURVEY.items()
                 if self.keep_history or what != 'transactions'}
             result['state bytes'] = int(result['state bytes'])

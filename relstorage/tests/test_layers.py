@@ -155,6 +155,27 @@ def test_no_behaviour_from_the_environment():
     assert seen == ENVIRONMENT_READS
 
 
+def lines_found(scan, tmp_path, text):
+    """The lines *scan* reports in a module whose source is *text*."""
+    sample = tmp_path / 'sample.py'
+    sample.write_text(text)
+    return sorted(line for line, _ in scan(sample))
+
+
+def scan_modules(scan, under='', skip=()):
+    """``module:line: what`` of each report of *scan* over the shipped
+    modules whose path starts with *under*, but those starting with one
+    of *skip*."""
+    found = []
+    for path in shipped_files():
+        rel = path.relative_to(SOURCE).as_posix()
+        if not rel.startswith(under) or (skip and rel.startswith(skip)):
+            continue
+        found.extend('%s:%d: %s' % (rel, line, what)
+                     for line, what in scan(path))
+    return found
+
+
 # -- per-database knowledge lives in the database packages ------------------
 
 DATABASE_PACKAGES = ('adapters/sqlite/', 'adapters/postgresql/',
@@ -178,53 +199,53 @@ def _is_type_name(node):
                  or getattr(node.value, 'attr', None) == '__class__'))
 
 
-def decisions_by_database_name(path):
-    """``(line, what)`` of each place *path* decides by a database's
-    name: a comparison with one, a dict keyed by them, or a type's name
-    compared or looked up."""
-    found = []
-    for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.Compare):
-            operands = [node.left] + node.comparators
-            if any(_names_a_database(o) or _is_type_name(o)
-                   for o in operands):
-                found.append((node.lineno, 'comparison'))
-        elif isinstance(node, ast.Dict):
-            if any(k is not None and _names_a_database(k)
-                   for k in node.keys):
-                found.append((node.lineno, 'table keyed by database names'))
-        elif isinstance(node, ast.Subscript) and _is_type_name(node.slice):
-            found.append((node.lineno, 'lookup by type name'))
-        elif (isinstance(node, ast.Call)
-              and getattr(node.func, 'attr', None) == 'get' and node.args
-              and _is_type_name(node.args[0])):
-            found.append((node.lineno, 'lookup by type name'))
-    return found
+def node_scan(check):
+    """A scan of a module: ``(line, what)`` for each node that
+    *check(node)* names (None: none of the nodes it looks for)."""
+    def scan(path):
+        return [(node.lineno, what)
+                for node in ast.walk(ast.parse(path.read_text()))
+                for what in [check(node)] if what]
+    return scan
 
+
+def _decision_by_name(node):
+    if isinstance(node, ast.Compare):
+        if any(_names_a_database(o) or _is_type_name(o)
+               for o in [node.left] + node.comparators):
+            return 'comparison'
+    elif isinstance(node, ast.Dict):
+        if any(k is not None and _names_a_database(k) for k in node.keys):
+            return 'table keyed by database names'
+    elif isinstance(node, ast.Subscript) and _is_type_name(node.slice):
+        return 'lookup by type name'
+    elif (isinstance(node, ast.Call)
+          and getattr(node.func, 'attr', None) == 'get' and node.args
+          and _is_type_name(node.args[0])):
+        return 'lookup by type name'
+    return None
+
+
+#: ``(line, what)`` of each place a module decides by a database's name:
+#: a comparison with one, a dict keyed by them, or a type's name compared
+#: or looked up.
+decisions_by_database_name = node_scan(_decision_by_name)
 
 def test_the_database_name_scan_sees_decisions(tmp_path):
-    sample = tmp_path / 'sample.py'
-    sample.write_text(
+    assert lines_found(
+        decisions_by_database_name, tmp_path,
         "KEYS = {'mysql': 1}\n"
         "if kind == 'postgresql': pass\n"
         "where = TABLE.get(type(adapter).__name__)\n"
-        "print('the %s' % type(e).__name__)\n")
-    assert sorted(line for line, _ in decisions_by_database_name(sample)) == [
-        1, 2, 3]
+        "print('the %s' % type(e).__name__)\n") == [1, 2, 3]
 
 
 def test_no_shared_module_decides_by_a_database_name():
     """Shared code asks the adapter (upgrade_class, database_name,
     uri_keys, section_from_uri...); only a database package knows which
     database it is."""
-    found = []
-    for path in shipped_files():
-        rel = path.relative_to(SOURCE).as_posix()
-        if rel.startswith(DATABASE_PACKAGES):
-            continue
-        found.extend('%s:%d: %s' % (rel, line, what)
-                     for line, what in decisions_by_database_name(path))
-    assert found == []
+    assert scan_modules(decisions_by_database_name,
+                        skip=DATABASE_PACKAGES) == []
 
 
 # -- one way to compose SQL ---------------------------------------------------
@@ -240,44 +261,37 @@ def _sqlish(node):
     return any(word in name.lower() for word in ('sql', 'stmt', 'script'))
 
 
-def sql_rewrites(path):
-    """``(line, what)`` of each ``.replace()`` on SQL text (a statement
-    or a piece of one) and each ``%%s`` (a ``%`` that means a slot and a
-    parameter in one string) in *path*."""
-    found = []
-    for node in ast.walk(ast.parse(path.read_text())):
-        if (isinstance(node, ast.Call)
-                and getattr(node.func, 'attr', None) == 'replace'
-                and any(_sqlish(n) for n in [node.func.value] + node.args)):
-            found.append((node.lineno, '.replace() on SQL'))
-        elif (isinstance(node, ast.Constant) and isinstance(node.value, str)
-              and '%%s' in node.value):
-            found.append((node.lineno, '%%s'))
-    return found
+def _sql_rewrite(node):
+    if (isinstance(node, ast.Call)
+            and getattr(node.func, 'attr', None) == 'replace'
+            and any(_sqlish(n) for n in [node.func.value] + node.args)):
+        return '.replace() on SQL'
+    if (isinstance(node, ast.Constant) and isinstance(node.value, str)
+            and '%%s' in node.value):
+        return '%%s'
+    return None
 
+
+#: ``(line, what)`` of each ``.replace()`` on SQL text (a statement or a
+#: piece of one) and each ``%%s`` (a ``%`` that means a slot and a
+#: parameter in one string) in a module.
+sql_rewrites = node_scan(_sql_rewrite)
 
 def test_the_sql_rewrite_scan_sees_rewrites(tmp_path):
-    sample = tmp_path / 'sample.py'
-    sample.write_text(
+    assert lines_found(
+        sql_rewrites, tmp_path,
         "a = sql.replace('SELECT ', 'SELECT STRAIGHT_JOIN ', 1)\n"
         "b = 'SELECT GET_LOCK(%s, %%s)' % NAME\n"
         "c = stmt.replace('%s', '?')\n"
-        "d = name.replace('-', '_')\n")
-    assert sorted(line for line, _ in sql_rewrites(sample)) == [1, 2, 3]
+        "d = name.replace('-', '_')\n") == [1, 2, 3]
 
 
 def test_statements_are_composed_one_way():
     """Statements get their identifiers, hints and clauses through the
     slots of adapters.sql.SQL (or are stated whole per database), never by
     rewriting shared text; adapters.sql alone translates parameters."""
-    found = []
-    for path in sorted((SOURCE / 'adapters').rglob('*.py')):
-        rel = path.relative_to(SOURCE).as_posix()
-        if rel == 'adapters/sql.py':
-            continue
-        found.extend('%s:%d: %s' % (rel, line, what)
-                     for line, what in sql_rewrites(path))
-    assert found == []
+    assert scan_modules(sql_rewrites, 'adapters/',
+                        skip='adapters/sql.py') == []
 
 
 def test_sql_slots_and_quoting():
@@ -309,3 +323,47 @@ def test_sql_slots_and_quoting():
     assert numbered('a = %s AND b = %s') == 'a = $1 AND b = $2'
     assert numbered('SELECT 1') == 'SELECT 1'
     assert without_parameters("LIKE 'a%'") == "LIKE 'a%%'"
+
+
+# -- errors classified by code ------------------------------------------------
+
+def _error_text(node):
+    """``str(e)``, ``e.args[0]`` or ``e.message``: an error's words."""
+    if isinstance(node, ast.Call) and getattr(node.func, 'id', None) == 'str':
+        return True
+    if isinstance(node, ast.Subscript):
+        return getattr(node.value, 'attr', None) == 'args'
+    return getattr(node, 'attr', None) == 'message'
+
+
+def _classification_by_text(node):
+    if (isinstance(node, ast.Compare)
+            and any(isinstance(op, (ast.In, ast.NotIn)) for op in node.ops)
+            and any(_error_text(n) for n in node.comparators)):
+        return 'words in an error'
+    if (isinstance(node, ast.Call)
+            and getattr(node.func, 'attr', None) in ('search', 'match',
+                                                     'findall')
+            and any(_error_text(n) for n in node.args)):
+        return 'pattern on an error'
+    return None
+
+
+#: ``(line, what)`` of each test of whether an error's text holds some
+#: words (``'locked' in str(e)``) or matches a pattern, in a module.
+classifications_by_text = node_scan(_classification_by_text)
+
+def test_the_error_text_scan_sees_classifications(tmp_path):
+    assert lines_found(
+        classifications_by_text, tmp_path,
+        "if 'locked' in str(e): pass\n"
+        "codes = _CODE.findall(str(error))\n"
+        "if 'x' not in e.args[0]: pass\n"
+        "if e.args[0] in LOCK_ERRORS: pass\n") == [1, 2, 3]
+
+
+def test_driver_errors_are_classified_by_code():
+    """Each database package tells what a driver error means by its code
+    (sqlite_errorcode, SQLSTATE or the driver's class for it, MySQL's
+    errno, Oracle's ORA- number), never by the words of its message."""
+    assert scan_modules(classifications_by_text, 'adapters/') == []

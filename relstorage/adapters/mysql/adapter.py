@@ -40,6 +40,7 @@ PACK_LOCK = LOCK_NAME.format(kind='pack')
 SCHEMA_LOCK = LOCK_NAME.format(kind='schema')
 GET_LOCK = SQL('SELECT GET_LOCK({name}, {wait})')
 RELEASE_LOCK = SQL('DO RELEASE_LOCK({name})')
+ANALYZE = SQL('ANALYZE TABLE {tables}')
 #: Takes the commit lock, waiting up to the seconds of its parameter.
 GET_COMMIT_LOCK = GET_LOCK.format(name=COMMIT_LOCK, wait='%s')
 RELEASE_COMMIT_LOCK = RELEASE_LOCK.format(name=COMMIT_LOCK)
@@ -603,8 +604,8 @@ class MySQLAdapter(Adapter):
         session.execute(TEMP_STORE_DDL)
 
     def before_pack(self, session):
-        session.fetchall('ANALYZE TABLE %s'
-                         % ', '.join(self.packer.object_tables))
+        session.fetchall(ANALYZE.format(
+            tables=', '.join(self.packer.object_tables)))
 
     def is_permission_error(self, error):
         # command denied for a table; access denied to a database; needs

@@ -22,6 +22,7 @@ from ..oidallocator import SequenceOIDAllocator
 from ..schema import Schema
 from .inspect import PostgreSQLStatistics
 from ..session import Session
+from ..sql import SQL
 from ..sql import numbered
 from ..sql import without_parameters
 from ..keepalive import Keepalive
@@ -35,6 +36,9 @@ from .dsn import parse_dsn
 from .upgrade import PostgreSQLUpgrade
 
 log = logging.getLogger(__name__)
+
+TRUNCATE = SQL('TRUNCATE {tables}')
+ANALYZE = SQL('ANALYZE {tables}')
 
 #: The advisory lock keys used as the commit lock and the pack lock (any
 #: constants will do; these spell "RelS" and "RelP").
@@ -286,7 +290,9 @@ class PostgreSQLHFMover(PostgreSQLMoverMixin, HistoryFreeMover):
                   'state, blob_id) FROM STDIN WITH (FORMAT binary)',
                   _binary_copy(rows, tid))
         except self.adapter.driver.errors.UniqueViolation as e:
-            found = re.search(r'\(zoid\)=\((\d+)\)', str(e))
+            # Told by its SQLSTATE (23505); the key is in the detail.
+            found = re.search(r'\(zoid\)=\((\d+)\)',
+                              e.diag.message_detail or '')
             oid = int(found.group(1)) if found else None
             raise ConflictError(
                 'object %s was created by another transaction after this '
@@ -548,13 +554,14 @@ class PostgreSQLAdapter(Adapter):
             session.execute("SET LOCAL lock_timeout = '2s'; "
                             'SAVEPOINT rs_zap')
             try:
-                session.execute('TRUNCATE %s' % ', '.join(big))
+                session.execute(TRUNCATE.format(tables=', '.join(big)))
             except self.driver.errors.LockNotAvailable:
                 session.execute('ROLLBACK TO SAVEPOINT rs_zap')
         super().empty_tables(session)
 
     def before_pack(self, session):
-        session.execute('ANALYZE %s' % ', '.join(self.packer.object_tables))
+        session.execute(ANALYZE.format(
+            tables=', '.join(self.packer.object_tables)))
 
     def is_permission_error(self, error):
         return getattr(error, 'pgcode', None) == '42501'
