@@ -248,6 +248,25 @@ def test_no_shared_module_decides_by_a_database_name():
                         skip=DATABASE_PACKAGES) == []
 
 
+
+def test_every_database_declares_what_shared_code_asks():
+    from relstorage.adapters.adapter import Adapter
+    from relstorage.adapters.upgrade import Upgrade
+    adapters = {value for module in shipped_modules()
+                for value in vars(module).values()
+                if inspect.isclass(value) and issubclass(value, Adapter)
+                and value is not Adapter}
+    assert {cls.database_name for cls in adapters} == {
+        'PostgreSQL', 'MySQL', 'Oracle', 'SQLite'}
+    for cls in adapters:
+        assert 'driver' in cls.uri_keys
+        assert (cls.section_from_uri.__func__
+                is not Adapter.section_from_uri.__func__), cls
+        upgrade = cls.__dict__.get('upgrade_class')
+        if isinstance(upgrade, property):  # imported when asked for
+            upgrade = upgrade.fget(None)
+        assert upgrade is None or issubclass(upgrade, Upgrade), cls
+
 # -- one way to compose SQL ---------------------------------------------------
 
 _SQL_WORDS = re.compile(r'%s|\b(SELECT|FROM|WHERE|JOIN|INSERT|DELETE|UPDATE|'

@@ -266,7 +266,7 @@ class PostgreSQLHPMover(PostgreSQLMoverMixin, HistoryPreservingMover):
     def after_copy(self, tid):
         return [('INSERT INTO current_object (zoid, tid) SELECT zoid, tid '
                  'FROM object_state WHERE tid = %s'
-                 + self.upsert('zoid', ('tid',)), (tid,))]
+                 + self.upsert_current, (tid,))]
 
 
 class PostgreSQLHFMover(PostgreSQLMoverMixin, HistoryFreeMover):
