@@ -4,14 +4,17 @@ A statement's text is written once, with named slots in braces for what
 differs between databases or uses: an identifier, a hint, a clause
 (``SQL('SELECT {hint}zoid FROM {table} WHERE zoid = %s')``). Filling it
 (``format``) gives plain text, built at import or when an adapter is
-made, never per call on a hot path. Every slot must be filled and no
-other name given, so a database package filling a slot that the shared
-text no longer has fails at import instead of silently matching nothing.
+made wherever the parts are known then, and never per call on a hot
+path. Every slot must be filled and no other name given, so a database
+package filling a slot that the shared text no longer has fails at import
+instead of silently matching nothing.
 
 Values never go into the text: they stay ``%s`` parameters, which the
-slots leave as they are (a statement has one meaning for ``%``).
-The helpers at the end turn those parameters into the spelling a driver
-wants (``?`` for sqlite3, ``$1`` for a server-side PREPARE).
+slots leave as they are. (One convention apart: a statement with an IN
+list of values has ``IN %s`` in its text, which ``%`` fills with
+``session.in_list``'s placeholders, one ``%s`` per value, per call.)
+The helpers at the end turn parameters into the spelling a driver wants
+(``?`` for sqlite3, ``$1`` for a server-side PREPARE).
 """
 import string
 
