@@ -18,7 +18,6 @@ temporary table; it creates and changes nothing (no directory, file or
 table).
 """
 import argparse
-import importlib
 import logging
 import sys
 
@@ -29,25 +28,14 @@ from .exceptions import UpgradeRefused
 from .helptext import help_text
 from .zodbpack import run_sections
 
-#: The upgrade of each adapter that has one.
-UPGRADES = {
-    'PostgreSQLAdapter': 'relstorage.adapters.postgresql.upgrade:'
-                         'PostgreSQLUpgrade',
-    'SQLiteAdapter': 'relstorage.adapters.sqlite.upgrade:SQLiteUpgrade',
-    'MySQLAdapter': 'relstorage.adapters.mysql.upgrade:MySQLUpgrade',
-}
-
-
 def upgrade_of(adapter, say):
     """The Upgrade of *adapter*'s database."""
-    where = UPGRADES.get(type(adapter).__name__)
-    if where is None:
+    if adapter.upgrade_class is None:
         raise UpgradeRefused(
             'upgrading a RelStorage 4 database in the %s is not supported '
             'yet (PostgreSQL, MySQL/MariaDB and SQLite are)'
             % adapter.describe())
-    module, name = where.split(':')
-    return getattr(importlib.import_module(module), name)(adapter, say=say)
+    return adapter.upgrade_class(adapter, say=say)
 
 
 def dry_run(upgrade, out):

@@ -46,13 +46,23 @@ IGNORED = {
                       '(pack-batch-timeout)',
 }
 
-ADAPTER_KEYS = {
-    'postgresql': ('driver',),
-    'mysql': ('driver', 'unix_socket', 'connect_timeout', 'read_timeout',
-              'write_timeout', 'compress'),
-    'oracle': ('driver',),
-    'sqlite': ('driver',),
-}
+
+class URI:
+    """The parts of a zodburi URI that name the database, for an
+    adapter's section_from_uri."""
+
+    def __init__(self, uri):
+        parts = urlsplit(uri)
+        self.netloc = parts.netloc
+        self.redacted = redact_uri(uri)
+        self.host = parts.hostname
+        self.user = unquote(parts.username) if parts.username else None
+        self.password = unquote(parts.password) if parts.password else None
+        self.path = unquote(parts.path)
+        try:
+            self.port = parts.port
+        except ValueError as e:
+            raise ConfigurationError('%s: %s' % (self.redacted, e)) from None
 
 
 def _convert(attr, text):
@@ -63,7 +73,7 @@ def _convert(attr, text):
     return convert(text)
 
 
-def _split_query(kind, query):
+def _split_query(uri_keys, query):
     """``(options, adapter keys, the rest)`` of the URI's query string."""
     options, adapter, rest = {}, {}, {}
     for key, text in parse_qsl(query, keep_blank_values=True):
@@ -73,53 +83,18 @@ def _split_query(kind, query):
             warn_ignored(attr, IGNORED[attr])
         elif attr in _OPTION_ATTRS:
             options[attr] = _convert(attr, text)
-        elif attr in ADAPTER_KEYS[kind]:
+        elif attr in uri_keys:
             adapter[attr] = _convert(attr, text)
         else:
             rest[key] = text
     return options, adapter, rest
 
 
-def _libpq_quote(value):
-    return "'%s'" % str(value).replace('\\', '\\\\').replace("'", "\\'")
-
-
-def _resolve(kind, uri):
-    parts = urlsplit(uri)
-    options, keys, dbkw = _split_query(kind, parts.query)
-    user = unquote(parts.username) if parts.username else None
-    password = unquote(parts.password) if parts.password else None
-    path = unquote(parts.path)
-    try:
-        port = parts.port
-    except ValueError as e:
-        raise ConfigurationError('%s: %s' % (redact_uri(uri), e)) from None
-    if kind == 'postgresql':
-        dsn = ' '.join('%s=%s' % (name, _libpq_quote(value))
-                       for name, value in (
-                           ('dbname', path.lstrip('/')),
-                           ('host', parts.hostname), ('port', port),
-                           ('user', user), ('password', password))
-                       if value)
-        factory = PostgreSQLAdapterFactory(
-            types.SimpleNamespace(dsn=dsn, **keys))
-    elif kind == 'mysql':
-        factory = MySQLAdapterFactory(types.SimpleNamespace(
-            host=parts.hostname, port=port, user=user, passwd=password,
-            db=path.lstrip('/') or None, **keys))
-    elif kind == 'oracle':
-        # An Easy Connect string: host[:port][/service].
-        dsn = (parts.hostname or '') + (':%d' % port if port else '') + (
-            path if path.strip('/') else '')
-        factory = OracleAdapterFactory(types.SimpleNamespace(
-            user=user, password=password, dsn=dsn or None, **keys))
-    else:
-        if parts.netloc:
-            raise ConfigurationError(
-                'sqlite URI %s: the data directory is a path '
-                '(sqlite:///var/app/db), not a host' % redact_uri(uri))
-        factory = SQLite3AdapterFactory(types.SimpleNamespace(
-            data_dir=path or None, pragmas=None, **keys))
+def _resolve(adapter_class, factory_class, text):
+    options, keys, dbkw = _split_query(adapter_class.uri_keys,
+                                       urlsplit(text).query)
+    section = adapter_class.section_from_uri(URI(text))
+    factory = factory_class(types.SimpleNamespace(**section, **keys))
     return StorageFactory(factory, Options(**options)), dbkw
 
 
@@ -137,19 +112,23 @@ class StorageFactory:
 
 def postgresql(uri):
     """The resolver of ``postgres://`` and ``postgresql://`` URIs."""
-    return _resolve('postgresql', uri)
+    from .adapters.postgresql import PostgreSQLAdapter
+    return _resolve(PostgreSQLAdapter, PostgreSQLAdapterFactory, uri)
 
 
 def mysql(uri):
     """The resolver of ``mysql://`` URIs."""
-    return _resolve('mysql', uri)
+    from .adapters.mysql import MySQLAdapter
+    return _resolve(MySQLAdapter, MySQLAdapterFactory, uri)
 
 
 def oracle(uri):
     """The resolver of ``oracle://`` URIs."""
-    return _resolve('oracle', uri)
+    from .adapters.oracle import OracleAdapter
+    return _resolve(OracleAdapter, OracleAdapterFactory, uri)
 
 
 def sqlite(uri):
     """The resolver of ``sqlite://`` URIs."""
-    return _resolve('sqlite', uri)
+    from .adapters.sqlite import SQLiteAdapter
+    return _resolve(SQLiteAdapter, SQLite3AdapterFactory, uri)

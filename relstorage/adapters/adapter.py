@@ -30,6 +30,7 @@ from .packer import HistoryPreservingPacker
 from . import replicas
 from .schema import Schema
 from .schema import Types
+from .sql import EMPTY_TABLE
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +57,14 @@ class Adapter:
     oid_allocator_class = None
     #: What the server says of itself, for zodbinfo.
     statistics_class = ServerStatistics
+    #: The Upgrade (see adapters.upgrade) that converts a RelStorage 4
+    #: database in place; None where there is none yet.
+    upgrade_class = None
+    #: The database's name in messages ("the SQLite has no replicas").
+    database_name = None
+    #: The query keys of this database's zodburi URI that belong to its
+    #: adapter section (the others are options, or zodburi's own).
+    uri_keys = ('driver',)
     #: Starts the snapshot transaction of a load session.
     load_begin_sql = 'BEGIN'
     #: Starts the commit transaction of a store session.
@@ -136,6 +145,13 @@ class Adapter:
     def describe(self, server=None):
         """The database, for messages: on *server*, or on the read-write
         server in use."""
+        raise NotImplementedError
+
+    @classmethod
+    def section_from_uri(cls, uri):
+        """``{key: value}`` of the adapter section that the zodburi URI
+        *uri* (a uriresolver.URI: host, port, user, password, path,
+        netloc) names, the query's uri_keys aside."""
         raise NotImplementedError
 
     def current_server(self):
@@ -310,7 +326,7 @@ class Adapter:
 
     def empty_tables(self, session):
         for table in self.schema.tables:
-            session.execute('DELETE FROM %s' % table)
+            session.execute(EMPTY_TABLE.format(table=table))
         if not self.keep_history:
             session.execute(
                 'INSERT INTO last_transaction (id, tid) VALUES (0, 0)')

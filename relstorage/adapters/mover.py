@@ -9,6 +9,27 @@ from ..exceptions import CorruptRecord
 from .session import chunks
 from .session import in_list
 from .session import values_list
+from .sql import SQL
+
+
+#: One statement (so one consistent view, even outside any transaction)
+#: giving the newest tid, on the row whose oid is -1, and each object
+#: changed after ``%s`` up to it, with its tid.
+#:
+#: No row the statement sees is newer than the newest tid it sees (both
+#: are written by the same transactions), so the scan's upper bound is the
+#: largest tid there can be: a constant, unlike the newest tid, so that
+#: PostgreSQL's planner estimates the rows from the index's statistics (a
+#: handful) rather than as a fixed share of the table, which chose a
+#: parallel plan on a large table; and with no statistics at all (a table
+#: never analyzed) a range on both sides still leads it to the index,
+#: where ``tid > %s`` alone made it scan the whole table.
+POLL = SQL('SELECT -1, ({last}){no_table} UNION ALL SELECT zoid, tid '
+           'FROM {table} WHERE tid > %s AND tid <= 9223372036854775807')
+#: An INSERT ... SELECT that replaces the row of an existing key: the
+#: columns, the SELECT, what a database needs before its upsert clause
+#: (insert_select_where), and that clause (Mover.upsert).
+UPSERT_SELECT = SQL('INSERT INTO {table} ({cols}) {select}{where}{upsert}')
 
 
 class Mover:
@@ -31,29 +52,13 @@ class Mover:
 
     def __init__(self, adapter):
         self.adapter = adapter
+        #: See POLL.
+        self.poll_sql = POLL.format(last=self.last_tid_sql,
+                                    no_table=self.no_table,
+                                    table=self.current_table)
 
     #: Polls: the table with one row per object, holding its current tid.
     current_table = None
-
-    @property
-    def poll_sql(self):
-        """One statement (so one consistent view, even outside any
-        transaction) giving the newest tid, on the row whose oid is -1,
-        and each object changed after ``%s`` up to it, with its tid.
-
-        No row the statement sees is newer than the newest tid it sees
-        (both are written by the same transactions), so the scan's upper
-        bound is the largest tid there can be: a constant, unlike the
-        newest tid, so that PostgreSQL's planner estimates the rows from
-        the index's statistics (a handful) rather than as a fixed share of
-        the table, which chose a parallel plan on a large table; and with
-        no statistics at all (a table never analyzed) a range on both
-        sides still leads it to the index, where ``tid > %s`` alone made
-        it scan the whole table."""
-        return ('SELECT -1, ({last}){no_table} UNION ALL SELECT zoid, tid '
-                'FROM {table} WHERE tid > %s AND tid <= 9223372036854775807'
-                ).format(last=self.last_tid_sql, no_table=self.no_table,
-                         table=self.current_table)
 
     def upsert(self, key, cols):
         sets = ', '.join(self.upsert_set.format(col=c) for c in cols)
@@ -63,9 +68,10 @@ class Mover:
         """A statement writing the rows of *select_sql* (whose columns
         are named as *cols*) into *table*, replacing the row of an
         existing *key*."""
-        return ('INSERT INTO %s (%s) %s%s%s' % (
-            table, ', '.join(cols), select_sql, self.insert_select_where,
-            self.upsert(key, [col for col in cols if col != key])))
+        return UPSERT_SELECT.format(
+            table=table, cols=', '.join(cols), select=select_sql,
+            where=self.insert_select_where,
+            upsert=self.upsert(key, [col for col in cols if col != key]))
 
     # Loading
 
@@ -175,14 +181,19 @@ class Mover:
 
 class HistoryPreservingMover(Mover):
 
-    load_current_sql = (
-        'SELECT s.state, s.tid, s.state_size FROM current_object c '
+    #: load_current_sql and load_many_sql with a slot for a hint after
+    #: SELECT (the join order, say), which a database may fill.
+    load_current_template = SQL(
+        'SELECT {hint}s.state, s.tid, s.state_size FROM current_object c '
         'JOIN object_state s ON s.zoid = c.zoid AND s.tid = c.tid '
         'WHERE c.zoid = %s')
-    load_many_sql = (
-        'SELECT s.zoid, s.state, s.tid, s.state_size FROM current_object c '
+    load_many_template = SQL(
+        'SELECT {hint}s.zoid, s.state, s.tid, s.state_size '
+        'FROM current_object c '
         'JOIN object_state s ON s.zoid = c.zoid AND s.tid = c.tid '
         'WHERE c.zoid IN %s')
+    load_current_sql = load_current_template.format(hint='')
+    load_many_sql = load_many_template.format(hint='')
     current_tids_sql = 'SELECT zoid, tid FROM current_object WHERE zoid IN %s'
     # Every revision in the range, from the history: exact whatever view
     # it is read in (a newer revision does not hide an older one).
@@ -190,6 +201,21 @@ class HistoryPreservingMover(Mover):
                    'WHERE tid > %s AND tid <= %s')
     last_tid_sql = 'SELECT COALESCE(MAX(tid), 0) FROM transactions'
     lock_table = 'current_object'
+
+    def __init__(self, adapter):
+        super().__init__(adapter)
+        #: Copies temp_store's rows into object_state as the tid given.
+        self.move_states_sql = SQL(
+            'INSERT INTO object_state '
+            '(zoid, tid, prev_tid, state_size, state, blob_id) '
+            'SELECT zoid, %s, prev_tid, {length}, state, blob_id '
+            'FROM temp_store').format(length=self.state_length_clause)
+        #: Makes temp_store's objects current as the tid given.
+        self.move_current_sql = self.upsert_select(
+            'current_object', 'zoid', ('zoid', 'tid'),
+            'SELECT zoid, %s AS tid FROM temp_store')
+        #: Ends an INSERT of (zoid, tid) rows into current_object.
+        self.upsert_current = self.upsert('zoid', ('tid',))
 
     def committed_probe(self, tid, oid):
         """A statement counting what proves that *tid* committed (its
@@ -216,13 +242,8 @@ class HistoryPreservingMover(Mover):
         if own_tids:
             raise ValueError('rows keep their own tids only without history')
         return [
-            ('INSERT INTO object_state '
-             '(zoid, tid, prev_tid, state_size, state, blob_id) '
-             'SELECT zoid, %%s, prev_tid, %s, state, blob_id FROM temp_store'
-             % self.state_length_clause, (tid,)),
-            (self.upsert_select('current_object', 'zoid', ('zoid', 'tid'),
-                                'SELECT zoid, %s AS tid FROM temp_store'),
-             (tid,)),
+            (self.move_states_sql, (tid,)),
+            (self.move_current_sql, (tid,)),
         ]
 
     def _in_place(self, rows, tid):
@@ -237,8 +258,7 @@ class HistoryPreservingMover(Mover):
              '(zoid, tid, prev_tid, state_size, state, blob_id) VALUES '
              + values_list(len(rows), 6), states),
             ('INSERT INTO current_object (zoid, tid) VALUES '
-             + values_list(len(rows), 2) + self.upsert('zoid', ('tid',)),
-             current),
+             + values_list(len(rows), 2) + self.upsert_current, current),
         ]
 
     def add_transaction(self, tid, meta, packed=False, empty=False):
@@ -263,6 +283,24 @@ class HistoryFreeMover(Mover):
     last_tid_sql = 'SELECT tid FROM last_transaction WHERE id = 0'
     lock_table = 'object_state'
 
+    #: What temp_store's rows become in object_state: {tid} is the tid
+    #: given (a parameter) or each row's own (its prev_tid column).
+    MOVE = SQL('SELECT zoid, {tid} AS tid, {length} AS state_size, state, '
+               'blob_id FROM temp_store')
+
+    def __init__(self, adapter):
+        super().__init__(adapter)
+        cols = ('zoid', 'tid', 'state_size', 'state', 'blob_id')
+        #: move_into_place's statement, by own_tids.
+        self.move_sql = {
+            own_tids: self.upsert_select('object_state', 'zoid', cols,
+                                         self.MOVE.format(
+                                             tid=tid,
+                                             length=self.state_length_clause))
+            for own_tids, tid in ((False, '%s'), (True, 'prev_tid'))}
+        #: Ends an INSERT of whole rows into object_state.
+        self.upsert_state = self.upsert('zoid', cols[1:])
+
     def committed_probe(self, tid, oid):
         # The only trace of a history-free transaction is its rows; one of
         # them, written as *tid*, proves it committed (None: no row to ask).
@@ -286,15 +324,7 @@ class HistoryFreeMover(Mover):
         # polls by other processes see the deletion at its tid and drop
         # their cached state (pack removes tombstones). With *own_tids*
         # (a copy) each row keeps the tid uploaded in its prev_tid column.
-        select_sql = ('SELECT zoid, %s AS tid, %s AS state_size, state, '
-                      'blob_id FROM temp_store'
-                      % ('prev_tid' if own_tids else '%s',
-                         self.state_length_clause))
-        return [
-            (self.upsert_select('object_state', 'zoid', (
-                'zoid', 'tid', 'state_size', 'state', 'blob_id'), select_sql),
-             () if own_tids else (tid,)),
-        ]
+        return [(self.move_sql[own_tids], () if own_tids else (tid,))]
 
     def _in_place(self, rows, tid):
         params = []
@@ -304,8 +334,7 @@ class HistoryFreeMover(Mover):
         return [
             ('INSERT INTO object_state (zoid, tid, state_size, state, '
              'blob_id) VALUES ' + values_list(len(rows), 5)
-             + self.upsert('zoid', ('tid', 'state_size', 'state', 'blob_id')),
-             params),
+             + self.upsert_state, params),
         ]
 
     def add_transaction(self, tid, meta, packed=False, empty=False):

@@ -18,6 +18,8 @@ import time
 from .blobs import delete_blobs
 from .session import chunks
 from .session import in_list
+from .sql import SQL
+from .sql import EMPTY_TABLE
 
 
 def _b(value):
@@ -46,6 +48,17 @@ def set_meta(session, **values):
 
 
 #: The pack's scratch tables (see the module's docstring).
+#: Puts in pack_gc the objects of *table* (current_object or object_state)
+#: not reached, current at the pack time (a parameter).
+UNREACHED = SQL(
+    'INSERT INTO pack_gc (zoid) SELECT c.zoid FROM {table} c WHERE '
+    'c.tid <= %s AND NOT EXISTS (SELECT 1 FROM pack_reached r '
+    'WHERE r.zoid = c.zoid)')
+#: Those of the objects in the list {oids} whose current revision is
+#: still the one at or before the pack time.
+STILL_DELETED = SQL(
+    'SELECT zoid FROM current_object WHERE tid <= %s AND '
+    'zoid IN {oids} ORDER BY zoid')
 PACK_TABLES = ('pack_root', 'pack_ref', 'pack_reached', 'pack_gc')
 PACK_TABLES_DDL = (
     'CREATE TEMPORARY TABLE IF NOT EXISTS pack_root '
@@ -98,7 +111,7 @@ class Packer:
         for ddl in PACK_TABLES_DDL:
             session.execute(ddl)
         for table in PACK_TABLES:
-            session.execute('DELETE FROM %s' % table)
+            session.execute(EMPTY_TABLE.format(table=table))
 
     def add_roots(self, session, oids):
         session.executemany('INSERT INTO pack_root (zoid) VALUES (%s)',
@@ -137,10 +150,8 @@ class Packer:
         if gc:
             # Two statements: with the deletions in an OR, PostgreSQL ran
             # a subquery per object instead of one anti-join.
-            session.execute(
-                'INSERT INTO pack_gc (zoid) SELECT c.zoid FROM %s c WHERE '
-                'c.tid <= %%s AND NOT EXISTS (SELECT 1 FROM pack_reached r '
-                'WHERE r.zoid = c.zoid)' % self.current_table, (pack_tid,))
+            session.execute(UNREACHED.format(table=self.current_table),
+                            (pack_tid,))
             if deleted is not None:
                 for oids in chunks(deleted):
                     session.execute(
@@ -264,9 +275,11 @@ class HistoryPreservingPacker(Packer):
     # history read in 1.4 s against 2.3-2.5 on PostgreSQL, 1.7 against
     # 2.7-2.8 on MariaDB. Older revisions come too (their states NULL on
     # PostgreSQL, see its packer).
-    states_at_sql = (
-        'SELECT zoid, state, tid FROM object_state WHERE tid <= %s AND '
-        'zoid > %s ORDER BY zoid, tid LIMIT %s')
+    #: states_at_sql with a slot for an index hint after the table.
+    states_at_template = SQL(
+        'SELECT zoid, state, tid FROM object_state{index} WHERE tid <= %s '
+        'AND zoid > %s ORDER BY zoid, tid LIMIT %s')
+    states_at_sql = states_at_template.format(index='')
     #: One object's state current at the pack time (a page holding
     #: nothing but revisions of one object).
     state_at_sql = (
@@ -293,8 +306,7 @@ class HistoryPreservingPacker(Packer):
                 # A deletion current at the pack time that is still the
                 # object's current revision (not undone since).
                 deleted.extend(oid for (oid,) in session.fetchall(
-                    'SELECT zoid FROM current_object WHERE tid <= %%s AND '
-                    'zoid IN %s ORDER BY zoid' % in_list(gone),
+                    STILL_DELETED.format(oids=in_list(gone)),
                     [pack_tid] + gone))
         return [(oid, _b(state)) for oid, state in newest.items()]
 
@@ -305,9 +317,11 @@ class HistoryPreservingPacker(Packer):
     count_old_sql = (
         'SELECT COUNT(*) FROM (SELECT zoid FROM object_state WHERE '
         'tid <= %s GROUP BY zoid HAVING COUNT(*) > 1) k')
-    old_after_sql = (
-        'SELECT zoid, MAX(tid) FROM object_state WHERE tid <= %s AND '
+    #: old_after_sql with a slot for an index hint after the table.
+    old_after_template = SQL(
+        'SELECT zoid, MAX(tid) FROM object_state{index} WHERE tid <= %s AND '
         'zoid > %s GROUP BY zoid HAVING COUNT(*) > 1 ORDER BY zoid LIMIT %s')
+    old_after_sql = old_after_template.format(index='')
 
     def count_old_revisions(self, session, pack_tid):
         """How many objects have more than one revision at or before

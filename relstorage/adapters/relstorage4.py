@@ -7,9 +7,17 @@ in memory (RelStorage 4 keeps each blob in one large object on
 PostgreSQL and in one row on SQLite).
 """
 from ..exceptions import UpgradeRefused
+from .sql import SQL
 
 #: Bytes of a blob read per statement.
 PIECE = 1 << 20
+#: The newest tid in {table}.
+LAST_TID = SQL('SELECT MAX(tid) FROM {table}')
+#: A page of the transactions in {table}, from one tid to another.
+TRANSACTIONS = SQL(
+    'SELECT tid, username, description, extension, packed '
+    'FROM {table} WHERE tid >= %s AND tid <= %s AND tid > 0 '
+    'ORDER BY tid LIMIT %s')
 
 
 class RelStorage4Reader:
@@ -29,13 +37,14 @@ class RelStorage4Reader:
             raise UpgradeRefused('%s holds no RelStorage 4 database'
                                  % adapter.describe())
         self.keep_history = self.mode == 'history-preserving'
-        self.transaction_table = schema.rs4_transaction_table
+        table = schema.rs4_transaction_table
+        self.last_tid_sql = LAST_TID.format(
+            table=table if self.keep_history else 'object_state')
+        self.transactions_sql = TRANSACTIONS.format(table=table)
         self.piece_query = schema.rs4_piece_query
 
     def last_tid(self):
-        table = (self.transaction_table if self.keep_history
-                 else 'object_state')
-        return self.session.scalar('SELECT MAX(tid) FROM %s' % table) or 0
+        return self.session.scalar(self.last_tid_sql) or 0
 
     def transactions(self, start, stop, limit):
         """``[(tid, user, description, extension, packed)]`` in order;
@@ -51,11 +60,8 @@ class RelStorage4Reader:
         return [(tid, _bytes(user), _bytes(description), _bytes(extension),
                  bool(packed))
                 for tid, user, description, extension, packed
-                in self.session.fetchall(
-                    'SELECT tid, username, description, extension, packed '
-                    'FROM %s WHERE tid >= %%s AND tid <= %%s AND tid > 0 '
-                    'ORDER BY tid LIMIT %%s' % self.transaction_table,
-                    (start, stop, limit))]
+                in self.session.fetchall(self.transactions_sql,
+                                         (start, stop, limit))]
 
     def records(self, tid):
         """``[(oid, state)]`` written by *tid*, sizes checked."""

@@ -311,8 +311,7 @@ class Replicas:
                       else 'ro-replica-conf')
             raise ConfigurationError(
                 '%s: the %s has no replicas to choose from (replicas are '
-                'for PostgreSQL and MySQL)' % (option, type(adapter).__name__
-                                               .replace('Adapter', '')))
+                'for PostgreSQL and MySQL)' % (option, adapter.database_name))
         return cls(adapter, options)
 
     # Connections

@@ -7,6 +7,7 @@ which are filled once when the adapter is built -- never with user data.
 from ..exceptions import HistoryModeMismatch
 from ..exceptions import RelStorage4Database
 from ..exceptions import SchemaError
+from .sql import DROP_TABLE
 
 #: Bumped whenever a table changes shape; stored in ``relstorage_meta``.
 SCHEMA_VERSION = 2
@@ -249,7 +250,7 @@ class Schema:
             session.execute(self.pack_garbage_ddl)
 
     def drop_table(self, session, table):
-        session.execute('DROP TABLE IF EXISTS %s' % table)
+        session.execute(DROP_TABLE.format(table=table))
 
     def drop(self, session):
         """Remove every relstorage table of either mode."""

@@ -21,6 +21,7 @@ import secrets
 import time
 
 from ..exceptions import UpgradeRefused  # re-exported too
+from .sql import SQL
 
 #: The steps, in order; each runs in a transaction of its own.
 STEPS = ('prepare', 'transactions', 'states', 'current', 'blob map',
@@ -28,6 +29,64 @@ STEPS = ('prepare', 'transactions', 'states', 'current', 'blob map',
 
 #: Objects copied per transaction in the big steps.
 BATCH_OBJECTS = 20000
+
+# The statements, their {table} one of RelStorage 4's (see old_tables).
+COPY_TRANSACTIONS = SQL(
+    'INSERT INTO transactions (tid, packed, is_empty, username, '
+    'description, extension) SELECT tid, packed, is_empty, '
+    'username, description, extension FROM {table} WHERE tid > 0')
+#: A batch of revisions, oids in (%s, %s].
+COPY_HP_STATES = SQL(
+    'INSERT INTO object_state (zoid, tid, prev_tid, '
+    'state_size, state) SELECT zoid, tid, prev_tid, '
+    'state_size, state FROM {table} '
+    'WHERE zoid > %s AND zoid <= %s')
+COPY_HF_STATES = SQL(
+    'INSERT INTO object_state (zoid, tid, state_size, state) '
+    'SELECT zoid, tid, state_size, state FROM {table} '
+    'WHERE zoid > %s AND zoid <= %s')
+#: The last oid of the next batch after %s, at most %s objects.
+BATCH_END = SQL(
+    'SELECT MAX(zoid) FROM (SELECT zoid FROM {table} WHERE zoid > %s '
+    'ORDER BY zoid LIMIT %s) batch')
+#: The chunks of a batch of blobs not copied yet, oids in (%s, %s].
+COPY_CHUNKS = SQL(
+    'INSERT INTO blob_chunk (blob_id, chunk_num, chunk) '
+    'SELECT m.blob_id, c.chunk_num, c.chunk FROM {table} c '
+    'JOIN upgrade_blob_map m ON m.zoid = c.zoid AND m.tid = c.tid '
+    'WHERE c.zoid > %s AND c.zoid <= %s AND NOT EXISTS (SELECT 1 '
+    'FROM blob_chunk b WHERE b.blob_id = m.blob_id)')
+COPY_CURRENT = SQL(
+    'INSERT INTO current_object (zoid, tid) SELECT zoid, tid FROM {table}')
+CREATE_BLOB_MAP = SQL(
+    'CREATE TABLE upgrade_blob_map (zoid {bigint} NOT NULL, tid {bigint} NOT '
+    'NULL, blob_id {bigint} NOT NULL, PRIMARY KEY (zoid, tid)){suffix}')
+#: Numbers the blobs from the start given.
+FILL_BLOB_MAP = SQL(
+    'INSERT INTO upgrade_blob_map (zoid, tid, blob_id) '
+    'SELECT zoid, tid, %s + ROW_NUMBER() OVER (ORDER BY zoid, tid) '
+    'FROM (SELECT DISTINCT zoid, tid FROM {table}) blobs')
+#: The dry run's survey: {what: (RelStorage 4's table, count)}.
+SURVEY = {
+    'revisions': ('object_state', SQL('SELECT COUNT(*) FROM {table}')),
+    'state bytes': ('object_state', SQL(
+        'SELECT COALESCE(SUM(state_size), 0) FROM {table}')),
+    'blobs': ('blob_chunk', SQL(
+        'SELECT COUNT(*) FROM (SELECT DISTINCT zoid, tid FROM {table}) b')),
+    'transactions': ('transaction', SQL(
+        'SELECT COUNT(*) FROM {table} WHERE tid > 0')),
+}
+#: The dry run's sample: the last oid of the first %s objects, a table
+#: shaped like ours, and the copy into it.
+SAMPLE_END = SQL('SELECT MAX(zoid) FROM (SELECT zoid FROM {table} '
+                 'ORDER BY zoid LIMIT %s) batch')
+CREATE_SAMPLE = SQL(
+    'CREATE TEMPORARY TABLE upgrade_sample (zoid {bigint} NOT NULL, '
+    'tid {bigint} NOT NULL, state_size {bigint} NOT NULL, state {blob}, '
+    'PRIMARY KEY (zoid, tid))')
+COPY_SAMPLE = SQL(
+    'INSERT INTO upgrade_sample (zoid, tid, state_size, state) '
+    'SELECT zoid, tid, state_size, state FROM {table} WHERE zoid <= %s')
 
 
 class Upgrade:
@@ -176,11 +235,8 @@ class Upgrade:
         if self.keep_history:
             # RelStorage 4's transaction 0 stands for "before the first";
             # here no transaction row has that role.
-            session.execute(
-                'INSERT INTO transactions (tid, packed, is_empty, username, '
-                'description, extension) SELECT tid, packed, is_empty, '
-                'username, description, extension FROM %s WHERE tid > 0'
-                % self.old_tables['transaction'])
+            session.execute(COPY_TRANSACTIONS.format(
+                table=self.old_tables['transaction']))
         self._done(session, 'states')
 
     def _batches(self, session, table, step, progress_name, copy):
@@ -188,9 +244,8 @@ class Upgrade:
         ``(lo, hi]``, committing each with its progress."""
         lo = self._progress(session, progress_name, -1)
         while True:
-            hi = session.scalar(
-                'SELECT MAX(zoid) FROM (SELECT zoid FROM %s WHERE zoid > %%s '
-                'ORDER BY zoid LIMIT %%s) batch' % table, (lo, self.batch))
+            hi = session.scalar(BATCH_END.format(table=table),
+                                (lo, self.batch))
             if hi is None:
                 return
             copy(session, lo, hi)
@@ -199,15 +254,8 @@ class Upgrade:
             lo = hi
 
     def _copy_states_sql(self):
-        old_table = self.old_tables['object_state']
-        if self.keep_history:
-            return ('INSERT INTO object_state (zoid, tid, prev_tid, '
-                    'state_size, state) SELECT zoid, tid, prev_tid, '
-                    'state_size, state FROM %s '
-                    'WHERE zoid > %%s AND zoid <= %%s' % old_table)
-        return ('INSERT INTO object_state (zoid, tid, state_size, state) '
-                'SELECT zoid, tid, state_size, state FROM %s '
-                'WHERE zoid > %%s AND zoid <= %%s' % old_table)
+        return (COPY_HP_STATES if self.keep_history else COPY_HF_STATES
+                ).format(table=self.old_tables['object_state'])
 
     def step_states(self, session):
         sql = self._copy_states_sql()
@@ -218,9 +266,8 @@ class Upgrade:
 
     def step_current(self, session):
         if self.keep_history:
-            session.execute('INSERT INTO current_object (zoid, tid) '
-                            'SELECT zoid, tid FROM %s'
-                            % self.old_tables['current_object'])
+            session.execute(COPY_CURRENT.format(
+                table=self.old_tables['current_object']))
         else:
             session.execute(
                 'UPDATE last_transaction SET tid = (SELECT COALESCE(MAX(tid), '
@@ -233,17 +280,11 @@ class Upgrade:
         ids (63 bits) are as unlikely to meet as each other."""
         session.execute('DROP TABLE IF EXISTS upgrade_blob_map')
         bigint_sql = self.adapter.types.bigint
-        session.execute(
-            'CREATE TABLE upgrade_blob_map (zoid %s NOT NULL, tid %s NOT '
-            'NULL, blob_id %s NOT NULL, PRIMARY KEY (zoid, tid))%s'
-            % (bigint_sql, bigint_sql, bigint_sql,
-               self.adapter.types.table_suffix))
+        session.execute(CREATE_BLOB_MAP.format(
+            bigint=bigint_sql, suffix=self.adapter.types.table_suffix))
         start = secrets.randbits(61) + (1 << 61)
-        session.execute(
-            'INSERT INTO upgrade_blob_map (zoid, tid, blob_id) '
-            'SELECT zoid, tid, %%s + ROW_NUMBER() OVER (ORDER BY zoid, tid) '
-            'FROM (SELECT DISTINCT zoid, tid FROM %s) blobs'
-            % self.old_tables['blob_chunk'], (start,))
+        session.execute(FILL_BLOB_MAP.format(
+            table=self.old_tables['blob_chunk']), (start,))
         session.execute(
             'UPDATE object_state SET blob_id = (SELECT m.blob_id FROM '
             'upgrade_blob_map m WHERE m.zoid = object_state.zoid AND '
@@ -265,13 +306,8 @@ class Upgrade:
         empty last chunk this storage ends blobs with (see
         blobs.upload_blob)."""
         self.cut_blobs(session, lo, hi)
-        session.execute(
-            'INSERT INTO blob_chunk (blob_id, chunk_num, chunk) '
-            'SELECT m.blob_id, c.chunk_num, c.chunk FROM %s c '
-            'JOIN upgrade_blob_map m ON m.zoid = c.zoid AND m.tid = c.tid '
-            'WHERE c.zoid > %%s AND c.zoid <= %%s AND NOT EXISTS (SELECT 1 '
-            'FROM blob_chunk b WHERE b.blob_id = m.blob_id)'
-            % self.old_tables['blob_chunk'], (lo, hi))
+        session.execute(COPY_CHUNKS.format(
+            table=self.old_tables['blob_chunk']), (lo, hi))
         session.execute(
             'INSERT INTO blob_chunk (blob_id, chunk_num, chunk) '
             'SELECT l.blob_id, l.chunk_num + 1, %s FROM blob_chunk l '
@@ -350,19 +386,11 @@ class Upgrade:
             self.begin(session)
             original_tables = self.surveyed_tables(session)
             result = {
-                'revisions': session.scalar(
-                    'SELECT COUNT(*) FROM %s' % original_tables['object_state']),
-                'state bytes': int(session.scalar(
-                    'SELECT COALESCE(SUM(state_size), 0) FROM %s'
-                    % original_tables['object_state'])),
-                'blobs': session.scalar(
-                    'SELECT COUNT(*) FROM (SELECT DISTINCT zoid, tid FROM %s) b'
-                    % original_tables['blob_chunk']),
-            }
-            if self.keep_history:
-                result['transactions'] = session.scalar(
-                    'SELECT COUNT(*) FROM %s WHERE tid > 0'
-                    % original_tables['transaction'])
+                what: session.scalar(query.format(
+                    table=original_tables[table]))
+                for what, (table, query) in SURVEY.items()
+                if self.keep_history or what != 'transactions'}
+            result['state bytes'] = int(result['state bytes'])
             return result
         finally:
             session.rollback_quietly()
@@ -376,25 +404,17 @@ class Upgrade:
         try:
             self.begin(session)
             table = self.surveyed_tables(session)['object_state']
-            hi = session.scalar(
-                'SELECT MAX(zoid) FROM (SELECT zoid FROM %s ORDER BY zoid '
-                'LIMIT %%s) batch' % table, (objects,))
+            hi = session.scalar(SAMPLE_END.format(table=table), (objects,))
             if hi is None:
                 return 0.0, 0, 0
             bigint_sql, blob_sql = (self.adapter.types.bigint,
                                     self.adapter.types.blob)
             # Shaped like ours: the copy's cost is mostly the writing of
             # rows and of the indexes over them.
-            session.execute(
-                'CREATE TEMPORARY TABLE upgrade_sample (zoid %s NOT NULL, '
-                'tid %s NOT NULL, state_size %s NOT NULL, state %s, '
-                'PRIMARY KEY (zoid, tid))'
-                % (bigint_sql, bigint_sql, bigint_sql, blob_sql))
+            session.execute(CREATE_SAMPLE.format(bigint=bigint_sql,
+                                                 blob=blob_sql))
             started = time.time()
-            session.execute(
-                'INSERT INTO upgrade_sample (zoid, tid, state_size, state) '
-                'SELECT zoid, tid, state_size, state FROM %s '
-                'WHERE zoid <= %%s' % table, (hi,))
+            session.execute(COPY_SAMPLE.format(table=table), (hi,))
             seconds = time.time() - started
             revisions, size = session.fetchone(
                 'SELECT COUNT(*), COALESCE(SUM(state_size), 0) '

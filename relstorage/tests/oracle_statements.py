@@ -8,6 +8,7 @@ restore, oid allocation, blobs and pack -- over a connection that keeps
 each statement as the server would receive it and answers with a few
 plausible rows, enough for each path to reach its next statement.
 """
+import importlib
 import os
 import tempfile
 
@@ -229,9 +230,11 @@ def collect(keep_history, blobs):
     locker.try_commit_lock(session, last_tid)
     locker.try_pack_lock(session)
     locker.release_pack_lock(session)
-    recorder.errors['DBMS_LOCK'] = driver_error(
+    # As the driver raises it: its error object carries the ORA- number.
+    detail = importlib.import_module('oracledb.errors')._Error(
         "ORA-06550: line 1, column 17:\nPLS-00201: identifier 'DBMS_LOCK' "
-        "must be declared")
+        "must be declared", code=6550)
+    recorder.errors['DBMS_LOCK'] = driver_error(detail)
     locker.hold_commit_lock(session, last_tid)
     locker.try_commit_lock(session, last_tid)
     locker.try_pack_lock(session)

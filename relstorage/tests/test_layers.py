@@ -302,3 +302,237 @@ def test_the_storage_does_not_import_the_testing_support():
                if not package.startswith(('speedtest', TESTING_PACKAGE))]
     assert storage
     assert importers_of(TESTING_PACKAGE, storage) == []
+
+
+def lines_found(scan, tmp_path, text):
+    """The lines *scan* reports in a module whose source is *text*."""
+    sample = tmp_path / 'sample.py'
+    sample.write_text(text)
+    return sorted(line for line, _ in scan(sample))
+
+
+def scan_modules(scan, under='', skip=()):
+    """``module:line: what`` of each report of *scan* over the shipped
+    modules whose path starts with *under*, but those starting with one
+    of *skip*."""
+    found = []
+    for path in shipped_files():
+        rel = path.relative_to(SOURCE).as_posix()
+        if not rel.startswith(under) or (skip and rel.startswith(skip)):
+            continue
+        found.extend('%s:%d: %s' % (rel, line, what)
+                     for line, what in scan(path))
+    return found
+
+
+# -- per-database knowledge lives in the database packages ------------------
+
+DATABASE_PACKAGES = ('adapters/sqlite/', 'adapters/postgresql/',
+                     'adapters/mysql/', 'adapters/oracle/')
+#: The testing support starts and fills servers of each kind by name.
+TESTING_SUPPORT = ('testing/',)
+#: Names (lower-cased) that only a database package may decide by.
+DATABASE_NAMES = {'postgresql', 'postgres', 'mysql', 'mariadb', 'oracle',
+                  'sqlite', 'sqlite3', 'postgresqladapter', 'mysqladapter',
+                  'oracleadapter', 'sqliteadapter'}
+
+
+def _names_a_database(node):
+    return (isinstance(node, ast.Constant) and isinstance(node.value, str)
+            and node.value.lower() in DATABASE_NAMES)
+
+
+def _is_type_name(node):
+    """``type(x).__name__`` or ``x.__class__.__name__``."""
+    return (isinstance(node, ast.Attribute) and node.attr == '__name__'
+            and (isinstance(node.value, ast.Call)
+                 and getattr(node.value.func, 'id', None) == 'type'
+                 or getattr(node.value, 'attr', None) == '__class__'))
+
+
+def node_scan(check):
+    """A scan of a module: ``(line, what)`` for each node that
+    *check(node)* names (None: none of the nodes it looks for)."""
+    def scan(path):
+        return [(node.lineno, what)
+                for node in ast.walk(ast.parse(path.read_text()))
+                for what in [check(node)] if what]
+    return scan
+
+
+def _decision_by_name(node):
+    if isinstance(node, ast.Compare):
+        if any(_names_a_database(o) or _is_type_name(o)
+               for o in [node.left] + node.comparators):
+            return 'comparison'
+    elif isinstance(node, ast.Dict):
+        if any(k is not None and _names_a_database(k) for k in node.keys):
+            return 'table keyed by database names'
+    elif isinstance(node, ast.Subscript) and _is_type_name(node.slice):
+        return 'lookup by type name'
+    elif (isinstance(node, ast.Call)
+          and getattr(node.func, 'attr', None) == 'get' and node.args
+          and _is_type_name(node.args[0])):
+        return 'lookup by type name'
+    return None
+
+
+#: ``(line, what)`` of each place a module decides by a database's name:
+#: a comparison with one, a dict keyed by them, or a type's name compared
+#: or looked up.
+decisions_by_database_name = node_scan(_decision_by_name)
+
+def test_the_database_name_scan_sees_decisions(tmp_path):
+    assert lines_found(
+        decisions_by_database_name, tmp_path,
+        "KEYS = {'mysql': 1}\n"
+        "if kind == 'postgresql': pass\n"
+        "where = TABLE.get(type(adapter).__name__)\n"
+        "print('the %s' % type(e).__name__)\n") == [1, 2, 3]
+
+
+def test_no_shared_module_decides_by_a_database_name():
+    """Shared code asks the adapter (upgrade_class, database_name,
+    uri_keys, section_from_uri...); only a database package knows which
+    database it is."""
+    assert scan_modules(decisions_by_database_name,
+                        skip=DATABASE_PACKAGES + TESTING_SUPPORT) == []
+
+
+def test_every_database_declares_what_shared_code_asks():
+    from relstorage.adapters.adapter import Adapter
+    from relstorage.adapters.upgrade import Upgrade
+    adapters = {value for module in shipped_modules()
+                for value in vars(module).values()
+                if inspect.isclass(value) and issubclass(value, Adapter)
+                and value is not Adapter}
+    assert {cls.database_name for cls in adapters} == {
+        'PostgreSQL', 'MySQL', 'Oracle', 'SQLite'}
+    for cls in adapters:
+        assert 'driver' in cls.uri_keys
+        assert (cls.section_from_uri.__func__
+                is not Adapter.section_from_uri.__func__), cls
+        upgrade = cls.__dict__.get('upgrade_class')
+        if isinstance(upgrade, property):  # imported when asked for
+            upgrade = upgrade.fget(None)
+        assert upgrade is None or issubclass(upgrade, Upgrade), cls
+
+# -- one way to compose SQL ---------------------------------------------------
+
+_SQL_WORDS = re.compile(r'%s|\b(SELECT|FROM|WHERE|JOIN|INSERT|DELETE|UPDATE|'
+                        r'INDEX|LIMIT)\b')
+
+
+def _sqlish(node):
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return bool(_SQL_WORDS.search(node.value))
+    name = getattr(node, 'id', None) or getattr(node, 'attr', None) or ''
+    return any(word in name.lower() for word in ('sql', 'stmt', 'script'))
+
+
+def _sql_rewrite(node):
+    if (isinstance(node, ast.Call)
+            and getattr(node.func, 'attr', None) == 'replace'
+            and any(_sqlish(n) for n in [node.func.value] + node.args)):
+        return '.replace() on SQL'
+    if (isinstance(node, ast.Constant) and isinstance(node.value, str)
+            and '%%s' in node.value):
+        return '%%s'
+    return None
+
+
+#: ``(line, what)`` of each ``.replace()`` on SQL text (a statement or a
+#: piece of one) and each ``%%s`` (a ``%`` that means a slot and a
+#: parameter in one string) in a module.
+sql_rewrites = node_scan(_sql_rewrite)
+
+def test_the_sql_rewrite_scan_sees_rewrites(tmp_path):
+    assert lines_found(
+        sql_rewrites, tmp_path,
+        "a = sql.replace('SELECT ', 'SELECT STRAIGHT_JOIN ', 1)\n"
+        "b = 'SELECT GET_LOCK(%s, %%s)' % NAME\n"
+        "c = stmt.replace('%s', '?')\n"
+        "d = name.replace('-', '_')\n") == [1, 2, 3]
+
+
+def test_statements_are_composed_one_way():
+    """Statements get their identifiers, hints and clauses through the
+    slots of adapters.sql.SQL (or are stated whole per database), never by
+    rewriting shared text; adapters.sql alone translates parameters."""
+    assert scan_modules(sql_rewrites, 'adapters/',
+                        skip='adapters/sql.py') == []
+
+
+def test_sql_slots_and_quoting():
+    from relstorage.adapters.sql import SQL
+    from relstorage.adapters.sql import Identifier
+    from relstorage.adapters.sql import listed
+    from relstorage.adapters.sql import numbered
+    from relstorage.adapters.sql import qmark
+    from relstorage.adapters.sql import without_parameters
+    stmt = SQL('SELECT {hint}zoid FROM {table} WHERE zoid = %s')
+    assert stmt.slots == {'hint', 'table'}
+    assert stmt.format(hint='', table='object_state') == (
+        'SELECT zoid FROM object_state WHERE zoid = %s')
+    assert stmt.format(hint='STRAIGHT_JOIN ', table=Identifier('a"b')) == (
+        'SELECT STRAIGHT_JOIN zoid FROM "a""b" WHERE zoid = %s')
+    assert stmt.format(quote='`', hint='', table=Identifier('transaction')) \
+        == 'SELECT zoid FROM `transaction` WHERE zoid = %s'
+    # A slot left empty, or one the text does not have, is refused.
+    for parts in ({'hint': ''}, {'hint': '', 'table': 't', 'index': ''}):
+        try:
+            stmt.format(**parts)
+        except ValueError:
+            pass
+        else:
+            raise AssertionError(parts)
+    assert SQL('{a} {b}').format(a=SQL('x'), b='y') == 'x y'
+    assert listed(['a', 'b`c'], '`') == '`a`, `b``c`'
+    assert qmark('a = %s AND b = %s') == 'a = ? AND b = ?'
+    assert numbered('a = %s AND b = %s') == 'a = $1 AND b = $2'
+    assert numbered('SELECT 1') == 'SELECT 1'
+    assert without_parameters("LIKE 'a%'") == "LIKE 'a%%'"
+
+
+# -- errors classified by code ------------------------------------------------
+
+def _error_text(node):
+    """``str(e)``, ``e.args[0]`` or ``e.message``: an error's words."""
+    if isinstance(node, ast.Call) and getattr(node.func, 'id', None) == 'str':
+        return True
+    if isinstance(node, ast.Subscript):
+        return getattr(node.value, 'attr', None) == 'args'
+    return getattr(node, 'attr', None) == 'message'
+
+
+def _classification_by_text(node):
+    if (isinstance(node, ast.Compare)
+            and any(isinstance(op, (ast.In, ast.NotIn)) for op in node.ops)
+            and any(_error_text(n) for n in node.comparators)):
+        return 'words in an error'
+    if (isinstance(node, ast.Call)
+            and getattr(node.func, 'attr', None) in ('search', 'match',
+                                                     'findall')
+            and any(_error_text(n) for n in node.args)):
+        return 'pattern on an error'
+    return None
+
+
+#: ``(line, what)`` of each test of whether an error's text holds some
+#: words (``'locked' in str(e)``) or matches a pattern, in a module.
+classifications_by_text = node_scan(_classification_by_text)
+
+def test_the_error_text_scan_sees_classifications(tmp_path):
+    assert lines_found(
+        classifications_by_text, tmp_path,
+        "if 'locked' in str(e): pass\n"
+        "codes = _CODE.findall(str(error))\n"
+        "if 'x' not in e.args[0]: pass\n"
+        "if e.args[0] in LOCK_ERRORS: pass\n") == [1, 2, 3]
+
+
+def test_driver_errors_are_classified_by_code():
+    """Each database package tells what a driver error means by its code
+    (sqlite_errorcode, SQLSTATE or the driver's class for it, MySQL's
+    errno, Oracle's ORA- number), never by the words of its message."""
+    assert scan_modules(classifications_by_text, 'adapters/') == []

@@ -3,6 +3,7 @@ thin mode against a closed port and against listeners (threads of this
 test) that drop the connection, answer garbage or say nothing. Each gives
 this project's error naming host, port and service, within the
 network-timeout bound, with no driver exception chained to it."""
+import importlib
 import importlib.util
 import socket
 import threading
@@ -22,9 +23,18 @@ from relstorage.exceptions import PermissionDenied
 from relstorage.options import Options
 
 oracledb = pytest.importorskip('oracledb')
+driver_errors = importlib.import_module('oracledb.errors')
 
 #: network-timeout for these tests: connecting must fail within it.
 BOUND = 3
+
+
+def Error(message):
+    """The error python-oracledb raises for the server's *message*: its
+    error object carries the ORA- number as ``code``."""
+    detail = driver_errors._Error(
+        message, code=int(message.split(':')[0].split('-')[1]))
+    return detail.exc_type(detail)
 
 
 class Listener:
@@ -157,7 +167,6 @@ def test_zope_conf_oracle_section_opens_through_the_real_driver():
 
 def test_connect_error_translates_what_users_meet():
     where = DSN('db.example.org:1521/ORCLPDB1').describe()
-    Error = oracledb.DatabaseError
     cases = [
         ('ORA-01017: invalid credential or not authorized; logon denied',
          DatabaseUnavailable, 'wrong user name or password'),
@@ -181,7 +190,6 @@ def test_connect_error_translates_what_users_meet():
 
 def test_full_tablespace_and_missing_privilege_are_recognised():
     adapter = adapter_for(closed_port())
-    Error = oracledb.DatabaseError
     for code in ('ORA-01653', 'ORA-01654', 'ORA-01536'):
         assert adapter.is_full_error(Error('%s: unable to extend' % code))
     assert adapter.is_permission_error(
@@ -236,3 +244,24 @@ def test_location_tells_users_apart():
     assert one.location() != other.location()
     assert one.location() == OracleAdapter(
         user='APP', password='y', dsn='db:1521/s').location()
+
+
+def test_errors_are_classified_by_their_codes_not_their_words():
+    from relstorage.adapters.oracle.drivers import error_codes
+    # A disconnect python-oracledb reports as its own DPY- code, with the
+    # server's ORA- number kept.
+    detail = driver_errors._Error('ORA-03113: end-of-file on channel',
+                                    code=3113)
+    assert set(error_codes(oracledb.DatabaseError(detail))) >= {'ORA-03113'}
+    # Words alone, without the driver's error object, classify nothing.
+    assert error_codes(oracledb.DatabaseError('ORA-01653: unable to')) == []
+    assert error_codes(ValueError('ORA-00054')) == []
+
+    class CxOracleError:  # cx_Oracle's error object: no full_code
+        code = 0
+        message = 'DPI-1047: Cannot locate a 64-bit Oracle Client library'
+    assert error_codes(oracledb.DatabaseError(CxOracleError())) == [
+        'DPI-1047']
+    CxOracleError.code, CxOracleError.message = 54, 'ORA-00054: busy'
+    assert error_codes(oracledb.DatabaseError(CxOracleError())) == [
+        'ORA-00054']

@@ -154,7 +154,7 @@ def _locks_held(factory):
             "SELECT COUNT(*) FROM pg_locks l JOIN pg_database d "
             "ON d.oid = l.database WHERE d.datname = current_database() "
             "AND l.locktype = 'advisory'")[0][0]
-    from relstorage.adapters.mysql.adapter import COMMIT_LOCK
+    from relstorage.adapters.mysql.locker import COMMIT_LOCK
     held = admin_query(factory.db, factory.keep_history,
                        'SELECT IS_USED_LOCK(%s)' % COMMIT_LOCK)[0][0]
     return 0 if held is None else 1

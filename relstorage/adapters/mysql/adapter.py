@@ -10,7 +10,6 @@ from ..adapter import OID_BLOCK
 from ..adapter import Adapter
 from .. import replicas
 from ..keepalive import Keepalive
-from ..locker import Locker
 from ..mover import HistoryFreeMover
 from ..mover import HistoryPreservingMover
 from ..redact import scrub
@@ -22,19 +21,17 @@ from ..schema import Schema
 from .inspect import MySQLStatistics
 from ..schema import Types
 from ..session import Session
+from ..sql import SQL
 from .drivers import CONNECT_ERRORS
 from .drivers import DISCONNECT_ERRORS
-from .drivers import LOCK_ERRORS
 from .drivers import error_code
 from .drivers import select_driver
+from .locker import MySQLLocker
+from .upgrade import MySQLUpgrade
 
 log = logging.getLogger(__name__)
 
-#: GET_LOCK names are global to the server: include the database, hashed to
-#: stay under MySQL's 64-character limit.
-COMMIT_LOCK = "CONCAT('relstorage.commit.', LEFT(MD5(DATABASE()), 16))"
-PACK_LOCK = "CONCAT('relstorage.pack.', LEFT(MD5(DATABASE()), 16))"
-SCHEMA_LOCK = "CONCAT('relstorage.schema.', LEFT(MD5(DATABASE()), 16))"
+ANALYZE = SQL('ANALYZE TABLE {tables}')
 
 TEMP_STORE_DDL = """
 CREATE TEMPORARY TABLE IF NOT EXISTS temp_store (
@@ -150,70 +147,6 @@ class MySQLSchema(Schema):
     rs4_transaction_table = '`transaction`'
 
 
-class MySQLLocker(Locker):
-
-    def __init__(self, adapter, mover):
-        super().__init__(adapter, mover)
-        self.shared_clause = (' FOR SHARE' if adapter.server.has_for_share
-                              else ' LOCK IN SHARE MODE')
-
-    def is_lock_error(self, error):
-        return error_code(error) in LOCK_ERRORS
-
-    def hold_commit_lock(self, session, last_tid_sql):
-        timeout = self.adapter.options.commit_lock_timeout
-        # Flagged first: if the wait is interrupted after the server granted
-        # the lock, the rollback still releases it (releasing a lock one
-        # does not hold is harmless).
-        session.holds_commit_lock = True
-        # One message: the newest tid is read once the lock is granted
-        # (the transaction's first plain read, so its snapshot begins
-        # then).
-        got, last = session.first_values(
-            'SELECT GET_LOCK(%s, %%s); ' % COMMIT_LOCK + last_tid_sql,
-            (timeout,))
-        if got != 1:
-            raise self.timeout_error()
-        return last
-
-    def try_commit_lock(self, session, last_tid_sql, wait=0):
-        session.holds_commit_lock = True
-        if session.scalar('SELECT GET_LOCK(%s, %%s)' % COMMIT_LOCK,
-                          (max(0, wait),)) != 1:
-            session.holds_commit_lock = False
-            return self.BUSY
-        return session.scalar(last_tid_sql)
-
-    def release_commit_lock(self):
-        return [('DO RELEASE_LOCK(%s)' % COMMIT_LOCK, ())]
-
-    def try_pack_lock(self, session):
-        # Session-level: the server releases it when the connection ends.
-        return session.scalar('SELECT GET_LOCK(%s, 0)' % PACK_LOCK) == 1
-
-    def release_pack_lock(self, session):
-        session.execute('DO RELEASE_LOCK(%s)' % PACK_LOCK)
-
-    def hold_schema_lock(self, session):
-        # Session-level (DDL commits as it goes): released by
-        # release_schema_lock, or with the connection.
-        timeout = self.adapter.options.commit_lock_timeout
-        if session.scalar('SELECT GET_LOCK(%s, %%s)' % SCHEMA_LOCK,
-                          (timeout,)) != 1:
-            raise self.schema_lock_timeout()
-
-    def release_schema_lock(self, session):
-        session.execute('DO RELEASE_LOCK(%s)' % SCHEMA_LOCK)
-
-    def after_rollback(self, session):
-        if session.holds_commit_lock:
-            session.holds_commit_lock = False
-            try:
-                session.execute('DO RELEASE_LOCK(%s)' % COMMIT_LOCK)
-            except Exception:  # noqa: BLE001 -- a lost connection has
-                pass           # released it already
-
-
 class MySQLMoverMixin:
     upsert_suffix = ' ON DUPLICATE KEY UPDATE {sets}'
     # MySQL 8.0.20 deprecated VALUES(col) here (with a warning) in favour
@@ -287,24 +220,33 @@ def row_literals(chunk, with_prev, with_blob, inline):
     return rows_sql, params
 
 
-def _current_first(sql):
-    """*sql*, joining current_object to object_state, read in that order:
-    each object's current row, then its revision by the whole primary
-    key. Left to itself, MariaDB read object_state first, every revision
-    of each oid, once its statistics said the table was empty: after a
-    DELETE of the database's 1,000,000 revisions (zap_all), reading
-    1,000 objects stored since took 2.5 s instead of 0.02 s until InnoDB
-    had purged the deleted rows (they are read too)."""
-    return sql.replace('SELECT ', 'SELECT STRAIGHT_JOIN ', 1)
+#: Fills the hint slot of a statement joining current_object to
+#: object_state: read in that order, each object's current row, then its
+#: revision by the whole primary key. Left to itself, MariaDB read
+#: object_state first, every revision of each oid, once its statistics
+#: said the table was empty: after a DELETE of the database's 1,000,000
+#: revisions (zap_all), reading 1,000 objects stored since took 2.5 s
+#: instead of 0.02 s until InnoDB had purged the deleted rows (they are
+#: read too).
+CURRENT_FIRST = 'STRAIGHT_JOIN '
 
 
 class MySQLHPMover(MySQLMoverMixin, HistoryPreservingMover):
-    load_current_sql = _current_first(HistoryPreservingMover.load_current_sql)
-    load_many_sql = _current_first(HistoryPreservingMover.load_many_sql)
+    load_current_sql = HistoryPreservingMover.load_current_template.format(
+        hint=CURRENT_FIRST)
+    load_many_sql = HistoryPreservingMover.load_many_template.format(
+        hint=CURRENT_FIRST)
 
 
 class MySQLHFMover(MySQLMoverMixin, HistoryFreeMover):
     pass
+
+
+#: Deletes the rows of {table} whose objects are in pack_gc, between two
+#: oids.
+DELETE_JOINED = SQL(
+    'DELETE t FROM pack_gc g STRAIGHT_JOIN {table} t ON t.zoid = '
+    'g.zoid WHERE g.zoid BETWEEN %s AND %s')
 
 
 class MySQLPackerMixin:
@@ -321,10 +263,8 @@ class MySQLPackerMixin:
         if tables is None:
             tables = self.object_tables
         for table in tables:
-            session.execute(
-                'DELETE t FROM pack_gc g STRAIGHT_JOIN %s t ON t.zoid = '
-                'g.zoid WHERE g.zoid BETWEEN %%s AND %%s' % table,
-                (oids[0], oids[-1]))
+            session.execute(DELETE_JOINED.format(table=table),
+                            (oids[0], oids[-1]))
 
     def mark(self, session):
         # A recursive query stops at cte_max_recursion_depth levels on
@@ -337,11 +277,9 @@ class MySQLPackerMixin:
         super().mark(session)
 
 
-def _along_primary_key(sql):
-    """*sql* reading object_state by its primary key, whatever the
-    optimizer would choose."""
-    return sql.replace('FROM object_state WHERE',
-                       'FROM object_state FORCE INDEX (PRIMARY) WHERE')
+#: Fills the index slot of a statement reading object_state: by its
+#: primary key, whatever the optimizer would choose.
+ALONG_PRIMARY_KEY = ' FORCE INDEX (PRIMARY)'
 
 
 class MySQLHPPacker(MySQLPackerMixin, HistoryPreservingPacker):
@@ -349,11 +287,13 @@ class MySQLHPPacker(MySQLPackerMixin, HistoryPreservingPacker):
     # itself MariaDB read the tid index's whole range past the last oid,
     # grouped it in a temporary table and sorted it, for every step (0.4
     # s a step at 1,000,000 objects, against 0.03).
-    old_after_sql = _along_primary_key(HistoryPreservingPacker.old_after_sql)
+    old_after_sql = HistoryPreservingPacker.old_after_template.format(
+        index=ALONG_PRIMARY_KEY)
     # The same for the pre-pack's pages. (Older revisions' states are
     # sent too: a derived table of the page, to send them NULL as on
     # PostgreSQL, took MariaDB 2.6 times as long as the plain page.)
-    states_at_sql = _along_primary_key(HistoryPreservingPacker.states_at_sql)
+    states_at_sql = HistoryPreservingPacker.states_at_template.format(
+        index=ALONG_PRIMARY_KEY)
 
     def start_graph(self, session):
         # With the other scratch tables: remove_old_revisions' pairs.
@@ -427,6 +367,16 @@ class MySQLAdapter(Adapter):
     locker_class = MySQLLocker
     oid_allocator_class = MySQLOIDAllocator
     statistics_class = MySQLStatistics
+    upgrade_class = MySQLUpgrade
+    database_name = 'MySQL'
+    uri_keys = ('driver', 'unix_socket', 'connect_timeout', 'read_timeout',
+                'write_timeout', 'compress')
+
+    @classmethod
+    def section_from_uri(cls, uri):
+        """``mysql://user:password@host:port/db``: MySQLdb's keywords."""
+        return {'host': uri.host, 'port': uri.port, 'user': uri.user,
+                'passwd': uri.password, 'db': uri.path.lstrip('/') or None}
     load_begin_sql = 'START TRANSACTION WITH CONSISTENT SNAPSHOT, READ ONLY'
     store_begin_sql = 'START TRANSACTION'
     temp_store_emptied_by_commit = False
@@ -575,8 +525,8 @@ class MySQLAdapter(Adapter):
         session.execute(TEMP_STORE_DDL)
 
     def before_pack(self, session):
-        session.fetchall('ANALYZE TABLE %s'
-                         % ', '.join(self.packer.object_tables))
+        session.fetchall(ANALYZE.format(
+            tables=', '.join(self.packer.object_tables)))
 
     def is_permission_error(self, error):
         # command denied for a table; access denied to a database; needs

@@ -11,7 +11,16 @@ and names the sessions.
 """
 from ..upgrade import Upgrade
 from ...exceptions import UpgradeRefused
+from ..sql import SQL
+from ..sql import Identifier
 from .drivers import error_code
+
+#: How MySQL quotes an identifier.
+QUOTE = '`'
+RENAME_PAIR = SQL('{old} TO {new}')
+RENAME_TABLES = SQL('RENAME TABLE {pairs}')
+DROP_PROCEDURE = SQL('DROP PROCEDURE IF EXISTS {name}')
+DROP_TABLE = SQL('DROP TABLE IF EXISTS {name}')
 
 #: RelStorage 4's tables whose names ours use.
 CLASHING = ('transaction', 'object_state', 'current_object', 'blob_chunk',
@@ -40,13 +49,14 @@ class MySQLUpgrade(Upgrade):
         session.execute('SET SESSION lock_wait_timeout = %s', (LOCK_WAIT,))
 
     def rename_old(self, session):
-        pairs = ['`%s` TO `%s`' % (name, self.old_tables[name])
+        pairs = [RENAME_PAIR.format(quote=QUOTE, old=Identifier(name),
+                                    new=Identifier(self.old_tables[name]))
                  for name in CLASHING if session.table_exists(name)
                  and not session.table_exists(self.old_tables[name])]
         if not pairs:
             return
         try:
-            session.execute('RENAME TABLE ' + ', '.join(pairs))
+            session.execute(RENAME_TABLES.format(pairs=', '.join(pairs)))
         except Exception as e:  # noqa: BLE001 -- checked just below
             if error_code(e) != LOCK_WAIT_TIMEOUT:
                 raise
@@ -59,7 +69,8 @@ class MySQLUpgrade(Upgrade):
         for (name,) in session.fetchall(
                 'SELECT ROUTINE_NAME FROM information_schema.ROUTINES '
                 'WHERE ROUTINE_SCHEMA = DATABASE()'):
-            session.execute('DROP PROCEDURE IF EXISTS `%s`' % name)
+            session.execute(DROP_PROCEDURE.format(quote=QUOTE,
+                                                  name=Identifier(name)))
 
     def _holders(self):
         session = self.adapter.connect(for_store=False)
@@ -80,6 +91,7 @@ class MySQLUpgrade(Upgrade):
         try:
             for table in tuple(self.old_tables[name] for name in CLASHING) \
                     + OTHER_TABLES:
-                session.execute('DROP TABLE IF EXISTS `%s`' % table)
+                session.execute(DROP_TABLE.format(quote=QUOTE,
+                                                  name=Identifier(table)))
         finally:
             session.execute('SET FOREIGN_KEY_CHECKS = 1')

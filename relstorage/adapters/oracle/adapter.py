@@ -24,6 +24,8 @@ from ..packer import HistoryPreservingPacker
 from ..schema import Schema
 from ..schema import Types
 from ..session import Session
+from ..sql import SQL
+from ..sql import EMPTY_TABLE
 from .drivers import DISCONNECT_ERRORS
 from .drivers import DSN
 from .drivers import LOCK_ERRORS
@@ -58,9 +60,9 @@ CREATE GLOBAL TEMPORARY TABLE temp_store (
 #: each session's own and last until it ends or deletes them. Created by
 #: the first pack that needs them. pack_reached has the depth at which
 #: each object was reached, for the level by level walk (OraclePackerMixin).
-PACK_TABLES_DDL = tuple(
-    'CREATE GLOBAL TEMPORARY TABLE %s (%s) ON COMMIT PRESERVE ROWS'
-    % (table, cols) for table, cols in (
+PACK_TABLES_DDL = tuple(SQL(
+    'CREATE GLOBAL TEMPORARY TABLE {table} ({cols}) ON COMMIT PRESERVE ROWS'
+    ).format(table=table, cols=cols) for table, cols in (
         ('pack_root', 'zoid NUMBER(20) NOT NULL PRIMARY KEY'),
         ('pack_ref', 'zoid NUMBER(20) NOT NULL, to_zoid NUMBER(20) NOT NULL, '
                      'PRIMARY KEY (zoid, to_zoid)'),
@@ -70,7 +72,10 @@ PACK_TABLES_DDL = tuple(
 
 #: Tables locked whole (LOCK TABLE) when DBMS_LOCK may not be executed.
 LOCK_TABLES = ('commit_lock', 'pack_lock')
-LOCK_TABLE_DDL = 'CREATE TABLE %s (id NUMBER(1) NOT NULL PRIMARY KEY)'
+LOCK_TABLE_DDL = SQL(
+    'CREATE TABLE {table} (id NUMBER(1) NOT NULL PRIMARY KEY)')
+#: No DROP TABLE IF EXISTS before Oracle 23.
+DROP_TABLE_PURGE = SQL('DROP TABLE {table} PURGE')
 
 #: Ends the transaction before (ROLLBACK) and begins a read-only one, whose
 #: queries all see the database as it was when it began: one round trip.
@@ -78,13 +83,16 @@ BEGIN_SNAPSHOT = 'BEGIN ROLLBACK; SET TRANSACTION READ ONLY; END;'
 
 #: The commit lock (released by COMMIT or ROLLBACK) and the pack lock
 #: (held until released, or until the session ends).
-REQUEST_LOCK = (
+REQUEST_LOCK = SQL(
     'BEGIN :status := DBMS_LOCK.REQUEST(id => :lock_id, '
     'lockmode => DBMS_LOCK.X_MODE, timeout => :timeout, '
-    'release_on_commit => %s); END;')
-REQUEST_COMMIT_LOCK = REQUEST_LOCK % 'TRUE'
-REQUEST_PACK_LOCK = REQUEST_LOCK % 'FALSE'
+    'release_on_commit => {on_commit}); END;')
+REQUEST_COMMIT_LOCK = REQUEST_LOCK.format(on_commit='TRUE')
+REQUEST_PACK_LOCK = REQUEST_LOCK.format(on_commit='FALSE')
 RELEASE_LOCK = 'BEGIN :status := DBMS_LOCK.RELEASE(id => :lock_id); END;'
+
+#: A PL/SQL block that does not compile.
+PLSQL_COMPILATION_ERROR = 'ORA-06550'
 
 #: DBMS_LOCK.REQUEST's answers.
 LOCK_GRANTED, LOCK_TIMEOUT, LOCK_DEADLOCK, LOCK_OWNED = 0, 1, 2, 4
@@ -185,12 +193,12 @@ class OracleSession(Session):
 class OracleSchema(Schema):
 
     extra_ddl = (CREATE_SEQUENCE, TEMP_STORE_DDL) + tuple(
-        LOCK_TABLE_DDL % table for table in LOCK_TABLES)
+        LOCK_TABLE_DDL.format(table=table) for table in LOCK_TABLES)
 
     def drop_table(self, session, table):
         # No DROP TABLE IF EXISTS before Oracle 23.
         if session.table_exists(table):
-            session.execute('DROP TABLE %s PURGE' % table)
+            session.execute(DROP_TABLE_PURGE.format(table=table))
 
     def drop(self, session):
         super().drop(session)
@@ -211,7 +219,7 @@ class OraclePackerMixin:
             if not session.table_exists(table):
                 session.execute(ddl)
         for table in PACK_TABLES:
-            session.execute('DELETE FROM %s' % table)
+            session.execute(EMPTY_TABLE.format(table=table))
 
     def mark(self, session):
         session.execute('INSERT INTO pack_reached (zoid, depth) '
@@ -263,7 +271,9 @@ class OracleLocker(Locker):
             status = session.call_status(block, lock_id=lock_id,
                                          timeout=timeout)
         except adapter.driver.Error as e:
-            if 'PLS-00201' not in error_codes(e) or 'DBMS_LOCK' not in str(e):
+            # The block is fixed text: it fails to compile (ORA-06550, a
+            # PLS-00201 within) only where DBMS_LOCK cannot be seen.
+            if PLSQL_COMPILATION_ERROR not in error_codes(e):
                 raise
             adapter.dbms_lock = False
             log.warning(
@@ -407,6 +417,16 @@ class OracleAdapter(Adapter):
 
     types = OracleTypes
     schema_class = OracleSchema
+    database_name = 'Oracle'
+
+    @classmethod
+    def section_from_uri(cls, uri):
+        """``oracle://user:password@host:port/service``: an Easy Connect
+        string, host[:port][/service]."""
+        dsn = (uri.host or '') + (':%d' % uri.port if uri.port else '') + (
+            uri.path if uri.path.strip('/') else '')
+        return {'user': uri.user, 'password': uri.password,
+                'dsn': dsn or None}
     hp_mover_class = OracleHPMover
     hf_mover_class = OracleHFMover
     hp_packer_class = OracleHPPacker

@@ -54,12 +54,29 @@ CONNECT_HINTS = {
                 'oracledb) needs none',
 }
 
-_CODE = re.compile(r'\b(ORA|DPY|DPI|TNS|PLS)-(\d{4,5})\b')
+#: A driver's code ahead of its message (``DPI-1047: ...``).
+_LEADING_CODE = re.compile(r'(ORA|DPY|DPI|TNS|PLS)-\d{4,5}$')
 
 
 def error_codes(error):
-    """Every ``ORA-nnnnn`` (and DPY-, DPI-, PLS-) code an error names."""
-    return ['%s-%s' % m for m in _CODE.findall(str(error))]
+    """The codes of a driver *error*, read from its error object (the
+    ``_Error`` both drivers raise with): the Oracle error number
+    (``code``) as ``ORA-nnnnn``, and the driver's own code
+    (python-oracledb's ``full_code``: a DPY-, DPI- or the ORA- code;
+    cx_Oracle, which has no such attribute, puts a DPI- code ahead of its
+    message). The wording of a message is never read."""
+    detail = error.args[0] if getattr(error, 'args', None) else None
+    number = getattr(detail, 'code', 0)
+    codes = ['ORA-%05d' % number] if isinstance(number, int) and number \
+        else []
+    full = getattr(detail, 'full_code', None)
+    if full is None:
+        message = getattr(detail, 'message', None) or ''
+        full = message.split(':', 1)[0] if ':' in message else ''
+        full = full if _LEADING_CODE.match(full) else ''
+    if full and full not in codes:
+        codes.append(full)
+    return codes
 
 
 def first_line(error):

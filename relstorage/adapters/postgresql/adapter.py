@@ -22,6 +22,9 @@ from ..oidallocator import SequenceOIDAllocator
 from ..schema import Schema
 from .inspect import PostgreSQLStatistics
 from ..session import Session
+from ..sql import SQL
+from ..sql import numbered
+from ..sql import without_parameters
 from ..keepalive import Keepalive
 from .dsn import describe_dsn
 from .dsn import make_dsn
@@ -30,8 +33,12 @@ from .dsn import dsn_location
 from .dsn import scrub_dsn
 from .drivers import select_driver
 from .dsn import parse_dsn
+from .upgrade import PostgreSQLUpgrade
 
 log = logging.getLogger(__name__)
+
+TRUNCATE = SQL('TRUNCATE {tables}')
+ANALYZE = SQL('ANALYZE {tables}')
 
 #: The advisory lock keys used as the commit lock and the pack lock (any
 #: constants will do; these spell "RelS" and "RelP").
@@ -69,7 +76,7 @@ class PostgreSQLSession(Session):
             mogrify = self.adapter.driver.mogrify
             script = '; '.join(mogrify(cursor, stmt, params)
                                for stmt, params in statements)
-            self.execute(script.replace('%', '%%'))
+            self.execute(without_parameters(script))
 
     def table_exists(self, name):
         return self.scalar(
@@ -231,7 +238,7 @@ class PostgreSQLMoverMixin:
         # prepared statement outlives transactions and their rollbacks).
         if not session.load_prepared:
             session.execute('PREPARE rs_load_current (bigint) AS '
-                            + self.load_current_sql.replace('%s', '$1'))
+                            + numbered(self.load_current_sql))
             session.load_prepared = True
         return session.fetchone('EXECUTE rs_load_current (%s)', (oid,))
 
@@ -259,7 +266,7 @@ class PostgreSQLHPMover(PostgreSQLMoverMixin, HistoryPreservingMover):
     def after_copy(self, tid):
         return [('INSERT INTO current_object (zoid, tid) SELECT zoid, tid '
                  'FROM object_state WHERE tid = %s'
-                 + self.upsert('zoid', ('tid',)), (tid,))]
+                 + self.upsert_current, (tid,))]
 
 
 class PostgreSQLHFMover(PostgreSQLMoverMixin, HistoryFreeMover):
@@ -283,7 +290,9 @@ class PostgreSQLHFMover(PostgreSQLMoverMixin, HistoryFreeMover):
                   'state, blob_id) FROM STDIN WITH (FORMAT binary)',
                   _binary_copy(rows, tid))
         except self.adapter.driver.errors.UniqueViolation as e:
-            found = re.search(r'\(zoid\)=\((\d+)\)', str(e))
+            # Told by its SQLSTATE (23505); the key is in the detail.
+            found = re.search(r'\(zoid\)=\((\d+)\)',
+                              e.diag.message_detail or '')
             oid = int(found.group(1)) if found else None
             raise ConflictError(
                 'object %s was created by another transaction after this '
@@ -374,6 +383,16 @@ class PostgreSQLAdapter(Adapter):
     locker_class = PostgreSQLLocker
     oid_allocator_class = PostgreSQLOIDAllocator
     statistics_class = PostgreSQLStatistics
+    upgrade_class = PostgreSQLUpgrade
+    database_name = 'PostgreSQL'
+
+    @classmethod
+    def section_from_uri(cls, uri):
+        """``postgresql://user:password@host:port/dbname``: a dsn."""
+        return {'dsn': make_dsn({name: value for name, value in (
+            ('dbname', uri.path.lstrip('/')), ('host', uri.host),
+            ('port', uri.port), ('user', uri.user),
+            ('password', uri.password)) if value})}
     announces_commits = True
     load_begin_sql = 'BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY'
     store_begin_sql = 'BEGIN ISOLATION LEVEL READ COMMITTED'
@@ -535,13 +554,14 @@ class PostgreSQLAdapter(Adapter):
             session.execute("SET LOCAL lock_timeout = '2s'; "
                             'SAVEPOINT rs_zap')
             try:
-                session.execute('TRUNCATE %s' % ', '.join(big))
+                session.execute(TRUNCATE.format(tables=', '.join(big)))
             except self.driver.errors.LockNotAvailable:
                 session.execute('ROLLBACK TO SAVEPOINT rs_zap')
         super().empty_tables(session)
 
     def before_pack(self, session):
-        session.execute('ANALYZE %s' % ', '.join(self.packer.object_tables))
+        session.execute(ANALYZE.format(
+            tables=', '.join(self.packer.object_tables)))
 
     def is_permission_error(self, error):
         return getattr(error, 'pgcode', None) == '42501'

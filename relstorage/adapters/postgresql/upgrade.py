@@ -8,6 +8,9 @@ objects; they are cut into chunks of blob-chunk-size on the server.
 """
 from ..upgrade import Upgrade
 from ...exceptions import UpgradeRefused
+from ..sql import SQL
+from ..sql import Identifier
+from ..sql import listed
 
 #: RelStorage 4's tables (their names clash with ours, or its clients
 #: would still find them) and the other objects it creates.
@@ -20,6 +23,13 @@ OLD_FUNCTIONS = (
 OLD_OTHER_TABLES = ('commit_row_lock', 'object_ref', 'object_refs_added',
                     'pack_object', 'pack_state', 'pack_state_tid')
 
+LOCK_TABLES = SQL('LOCK TABLE {tables} IN ACCESS EXCLUSIVE MODE NOWAIT')
+RENAME_INDEX = SQL('ALTER INDEX {old} RENAME TO {new}')
+RENAME_TABLE = SQL('ALTER TABLE {old} RENAME TO {new}')
+RENAME_FUNCTION = SQL('ALTER FUNCTION {signature} RENAME TO {new}')
+DROP_TABLE = SQL('DROP TABLE IF EXISTS {name} CASCADE')
+DROP_FUNCTION = SQL('DROP FUNCTION {signature} CASCADE')
+
 #: lo_open's mode for reading.
 INV_READ = 0x40000
 
@@ -31,11 +41,8 @@ class PostgreSQLUpgrade(Upgrade):
                    if session.table_exists(t)]
         try:
             session.execute('SET LOCAL lock_timeout = 0')
-            session.execute('LOCK TABLE %s IN ACCESS EXCLUSIVE MODE NOWAIT'
-                            % ', '.join('"%s"' % t for t in present))
-        except Exception as e:  # noqa: BLE001 -- checked just below
-            if 'could not obtain lock' not in str(e):
-                raise
+            session.execute(LOCK_TABLES.format(tables=listed(present)))
+        except self.adapter.driver.errors.LockNotAvailable as e:
             session.rollback_quietly()
             raise UpgradeRefused(
                 '%s is in use: another session holds locks on RelStorage '
@@ -53,7 +60,7 @@ class PostgreSQLUpgrade(Upgrade):
                 'a.client_addr FROM pg_locks l JOIN pg_stat_activity a '
                 'ON a.pid = l.pid WHERE l.relation = ANY(%s::regclass[]) '
                 'AND a.pid <> pg_backend_pid()',
-                (['"%s"' % t for t in tables],))
+                ([Identifier(t).quoted() for t in tables],))
         finally:
             session.close()
         return '; '.join(
@@ -69,10 +76,10 @@ class PostgreSQLUpgrade(Upgrade):
             for (index,) in session.fetchall(
                     'SELECT indexname FROM pg_indexes WHERE schemaname = '
                     'current_schema() AND tablename = %s', (table,)):
-                session.execute('ALTER INDEX "%s" RENAME TO "rs4_%s"'
-                                % (index, index))
-            session.execute('ALTER TABLE "%s" RENAME TO "%s"'
-                            % (table, self.old_tables[table]))
+                session.execute(RENAME_INDEX.format(
+                    old=Identifier(index), new=Identifier('rs4_' + index)))
+            session.execute(RENAME_TABLE.format(
+                old=Identifier(table), new=Identifier(self.old_tables[table])))
         session.execute('ALTER SEQUENCE IF EXISTS zoid_seq '
                         'RENAME TO rs4_zoid_seq')
         # Its functions name the tables: a RelStorage 4 client left running
@@ -81,8 +88,9 @@ class PostgreSQLUpgrade(Upgrade):
                 'SELECT p.oid::regprocedure::text, p.proname FROM pg_proc p '
                 'WHERE p.pronamespace = current_schema()::regnamespace '
                 'AND p.proname = ANY(%s::text[])', (list(OLD_FUNCTIONS),)):
-            session.execute('ALTER FUNCTION %s RENAME TO "rs4_%s"'
-                            % (signature, name))
+            # The signature is the server's own text (regprocedure).
+            session.execute(RENAME_FUNCTION.format(
+                signature=signature, new=Identifier('rs4_' + name)))
 
     def copy_chunks(self, session, lo, hi):
         """Cut each blob's large objects (one per old chunk, in chunk_num
@@ -120,11 +128,11 @@ class PostgreSQLUpgrade(Upgrade):
             session.execute('SELECT lo_unlink(chunk) FROM rs4_blob_chunk')
         session.execute('DROP VIEW IF EXISTS current_object_state')
         for table in tuple(self.old_tables.values()) + OLD_OTHER_TABLES:
-            session.execute('DROP TABLE IF EXISTS "%s" CASCADE' % table)
+            session.execute(DROP_TABLE.format(name=Identifier(table)))
         session.execute('DROP SEQUENCE IF EXISTS rs4_zoid_seq')
         for (signature,) in session.fetchall(
                 'SELECT p.oid::regprocedure::text FROM pg_proc p '
                 'WHERE p.pronamespace = current_schema()::regnamespace '
                 'AND p.proname = ANY(%s::text[])',
                 (['rs4_' + name for name in OLD_FUNCTIONS],)):
-            session.execute('DROP FUNCTION %s CASCADE' % signature)
+            session.execute(DROP_FUNCTION.format(signature=signature))

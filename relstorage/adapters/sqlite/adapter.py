@@ -27,6 +27,7 @@ from ..schema import Schema
 from ..schema import Types
 from ..schema import relstorage4_mode
 from ..session import Session
+from ..sql import qmark
 from . import files
 from .checkpoint import Checkpointer
 from .inspect import SQLiteStatistics
@@ -219,7 +220,7 @@ class SQLiteSession(Session):
         try:
             return self._cache[stmt]
         except KeyError:
-            result = self._cache[stmt] = stmt.replace('%s', '?')
+            result = self._cache[stmt] = qmark(stmt)
             return result
 
     def table_exists(self, name):
@@ -408,6 +409,22 @@ class SQLiteAdapter(Adapter):
     locker_class = SQLiteLocker
     oid_allocator_class = SQLiteOIDAllocator
     statistics_class = SQLiteStatistics
+    database_name = 'SQLite'
+
+    @property
+    def upgrade_class(self):
+        """SQLiteUpgrade (imported here: its module imports this one)."""
+        from .upgrade import SQLiteUpgrade
+        return SQLiteUpgrade
+
+    @classmethod
+    def section_from_uri(cls, uri):
+        """``sqlite:///var/app/db``: the data directory is the path."""
+        if uri.netloc:
+            raise ConfigurationError(
+                'sqlite URI %s: the data directory is a path '
+                '(sqlite:///var/app/db), not a host' % uri.redacted)
+        return {'data_dir': uri.path or None, 'pragmas': None}
     load_begin_sql = 'BEGIN DEFERRED'
     store_begin_sql = 'BEGIN IMMEDIATE'
     # A reader cannot become the writer while another process is one
