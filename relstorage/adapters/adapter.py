@@ -27,6 +27,7 @@ from .mover import HistoryFreeMover
 from .mover import HistoryPreservingMover
 from .packer import HistoryFreePacker
 from .packer import HistoryPreservingPacker
+from .relstorage4 import RelStorage4Reader
 from . import replicas
 from .schema import Schema
 from .schema import Types
@@ -334,6 +335,11 @@ class Adapter:
         if self.replicas is not None:
             return replicas.ReplicaStoreSession(self)
         return StoreSession(self)
+
+    def open_relstorage4_reader(self):
+        """A reader of the RelStorage 4 database this adapter's
+        database holds (see IRelStorage4Reader)."""
+        return RelStorage4Reader(self)
 
     def new_oid_blocks(self, store_session, blocks=1):
         """``[(first, count)]``: *blocks* blocks of fresh oids."""

@@ -6,7 +6,7 @@ uploaded rows current. Adapters subclass them only where their SQL differs
 (for example the upsert spelling).
 """
 from ..exceptions import CorruptRecord
-from .session import chunks
+from .._util import chunks
 from .session import in_list
 from .session import values_list
 

@@ -16,7 +16,7 @@ followed in the packing process fills only this one)."""
 import time
 
 from .blobs import delete_blobs
-from .session import chunks
+from .._util import chunks
 from .session import in_list
 
 

@@ -28,7 +28,7 @@ from contextlib import closing
 
 from ZODB.POSException import StorageError
 
-from ..adapters.session import chunks
+from .._util import chunks
 from ..exceptions import CorruptRecord
 from ..exceptions import InvalidPackTime
 from ..exceptions import PackAlreadyRunning  # re-exported too

@@ -152,3 +152,46 @@ def test_no_behaviour_from_the_environment():
     assert unexpected == []
     # No stale entry: each allowed read is still there.
     assert seen == ENVIRONMENT_READS
+
+
+#: What storage/ may import of adapters/: the contract, nothing else.
+STORAGE_MAY_IMPORT = {'relstorage.adapters.interfaces'}
+
+
+def absolute_imports(path):
+    """``(line, module)`` of every import in the file *path*, relative
+    ones made absolute (``from .x import y`` also names ``pkg.x.y``, as
+    ``y`` may be a module)."""
+    package = list(path.relative_to(SOURCE.parent).parts[:-1])
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found.extend((node.lineno, a.name) for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = package[:len(package) - node.level + 1] if node.level \
+                else []
+            module = '.'.join(base + ([node.module] if node.module else []))
+            found.append((node.lineno, module))
+            found.extend((node.lineno, module + '.' + a.name)
+                         for a in node.names)
+    return found
+
+
+def test_storage_meets_adapters_only_through_the_interfaces():
+    wrong = []
+    for path in sorted((SOURCE / 'storage').rglob('*.py')):
+        for line, module in absolute_imports(path):
+            parts = module.split('.')
+            if parts[:2] != ['relstorage', 'adapters'] or len(parts) < 3:
+                continue
+            if '.'.join(parts[:3]) in STORAGE_MAY_IMPORT:
+                continue
+            wrong.append('%s:%d imports %s'
+                         % (path.relative_to(SOURCE), line, module))
+    assert wrong == []
+
+
+def test_the_import_scan_resolves_relative_imports():
+    found = {m for _, m in absolute_imports(SOURCE / 'storage' / 'pack.py')}
+    assert {'relstorage.exceptions', 'relstorage.storage.load.MAX_ID',
+            'ZODB.utils'} <= found
