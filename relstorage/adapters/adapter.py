@@ -27,6 +27,8 @@ from .mover import HistoryFreeMover
 from .mover import HistoryPreservingMover
 from .packer import HistoryFreePacker
 from .packer import HistoryPreservingPacker
+from .packsession import PackReads
+from .packsession import PackSession
 from .relstorage4 import RelStorage4Reader
 from . import replicas
 from .schema import Schema
@@ -335,6 +337,16 @@ class Adapter:
         if self.replicas is not None:
             return replicas.ReplicaStoreSession(self)
         return StoreSession(self)
+
+    def open_pack_session(self):
+        """The IPackSession a pack writes (and holds the pack lock)
+        with."""
+        return PackSession(self)
+
+    def open_pack_reads(self):
+        """The IPackReads a pre-pack reads its snapshot with (on the
+        read-write server)."""
+        return PackReads(self)
 
     def open_relstorage4_reader(self):
         """A reader of the RelStorage 4 database this adapter's
