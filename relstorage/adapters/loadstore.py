@@ -89,12 +89,34 @@ class _SessionWrapper:
     def blob_chunk(self, blob_id, num):
         return self._read(blobs.read_chunk, blob_id, num)
 
-    def __getattr__(self, name):
-        method = getattr(self.adapter.iterator, name)
+    # The iterator's queries (see IReads).
 
-        def call(*args, **kw):
-            return self._read(lambda session: method(session, *args, **kw))
-        return call
+    def iter_current_records(self, start_oid, limit):
+        return self._read(self.adapter.iterator.iter_current_records,
+                          start_oid, limit)
+
+    def transactions(self, start, stop, newest_first=False,
+                     include_packed=True, limit=None):
+        return self._read(self.adapter.iterator.transactions, start, stop,
+                          newest_first, include_packed, limit)
+
+    def records(self, tid):
+        return self._read(self.adapter.iterator.records, tid)
+
+    def object_history(self, oid, limit):
+        return self._read(self.adapter.iterator.object_history, oid, limit)
+
+    def transaction_exists(self, tid):
+        return self._read(self.adapter.iterator.transaction_exists, tid)
+
+    def states_before(self, tid):
+        return self._read(self.adapter.iterator.states_before, tid)
+
+    def object_count(self):
+        return self._read(self.adapter.iterator.object_count)
+
+    def size_in_bytes(self):
+        return self._read(self.adapter.iterator.size_in_bytes)
 
     def close(self):
         self.session.close()

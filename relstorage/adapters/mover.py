@@ -5,12 +5,16 @@ loading, uploading into the per-connection ``temp_store`` table and making
 uploaded rows current. Adapters subclass them only where their SQL differs
 (for example the upsert spelling).
 """
+from zope.interface import implementer
+
 from ..exceptions import CorruptRecord
 from .._util import chunks
 from .session import in_list
 from .session import values_list
+from .interfaces import IMover
 
 
+@implementer(IMover)
 class Mover:
     """What both modes share."""
 

@@ -9,13 +9,17 @@ import functools
 import logging
 import threading
 
+from zope.interface import implementer
+
 from ..exceptions import DatabaseDisconnected
 from ..exceptions import DatabaseFull
 from ..exceptions import PermissionDenied
+from .interfaces import ISession
 
 log = logging.getLogger(__name__)
 
 
+@implementer(ISession)
 class Session:
     """One connection and one cursor, in explicit-transaction mode.
 
