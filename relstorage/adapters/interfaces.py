@@ -297,6 +297,30 @@ class ILoadSession(IReads):
     def load_many(oids):
         """``{oid: (state, tid)}`` for those of *oids* that exist."""
 
+    # What zodbinfo, zodbcheck and the metrics server read.
+
+    def figures(exact=False):
+        """A dict of figures about the database (see IInspector.figures);
+        counts are the server's estimates unless *exact*."""
+
+    def estimated_object_count():
+        """How many objects exist, as the server estimates it where it
+        can (cheaply), else counted."""
+
+    def object_headers(after_oid, limit, length):
+        """``[(oid, size, the first *length* bytes of the state)]`` of at
+        most *limit* current objects above *after_oid*, in oid order
+        (state None when deleted)."""
+
+    def object_rows(after_oid, limit):
+        """``[(oid, tid, state, size, blob_id)]`` of at most *limit*
+        current objects above *after_oid*, in oid order, states as
+        stored (unchecked)."""
+
+    def blob_chunk_counts(blob_ids):
+        """``{blob_id: (chunks, last chunk_num)}`` of those of
+        *blob_ids* that have chunks."""
+
 
 class IStoreSession(IReads):
     """The connection that takes locks at vote and commits at finish.
@@ -758,18 +782,17 @@ class IInspector(Interface):
         rows, unless *exact* or there is none, else *count_sql*'s."""
 
     def figures(session, exact=False):
-        """A dict of figures about the database."""
+        """A dict of figures about the database; ``estimated`` lists the
+        names of those that are the server's estimates."""
 
     def headers(session, after_oid, limit, length):
-        """``[(oid, size, first *length* bytes of the state)]`` of at
-        most *limit* current objects above *after_oid*."""
+        """As ILoadSession.object_headers."""
 
     def records(session, after_oid, limit):
-        """``[(oid, tid, state, blob_id)]`` of at most *limit* current
-        objects above *after_oid*."""
+        """As ILoadSession.object_rows."""
 
     def blob_chunks(session, blob_ids):
-        """``{blob_id: [chunk_num]}``."""
+        """As ILoadSession.blob_chunk_counts."""
 
 
 class IIterator(Interface):

@@ -194,6 +194,27 @@ class LoadSession(_SessionWrapper):
     def load_many(self, oids):
         return self._read(self.mover.load_many, oids)
 
+    # What zodbinfo, zodbcheck and the metrics server read (see
+    # ILoadSession).
+
+    def figures(self, exact=False):
+        return self._read(self.adapter.inspector.figures, exact)
+
+    def estimated_object_count(self):
+        inspector = self.adapter.inspector
+        return self._read(inspector.count, False, inspector.objects_table,
+                          self.adapter.iterator.object_count_sql)[0]
+
+    def object_headers(self, after_oid, limit, length):
+        return self._read(self.adapter.inspector.headers, after_oid, limit,
+                          length)
+
+    def object_rows(self, after_oid, limit):
+        return self._read(self.adapter.inspector.records, after_oid, limit)
+
+    def blob_chunk_counts(self, blob_ids):
+        return self._read(self.adapter.inspector.blob_chunks, blob_ids)
+
 
 @implementer(IStoreSession)
 class StoreSession(_SessionWrapper):
