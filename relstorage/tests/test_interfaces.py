@@ -18,6 +18,8 @@ from relstorage.adapters.loadstore import StoreSession
 from relstorage.adapters.packsession import PackReads
 from relstorage.adapters.packsession import PackSession
 from relstorage.adapters.relstorage4 import RelStorage4Reader
+from relstorage.adapters.replicas import ReplicaLoadSession
+from relstorage.adapters.replicas import ReplicaStoreSession
 from relstorage.options import Options
 
 from .dbs import DatabaseFactory
@@ -108,10 +110,12 @@ def test_oracle_as_far_as_it_is_built_without_a_server(keep_history):
 
 @pytest.mark.parametrize('iface, cls', [
     (I.IStoreSession, StoreSession), (I.IPackSession, PackSession),
-    (I.IPackReads, PackReads), (I.IRelStorage4Reader, RelStorage4Reader)])
+    (I.IPackReads, PackReads), (I.IRelStorage4Reader, RelStorage4Reader),
+    (I.ILoadSession, ReplicaLoadSession),
+    (I.IStoreSession, ReplicaStoreSession)])
 def test_session_classes_declare_their_interfaces(iface, cls):
     # Also those no test above opens (RelStorage 4's reader needs a
-    # RelStorage 4 database).
+    # RelStorage 4 database; the replica sessions, replica servers).
     assert iface.implementedBy(cls)
     verifyClass(iface, cls)
 
