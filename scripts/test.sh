@@ -10,7 +10,7 @@
 #   2. prepares the test databases with scripts/testdb.sh (accounts and
 #      databases only: it never stops, restarts or reconfigures a server
 #      that answers; tests that must, start private servers of their own,
-#      see relstorage/tests/private_servers.py),
+#      see relstorage/testing/private_servers.py),
 #   3. runs `python -m pytest "$@"` and exits with pytest's status
 #      (no test collected counts as a failure).
 #

@@ -28,7 +28,7 @@
 # from the distribution's packages first.  A server elsewhere is only
 # checked.  Tests that restart a server or need more connections than a
 # default server allows start private servers of their own
-# (relstorage/tests/private_servers.py).
+# (relstorage/testing/private_servers.py).
 #
 # Environment:
 #   RELSTORAGE_TEST_PG_HOST, RELSTORAGE_TEST_PG_PORT        (127.0.0.1, 5432)
@@ -509,7 +509,7 @@ for arg in "$@"; do
             [ -x "$root/.venv/bin/python" ] ||
                 { err "no venv: run scripts/test.sh once first"; exit 1; }
             cd "$root"
-            exec "$root/.venv/bin/python" -m relstorage.tests.replica_pairs ;;
+            exec "$root/.venv/bin/python" -m relstorage.testing.replica_pairs ;;
         --postgresql|--postgres|--pg) want_pg=1 ;;
         --mysql|--mariadb) want_my=1 ;;
         -h|--help) usage; exit 0 ;;
@@ -524,7 +524,7 @@ if [ "$want_pg" = 0 ] && [ "$want_my" = 0 ]; then
 fi
 
 # The server programs themselves, for the private servers some tests
-# start (relstorage/tests/private_servers.py), wherever the shared
+# start (relstorage/testing/private_servers.py), wherever the shared
 # servers are.
 private_server_programs() {
     if [ "$want_pg" = 1 ] && ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then

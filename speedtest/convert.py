@@ -26,7 +26,7 @@ from persistent.mapping import PersistentMapping
 from ZODB.FileStorage import FileStorage
 
 from relstorage.helptext import help_text
-from relstorage.tests.dbs import empty_database
+from relstorage.testing.dbs import empty_database
 
 
 def build_filestorage(path, objects, transactions):
@@ -54,8 +54,8 @@ def build_filestorage(path, objects, transactions):
 
 
 def _adapter_section(database, keep_history, which):
-    from relstorage.tests.dbs import mysql_params
-    from relstorage.tests.dbs import pg_dsn
+    from relstorage.testing.dbs import mysql_params
+    from relstorage.testing.dbs import pg_dsn
     if database == 'postgresql':
         return '<postgresql>\n dsn %s\n</postgresql>' % pg_dsn(
             keep_history, which)

@@ -131,13 +131,13 @@ MARIADB_SHIM_VAR = 'SPEEDTEST_RS4_ON_MARIADB'
 
 def mariadb_shim(venv):
     """RelStorage 4.3 cannot create its schema on MariaDB 10.11 as it is
-    (see ``adjust_for_mariadb`` in relstorage/tests/rs4_workload.py).
+    (see ``adjust_for_mariadb`` in relstorage/testing/rs4_workload.py).
     Installs into *venv* a module making those adjustments, imported at
     start-up by every process of the other side in whose environment
     ``MARIADB_SHIM_VAR`` is set (pyperf's workers included, when told to
     inherit it), and by no other."""
     import inspect
-    from relstorage.tests.rs4_workload import adjust_for_mariadb
+    from relstorage.testing.rs4_workload import adjust_for_mariadb
     site = _run([os.path.join(venv, 'bin', 'python'), '-c',
                  'import sysconfig; print(sysconfig.get_path("purelib"))'],
                 'find site-packages in %s' % venv).strip()

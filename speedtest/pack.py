@@ -117,8 +117,8 @@ def current_objects(database, keep_history, which, data_dir):
     """The current objects of a side's database, counted by the database:
     exact (len() may be the server's estimate) and quick (iterating with
     record_iternext makes a round trip per object here)."""
-    from relstorage.tests.dbs import mysql_params
-    from relstorage.tests.dbs import pg_dsn
+    from relstorage.testing.dbs import mysql_params
+    from relstorage.testing.dbs import pg_dsn
     if database == 'sqlite':
         import sqlite3
         # This package's file, or RelStorage 4's.

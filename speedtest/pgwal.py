@@ -34,10 +34,10 @@ import ZODB
 import ZODB.config
 
 from relstorage.helptext import help_text
-from relstorage.tests.private_servers import DATABASES
-from relstorage.tests.private_servers import TEST_PASSWORD
-from relstorage.tests.private_servers import TEST_USER
-from relstorage.tests.private_servers import PostgreSQLServer
+from relstorage.testing.postgresql_server import PostgreSQLServer
+from relstorage.testing.servers import DATABASES
+from relstorage.testing.servers import TEST_PASSWORD
+from relstorage.testing.servers import TEST_USER
 
 from .scale import IMPORT
 from .scale import Build

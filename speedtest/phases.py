@@ -34,7 +34,7 @@ import tempfile
 
 from relstorage.children import child_env
 from relstorage.helptext import help_text
-from relstorage.tests.dbs import empty_database
+from relstorage.testing.dbs import empty_database
 
 from . import othervenv
 from .convert import _adapter_section

@@ -15,7 +15,7 @@ import pytest
 from ZODB.tests.PackableStorage import IExternalGC_suite
 from ZODB.tests.testblob import storage_reusable_suite
 
-from .dbs import DatabaseFactory
+from relstorage.testing.dbs import DatabaseFactory
 
 #: Names the suite gives its storages -> our test database.
 WHICH = {'data': 'main', '1': 'main', '2': 'dst', 'dest': 'dst'}

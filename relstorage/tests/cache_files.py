@@ -4,9 +4,9 @@ import pytest
 import ZODB
 from persistent.mapping import PersistentMapping
 
-from .dbs import DATABASES
-from .dbs import DatabaseFactory
-from .dbs import require
+from relstorage.testing.dbs import DATABASES
+from relstorage.testing.dbs import DatabaseFactory
+from relstorage.testing.dbs import require
 
 
 def mode_factories(databases=DATABASES):

@@ -37,7 +37,7 @@ PAUSE = (0.5, 2.0)
 
 
 def _factory(db, keep_history, data_dir, host=None, port=None):
-    from .dbs import DatabaseFactory
+    from relstorage.testing.dbs import DatabaseFactory
     server = None
     if host:
         server = types.SimpleNamespace(host=host, port=int(port),
@@ -209,7 +209,7 @@ class Chaos:
         self.server = None
         self.host = self.port = ''
         if db != 'sqlite':
-            from .private_servers import private_server
+            from relstorage.testing.private_servers import private_server
             self.server = server or private_server(db)
             self.host, self.port = self.server.host, str(self.server.port)
         self.procs = {}
@@ -217,7 +217,7 @@ class Chaos:
                        'restart server': 0, 'pack': 0, 'pack failed': 0}
 
     def factory(self):
-        from .dbs import DatabaseFactory
+        from relstorage.testing.dbs import DatabaseFactory
         factory = DatabaseFactory(self.db, self.keep_history,
                                   server=self.server, options=self.options)
         factory._dirs['main'] = os.path.join(self.dir, 'db')

@@ -23,11 +23,11 @@ from ZODB.tests import Synchronization
 from ZODB.tests import TransactionalUndoStorage
 from ZODB.tests.StorageTestBase import StorageTestBase
 
-from .dbs import ALL_DATABASES
-from .dbs import DatabaseFactory
-from .dbs import require
-from .dbs import require_pair
-from .private_servers import private_server
+from relstorage.testing.dbs import ALL_DATABASES
+from relstorage.testing.dbs import DatabaseFactory
+from relstorage.testing.dbs import require
+from relstorage.testing.dbs import require_pair
+from relstorage.testing.private_servers import private_server
 
 NO_HISTORY = 'needs earlier revisions, which a history-free storage drops'
 

@@ -1,8 +1,8 @@
 """Fixtures shared by relstorage's own tests."""
 import pytest
 
-from .dbs import DATABASES
-from .dbs import DatabaseFactory
+from relstorage.testing.dbs import DATABASES
+from relstorage.testing.dbs import DatabaseFactory
 
 MODES = (True, False)
 

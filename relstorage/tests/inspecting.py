@@ -11,7 +11,8 @@ from persistent.mapping import PersistentMapping
 from ZODB.blob import Blob
 from ZODB.utils import u64
 
-from .dbs import child_env
+from relstorage.testing.dbs import child_env
+
 from .test_zodbpack import adapter_section
 
 #: Small chunks, so that one blob has several.

@@ -32,8 +32,7 @@ from ZODB.tests.StorageTestBase import zodb_pickle
 from ZODB.utils import z64
 
 from relstorage.exceptions import CommitOutcomeUnknown
-
-from .dbs import DatabaseFactory
+from relstorage.testing.dbs import DatabaseFactory
 
 CASES = ('load', 'poll', 'commit', 'commit-sent')
 

@@ -5,8 +5,8 @@ import collections
 
 import pytest
 
-from .dbs import ORACLE_HOW
-from .dbs import ORACLE_NOT_CONFIGURED
+from relstorage.testing.dbs import ORACLE_HOW
+from relstorage.testing.dbs import ORACLE_NOT_CONFIGURED
 
 
 _results = collections.defaultdict(collections.Counter)

@@ -20,8 +20,8 @@ from ZODB.POSException import POSKeyError
 from relstorage.blobs.cachesize import cache_files
 from relstorage.blobs.cachesize import shrink
 from relstorage.exceptions import ConfigurationError
+from relstorage.testing.dbs import DatabaseFactory
 
-from .dbs import DatabaseFactory
 from .inspecting import execute
 
 PAYLOAD = b'the real blob, as committed. ' * 300

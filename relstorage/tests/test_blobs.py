@@ -22,9 +22,10 @@ from ZODB.utils import tid_repr
 
 from relstorage.blobs.cachesize import cache_files
 from relstorage.blobs.cachesize import shrink
-
-from .dbs import DATABASES
-from .dbs import child_env
+from relstorage.testing.dbs import DATABASES
+from relstorage.testing.dbs import DatabaseFactory
+from relstorage.testing.dbs import DatabaseFactory
+from relstorage.testing.dbs import child_env
 
 
 def _run_child(script, *args, timeout=600):
@@ -56,7 +57,7 @@ def _blob_db(factory, blob_dir, **kw):
 BIG_BLOB = '''
 import hashlib, json, sys, transaction, ZODB
 from ZODB.blob import Blob
-from relstorage.tests.dbs import DatabaseFactory
+from relstorage.testing.dbs import DatabaseFactory
 
 def peak_kb():
     with open('/proc/self/status') as f:
@@ -94,7 +95,7 @@ print(json.dumps({'before_kb': before, 'peak_kb': peak_kb(),
 
 @pytest.mark.parametrize('db_name', DATABASES)
 def test_200mb_blob_round_trip_in_bounded_memory(db_name, tmp_path):
-    from .dbs import DatabaseFactory
+    from relstorage.testing.dbs import DatabaseFactory
     factory = DatabaseFactory(db_name, True)
     factory.storage(zap=True).close()
     try:
@@ -157,7 +158,7 @@ def test_blob_cache_shrinks_back_under_its_limit(factory, tmp_path):
 
 
 def test_external_cache_check_runs_in_another_process(tmp_path):
-    from .dbs import DatabaseFactory
+    from relstorage.testing.dbs import DatabaseFactory
     factory = DatabaseFactory('sqlite', True)
     try:
         storage = factory.storage(blob_dir=str(tmp_path / 'c'),
@@ -198,7 +199,7 @@ def test_shrink_by_hand_and_lock(tmp_path):
 
 READER = '''
 import hashlib, json, sys, ZODB
-from relstorage.tests.dbs import DatabaseFactory
+from relstorage.testing.dbs import DatabaseFactory
 db_name, keep_history, data_dir, blob_dir = sys.argv[1:5]
 storage = DatabaseFactory.in_child(db_name, keep_history, data_dir).storage(
     blob_dir=blob_dir)
@@ -390,7 +391,7 @@ def test_blobs_configured_in_zope_conf(tmp_path):
 def test_unusable_blob_dir_is_a_clear_error(tmp_path):
     from relstorage.exceptions import ConfigurationError
 
-    from .dbs import DatabaseFactory
+    from relstorage.testing.dbs import DatabaseFactory
     (tmp_path / 'file').write_text('not a directory')
     factory = DatabaseFactory('sqlite', True)
     try:

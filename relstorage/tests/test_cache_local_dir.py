@@ -18,13 +18,14 @@ import ZODB
 
 from relstorage.cache import persist
 from relstorage.exceptions import CacheFileUnusable
+from relstorage.testing.dbs import DatabaseFactory
+from relstorage.testing.dbs import DatabaseFactory
+from relstorage.testing.dbs import child_env
 
 from .cache_files import cached
 from .cache_files import fill
 from .cache_files import mode_factories
 from .cache_files import open_db
-from .dbs import DatabaseFactory
-from .dbs import child_env
 
 N = 50
 
@@ -170,7 +171,7 @@ def test_cache_prefix_names_the_file(tmp_path):
 
 WRITER = '''
 import sys, ZODB
-from relstorage.tests.dbs import DatabaseFactory
+from relstorage.testing.dbs import DatabaseFactory
 factory = DatabaseFactory.in_child('sqlite', False, sys.argv[1])
 db = ZODB.DB(factory.storage(cache_local_dir=sys.argv[2]))
 with db.transaction() as conn:

@@ -22,13 +22,13 @@ from persistent.mapping import PersistentMapping
 from ZODB.MappingStorage import MappingStorage
 
 from relstorage.cache import persist
+from relstorage.testing.dbs import DatabaseFactory
+from relstorage.testing.dbs import require
 
 from .cache_files import cached
 from .cache_files import fill
 from .cache_files import mode_factories
 from .cache_files import open_db
-from .dbs import DatabaseFactory
-from .dbs import require
 
 N = 20
 NOBODY = 65534
@@ -424,10 +424,10 @@ def test_a_user_that_may_only_read_runs_without_then_with_the_file(
     from relstorage.options import Options
     from relstorage.storage import RelStorage
 
-    from .dbs import PG_PASSWORD
-    from .dbs import PG_USER
-    from .dbs import in_ci
-    from .dbs import pg_dsn
+    from relstorage.testing.dbs import PG_PASSWORD
+    from relstorage.testing.dbs import PG_USER
+    from relstorage.testing.dbs import in_ci
+    from relstorage.testing.dbs import pg_dsn
     require('postgresql')
     factory = DatabaseFactory('postgresql', True)
     _fill(factory)

@@ -26,7 +26,7 @@ from relstorage.options import NOT_YET_SUPPORTED
 from relstorage.options import OPTIONS
 from relstorage.options import Options
 from relstorage.storage import RelStorage
-from relstorage.tests import dbs
+from relstorage.testing import dbs
 
 # Every <relstorage> key of DESIGN.md section 4, as written in zope.conf,
 # with the value it must become.

@@ -5,13 +5,14 @@ import collections
 import json
 import os
 
+from relstorage.testing.dbs import ALL_DATABASES
+from relstorage.testing.dbs import ORACLE_NOT_CONFIGURED
+
 from .blob_conformance import count_blob_cases
 from .conformance import count_tests
 from .conformance import REPLICA_DATABASES
 from .conformance import VARIANTS
 from .conformance import make_classes
-from .dbs import ALL_DATABASES
-from .dbs import ORACLE_NOT_CONFIGURED
 from .summary import database_lines
 
 COUNTS_FILE = os.path.join(os.path.dirname(__file__),

@@ -6,10 +6,11 @@ summary at the end of the run says "oracle: not run (no server
 configured)"."""
 import pytest
 
+from relstorage.testing.dbs import require
+
 from .blob_conformance import blob_cases
 from .blob_conformance import run_case
 from .conformance import make_classes
-from .dbs import require
 
 globals().update(make_classes('oracle'))
 

@@ -9,12 +9,11 @@ from relstorage.exceptions import HistoryModeMismatch
 from relstorage.exceptions import NotSupportedYet
 from relstorage.exceptions import SchemaError
 from relstorage.options import Options
-
-from .dbs import DATABASES
-from .dbs import DatabaseFactory
-from .dbs import PG_HOST
-from .dbs import pg_dsn
-from .dbs import require
+from relstorage.testing.dbs import DATABASES
+from relstorage.testing.dbs import DatabaseFactory
+from relstorage.testing.dbs import PG_HOST
+from relstorage.testing.dbs import pg_dsn
+from relstorage.testing.dbs import require
 
 
 @pytest.fixture(params=DATABASES)
@@ -294,12 +293,12 @@ def test_read_only_database_user(db_name):
     from relstorage.exceptions import PermissionDenied
     from relstorage.storage import RelStorage
 
-    from .dbs import PG_PASSWORD
-    from .dbs import PG_USER
-    from .dbs import in_ci
-    from .dbs import mysql_params
-    from .dbs import pg_dsn
-    from .dbs import require
+    from relstorage.testing.dbs import PG_PASSWORD
+    from relstorage.testing.dbs import PG_USER
+    from relstorage.testing.dbs import in_ci
+    from relstorage.testing.dbs import mysql_params
+    from relstorage.testing.dbs import pg_dsn
+    from relstorage.testing.dbs import require
     require(db_name)
     factory = DatabaseFactory(db_name, True)
     db = ZODB.DB(factory.storage(zap=True))

@@ -28,9 +28,8 @@ from ZODB.utils import oid_repr
 from ZODB.utils import p64
 
 from relstorage.exceptions import CorruptRecord
-
-from .dbs import DatabaseFactory
-from .dbs import require
+from relstorage.testing.dbs import DatabaseFactory
+from relstorage.testing.dbs import require
 
 #: A ZODB record whose class is in a module nobody has.
 MISSING_CLASS = (b'\x80\x03cnosuchmodule\nThing\nq\x00.'

@@ -14,7 +14,7 @@ from ZODB.POSException import ReadConflictError
 from ZODB.utils import u64
 from ZODB.utils import z64
 
-from .dbs import admin_query
+from relstorage.testing.dbs import admin_query
 
 
 def _open_transactions(factory):

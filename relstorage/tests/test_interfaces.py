@@ -21,9 +21,8 @@ from relstorage.adapters.relstorage4 import RelStorage4Reader
 from relstorage.adapters.replicas import ReplicaLoadSession
 from relstorage.adapters.replicas import ReplicaStoreSession
 from relstorage.options import Options
-
-from .dbs import DatabaseFactory
-from .dbs import mysql_params
+from relstorage.testing.dbs import DatabaseFactory
+from relstorage.testing.dbs import mysql_params
 
 MODES = [True, False]
 

@@ -11,13 +11,14 @@ import pytest
 import ZODB
 from persistent.mapping import PersistentMapping
 
-from .dbs import child_env
+from relstorage.testing.dbs import DatabaseFactory
+from relstorage.testing.dbs import child_env
 
 CHILD = r'''
 import sys, time
 import transaction, ZODB
 from persistent.mapping import PersistentMapping
-from relstorage.tests.dbs import DatabaseFactory
+from relstorage.testing.dbs import DatabaseFactory
 db_name, keep_history, data_dir, phase = sys.argv[1:5]
 storage = DatabaseFactory.in_child(db_name, keep_history, data_dir).storage()
 db = ZODB.DB(storage)

@@ -1,11 +1,14 @@
 """The layout rules the code keeps, checked over every shipped module
-(everything under relstorage/ but relstorage/tests/): each rule is a
-scan that fails naming the module and line that breaks it."""
+(everything under relstorage/ but relstorage/tests/, and for the imports
+of the tests and of the testing support speedtest/ but its tests): each
+rule is a scan that fails naming the module and line that breaks it."""
 import ast
 import importlib
 import inspect
 import pathlib
 import pkgutil
+import re
+import textwrap
 
 import relstorage
 from relstorage import exceptions
@@ -21,6 +24,14 @@ PRIVATE_SIGNALS = {
     # one that is still raised at the deadline becomes DatabaseUnavailable
     # inside files.connect().
     'relstorage.adapters.sqlite.files._Busy',
+}
+
+#: Error classes of the testing support (relstorage.testing): they tell a
+#: test or the speed test that a private server could not be had, and
+#: never come out of a storage.
+TESTING_ERRORS = {
+    'relstorage.testing.servers.NotInstalled',
+    'relstorage.testing.servers.ServerError',
 }
 
 
@@ -52,7 +63,7 @@ def test_error_classes_live_in_exceptions_under_relstorage_error():
                     and value.__module__ == module.__name__):
                 continue
             qualified = '%s.%s' % (module.__name__, name)
-            if qualified in PRIVATE_SIGNALS:
+            if qualified in PRIVATE_SIGNALS | TESTING_ERRORS:
                 continue
             if module is not exceptions:
                 misplaced.append('%s: define it in relstorage.exceptions'
@@ -63,14 +74,25 @@ def test_error_classes_live_in_exceptions_under_relstorage_error():
     assert misplaced == []
 
 
+def _existing_class(qualified):
+    """``(module, name)`` of an allow-list entry, which must name a real
+    class (a renamed one would leave a stale entry that hides nothing)."""
+    module, name = qualified.rsplit('.', 1)
+    assert inspect.isclass(getattr(importlib.import_module(module),
+                                   name)), qualified
+    return module, name
+
+
 def test_private_signals_exist_and_stay_private():
-    # The allow-list names real classes (a renamed one would leave a
-    # stale entry that hides nothing), and only private names.
+    # Only private names.
     for qualified in PRIVATE_SIGNALS:
-        module, name = qualified.rsplit('.', 1)
-        assert name.startswith('_'), qualified
-        assert inspect.isclass(getattr(importlib.import_module(module),
-                                       name))
+        assert _existing_class(qualified)[1].startswith('_'), qualified
+
+
+def test_testing_errors_exist_and_stay_in_the_testing_package():
+    for qualified in TESTING_ERRORS:
+        module = _existing_class(qualified)[0]
+        assert module.startswith('relstorage.testing.'), qualified
 
 
 def test_moved_errors_keep_their_old_names_and_bases():
@@ -102,6 +124,15 @@ ENVIRONMENT_READS = {
     ('adapters/postgresql/dsn.py', 'dsn_location'),
     # The environment handed to a child process, passed through unread.
     ('children.py', 'child_env'),
+    # Test configuration, read by the testing support only: the
+    # RELSTORAGE_TEST_* settings naming the test servers (at module
+    # level), and CI, under which an unreachable server fails a test
+    # rather than skipping it.
+    ('testing/dbs.py', None),
+    ('testing/dbs.py', 'in_ci'),
+    # A private test server's environment: the caller's, less the PG*
+    # and MYSQL* variables that would point it elsewhere.
+    ('testing/processes.py', 'server_env'),
 }
 _ENVIRONMENT_NAMES = {'environ', 'environb', 'getenv', 'getenvb'}
 
@@ -154,44 +185,168 @@ def test_no_behaviour_from_the_environment():
     assert seen == ENVIRONMENT_READS
 
 
-#: What storage/ may import of adapters/: the contract, nothing else.
-STORAGE_MAY_IMPORT = {'relstorage.adapters.interfaces'}
+#: The tests' package: only the tests import it (and the speed test's
+#: tests); what anything else needs from it belongs in relstorage.testing.
+TESTS_PACKAGE = 'relstorage.tests'
+#: The testing support: the tests and the speed test use it, the storage
+#: never does.
+TESTING_PACKAGE = 'relstorage.testing'
+_IMPORTERS = {'import_module', '__import__'}
 
 
-def absolute_imports(path):
-    """``(line, module)`` of every import in the file *path*, relative
-    ones made absolute (``from .x import y`` also names ``pkg.x.y``, as
-    ``y`` may be a module)."""
-    package = list(path.relative_to(SOURCE.parent).parts[:-1])
+def _within(name, target):
+    return name == target or name.startswith(target + '.')
+
+
+def _absolute(module, level, package):
+    """The absolute name of ``from <level dots><module> import``."""
+    if not level:
+        return module or ''
+    base = package.split('.')[:len(package.split('.')) - (level - 1)]
+    return '.'.join(base + ([module] if module else []))
+
+
+def _imported(node, package):
+    """The absolute names the import statement *node* (of a module of
+    *package*) binds: ``a.b`` for ``import a.b`` and for ``from a import
+    b``, relative imports resolved; [] for any other node."""
+    if isinstance(node, ast.Import):
+        return [a.name for a in node.names]
+    if isinstance(node, ast.ImportFrom):
+        base = _absolute(node.module, node.level, package)
+        return ['%s.%s' % (base, a.name) for a in node.names]
+    return []
+
+
+def _docstrings(tree):
+    nodes = [tree] + [n for n in ast.walk(tree) if isinstance(
+        n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))]
+    return {id(n.body[0].value) for n in nodes
+            if n.body and isinstance(n.body[0], ast.Expr)
+            and isinstance(n.body[0].value, ast.Constant)}
+
+
+def imports_of(target, source, package):
+    """Lines of *source* (a module of *package*) that import the package
+    *target*: ``import``, ``from ... import`` (relative ones resolved),
+    ``importlib.import_module``/``__import__`` of a string, and code for
+    a child process (any string but a docstring that names it)."""
+    tree = ast.parse(source)
+    docstrings = _docstrings(tree)
     found = []
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
-        if isinstance(node, ast.Import):
-            found.extend((node.lineno, a.name) for a in node.names)
-        elif isinstance(node, ast.ImportFrom):
-            base = package[:len(package) - node.level + 1] if node.level \
-                else []
-            module = '.'.join(base + ([node.module] if node.module else []))
-            found.append((node.lineno, module))
-            found.extend((node.lineno, module + '.' + a.name)
-                         for a in node.names)
+    for node in ast.walk(tree):
+        names = _imported(node, package)
+        if (isinstance(node, ast.Call) and node.args
+              and isinstance(node.args[0], ast.Constant)
+              and isinstance(node.args[0].value, str)
+              and getattr(node.func, 'attr', getattr(node.func, 'id', None))
+              in _IMPORTERS):
+            name = node.args[0].value
+            level = len(name) - len(name.lstrip('.'))
+            names = [_absolute(name.lstrip('.'), level, package)]
+        elif (isinstance(node, ast.Constant) and isinstance(node.value, str)
+              and id(node) not in docstrings
+              and re.search(r'\b%s\b' % re.escape(target), node.value)):
+            names = [target]
+        if any(_within(n, target) for n in names):
+            found.append(node.lineno)
+    return sorted(set(found))
+
+
+def modules_outside_the_tests():
+    """``(path, package)`` of every module of relstorage and speedtest
+    but their tests."""
+    root = SOURCE.parent
+    found = []
+    for top in ('relstorage', 'speedtest'):
+        for path in sorted((root / top).rglob('*.py')):
+            parts = path.relative_to(root).with_suffix('').parts
+            if parts[:2] in (('relstorage', 'tests'), ('speedtest', 'tests')):
+                continue
+            package = parts if parts[-1] == '__init__' else parts[:-1]
+            found.append((path, '.'.join(p for p in package
+                                         if p != '__init__')))
     return found
 
 
+def test_the_tests_import_scan_sees_every_form():
+    sample = textwrap.dedent('''
+        """Docstrings may name relstorage.tests."""
+        import relstorage.tests.conftest
+        from relstorage.tests import conftest
+        from relstorage import tests
+        from ..tests import conftest
+        from .. import tests
+        importlib.import_module('relstorage.tests.conftest')
+        __import__('..tests', globals())
+        subprocess.run(['python', '-m', 'relstorage.tests.chaos'])
+        from relstorage.testing import dbs
+        from . import dbs
+        ''')
+    assert imports_of(TESTS_PACKAGE, sample, 'relstorage.testing') == list(
+        range(3, 11))
+    names = {str(p.relative_to(SOURCE.parent))
+             for p, _ in modules_outside_the_tests()}
+    assert {'relstorage/storage/pack.py', 'relstorage/testing/dbs.py',
+            'speedtest/main.py'} <= names
+    assert not any('/tests/' in n for n in names)
+
+
+def importers_of(target, modules):
+    """``path:line`` of each import of *target* by *modules*."""
+    return ['%s:%d' % (path.relative_to(SOURCE.parent), line)
+            for path, package in modules
+            for line in imports_of(target, path.read_text(), package)]
+
+
+def test_nothing_outside_the_tests_imports_them():
+    assert importers_of(TESTS_PACKAGE, modules_outside_the_tests()) == []
+
+
+def test_the_storage_does_not_import_the_testing_support():
+    storage = [(path, package) for path, package
+               in modules_outside_the_tests()
+               if not package.startswith(('speedtest', TESTING_PACKAGE))]
+    assert storage
+    assert importers_of(TESTING_PACKAGE, storage) == []
+
+
+#: What storage/ may import of adapters/: the contract, nothing else.
+ADAPTERS_PACKAGE = 'relstorage.adapters'
+STORAGE_MAY_IMPORT = 'relstorage.adapters.interfaces'
+
+
+def adapters_imports(source, package):
+    """``(line, name)`` of each name of relstorage.adapters that *source*
+    (a module of *package*) imports."""
+    return [(node.lineno, name) for node in ast.walk(ast.parse(source))
+            for name in _imported(node, package)
+            if _within(name, ADAPTERS_PACKAGE)]
+
+
+def test_the_adapters_import_scan_resolves_relative_imports():
+    sample = textwrap.dedent('''
+        from ..adapters import interfaces
+        from ..adapters.session import chunks
+        from .. import adapters
+        import relstorage.adapters.sqlite
+        from relstorage.adapters.interfaces import IPackSession
+        ''')
+    assert adapters_imports(sample, 'relstorage.storage') == [
+        (2, 'relstorage.adapters.interfaces'),
+        (3, 'relstorage.adapters.session.chunks'),
+        (4, 'relstorage.adapters'),
+        (5, 'relstorage.adapters.sqlite'),
+        (6, 'relstorage.adapters.interfaces.IPackSession')]
+
+
 def test_storage_meets_adapters_only_through_the_interfaces():
-    wrong = []
-    for path in sorted((SOURCE / 'storage').rglob('*.py')):
-        for line, module in absolute_imports(path):
-            parts = module.split('.')
-            if parts[:2] != ['relstorage', 'adapters'] or len(parts) < 3:
-                continue
-            if '.'.join(parts[:3]) in STORAGE_MAY_IMPORT:
-                continue
-            wrong.append('%s:%d imports %s'
-                         % (path.relative_to(SOURCE), line, module))
+    storage = [(path, package) for path, package
+               in modules_outside_the_tests()
+               if _within(package, 'relstorage.storage')]
+    assert storage
+    wrong = ['%s:%d imports %s' % (path.relative_to(SOURCE), line, name)
+             for path, package in storage
+             for line, name in adapters_imports(path.read_text(), package)
+             if not _within(name, STORAGE_MAY_IMPORT)]
     assert wrong == []
-
-
-def test_the_import_scan_resolves_relative_imports():
-    found = {m for _, m in absolute_imports(SOURCE / 'storage' / 'pack.py')}
-    assert {'relstorage.exceptions', 'relstorage.storage.load.MAX_ID',
-            'ZODB.utils'} <= found

@@ -24,9 +24,9 @@ from ZODB.POSException import ReadConflictError
 from ZODB.serialize import referencesf
 
 from relstorage.cache.lru import ENTRY_OVERHEAD
+from relstorage.testing.dbs import DatabaseFactory
+from relstorage.testing.dbs import child_env
 
-from .dbs import DatabaseFactory
-from .dbs import child_env
 from .test_reconnect import _backend_id
 from .test_reconnect import _kill
 

@@ -16,9 +16,9 @@ import pytest
 import ZODB
 from persistent.mapping import PersistentMapping
 
-from .dbs import DatabaseFactory
-from .dbs import child_env
-from .dbs import wait_for
+from relstorage.testing.dbs import DatabaseFactory
+from relstorage.testing.dbs import child_env
+from relstorage.testing.dbs import wait_for
 
 #: Failure bound of every wait: a hang fails the test, nothing is timed.
 HANG = 10

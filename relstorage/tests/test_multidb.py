@@ -13,13 +13,12 @@ import ZODB.config
 from persistent.mapping import PersistentMapping
 
 from relstorage.exceptions import ConfigurationError
-
-from .dbs import PG_HOST
-from .dbs import PG_PASSWORD
-from .dbs import PG_PORT
-from .dbs import PG_USER
-from .dbs import pg_dsn
-from .dbs import require
+from relstorage.testing.dbs import PG_HOST
+from relstorage.testing.dbs import PG_PASSWORD
+from relstorage.testing.dbs import PG_PORT
+from relstorage.testing.dbs import PG_USER
+from relstorage.testing.dbs import pg_dsn
+from relstorage.testing.dbs import require
 
 TWO_DATABASES = '''
 %%import relstorage

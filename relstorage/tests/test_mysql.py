@@ -20,11 +20,10 @@ from ZODB.utils import u64
 from relstorage.adapters.session import in_list
 from relstorage.exceptions import DatabaseUnavailable
 from relstorage.options import Options
-
-from .dbs import DatabaseFactory
-from .dbs import admin_query
-from .dbs import mysql_params
-from .dbs import require
+from relstorage.testing.dbs import DatabaseFactory
+from relstorage.testing.dbs import admin_query
+from relstorage.testing.dbs import mysql_params
+from relstorage.testing.dbs import require
 
 COMMIT_LOCK_HELD = (
     "SELECT IS_USED_LOCK(CONCAT('relstorage.commit.', "

@@ -24,6 +24,10 @@ from relstorage.exceptions import DatabaseUnavailable
 from relstorage.exceptions import HistoryModeMismatch
 from relstorage.options import Options
 from relstorage.storage import RelStorage
+from relstorage.testing.dbs import DatabaseFactory
+from relstorage.testing.dbs import admin_query
+from relstorage.testing.dbs import oracle_params
+from relstorage.testing.dbs import require
 
 from . import test_blobs
 from . import test_errors
@@ -31,10 +35,6 @@ from . import test_pack
 from . import test_readahead
 from . import test_records
 from . import test_storage
-from .dbs import DatabaseFactory
-from .dbs import admin_query
-from .dbs import oracle_params
-from .dbs import require
 
 
 def _emptied(keep_history):

@@ -9,7 +9,9 @@ from ZODB.POSException import POSKeyError
 from ZODB.POSException import StorageError
 from ZODB.serialize import referencesf
 
-from .dbs import child_env
+from relstorage.testing.dbs import DatabaseFactory
+from relstorage.testing.dbs import DatabaseFactory
+from relstorage.testing.dbs import child_env
 
 
 def _build(db):
@@ -105,7 +107,7 @@ KILLED_PACK = '''
 import os, sys, time
 from ZODB.serialize import referencesf
 from relstorage.storage import pack
-from relstorage.tests.dbs import DatabaseFactory
+from relstorage.testing.dbs import DatabaseFactory
 pack.STEP = 100  # two batches of the 600 garbage objects, then the kill
 storage = DatabaseFactory.in_child(*sys.argv[1:4]).storage(
     pack_batch_timeout=0)
@@ -218,7 +220,7 @@ def test_pack_waits_while_the_commit_lock_is_busy(factory):
 WRITER = '''
 import sys, time, transaction, ZODB
 from ZODB.POSException import ConflictError
-from relstorage.tests.dbs import DatabaseFactory
+from relstorage.testing.dbs import DatabaseFactory
 name, count = sys.argv[4:6]
 db = ZODB.DB(DatabaseFactory.in_child(*sys.argv[1:4]).storage())
 tm = transaction.TransactionManager()
@@ -377,7 +379,7 @@ def test_a_page_of_states_gives_each_state_its_own_references():
 
     from relstorage.exceptions import CorruptRecord
     from relstorage.storage.pack import Pack
-    from .dbs import DatabaseFactory
+    from relstorage.testing.dbs import DatabaseFactory
     factory = DatabaseFactory('sqlite', True)
     storage = factory.storage()
     db = ZODB.DB(storage)

@@ -16,8 +16,7 @@ from ZODB.POSException import POSKeyError
 from ZODB.serialize import referencesf
 
 from relstorage.storage.refgraph import ReferenceGraph
-
-from .dbs import DatabaseFactory
+from relstorage.testing.dbs import DatabaseFactory
 
 #: pack-graph-mb for each way of walking the graph, and where the
 #: pack's result says the walk was done. 0.01 MB is outgrown by the

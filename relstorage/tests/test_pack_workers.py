@@ -16,13 +16,13 @@ import ZODB.config
 from persistent.mapping import PersistentMapping
 from ZODB.serialize import referencesf
 
-from relstorage.exceptions import CorruptRecord
 from relstorage import pickledrefs
 from relstorage import zodbpack
+from relstorage.exceptions import CorruptRecord
 from relstorage.storage import pack as pack_module
 from relstorage.storage import refworkers
+from relstorage.testing.dbs import DatabaseFactory
 
-from .dbs import DatabaseFactory
 from .test_hostile_rows import _damage
 from .test_pack_graph import _pack_and_check
 

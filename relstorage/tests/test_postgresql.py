@@ -13,10 +13,11 @@ from ZODB.utils import p64
 from ZODB.utils import u64
 from ZODB.utils import z64
 
-from .dbs import DatabaseFactory
-from .dbs import admin_query
-from .dbs import pg_dsn
-from .dbs import wait_for
+from relstorage.testing.dbs import DatabaseFactory
+from relstorage.testing.dbs import admin_query
+from relstorage.testing.dbs import pg_dsn
+from relstorage.testing.dbs import wait_for
+
 from .test_mysql import _first_revision
 
 

@@ -1,4 +1,4 @@
-"""The private servers of ``private_servers.py``, for real: they start on a
+"""The private servers of ``relstorage.testing``, for real: they start on a
 port of their own (never the machine's 5432 or 3306), serve the test
 account and databases with the connection limit asked for, and keep their
 data and port across a restart.
@@ -10,13 +10,13 @@ import os
 
 import pytest
 
-from . import private_servers
-from .dbs import in_ci
-from .private_servers import DATABASES
-from .private_servers import MySQLServer
-from .private_servers import NotInstalled
-from .private_servers import PostgreSQLServer
-from .private_servers import private_server
+from relstorage.testing.dbs import in_ci
+from relstorage.testing.mysql_server import MySQLServer
+from relstorage.testing.postgresql_server import PostgreSQLServer
+from relstorage.testing.processes import alive
+from relstorage.testing.private_servers import private_server
+from relstorage.testing.servers import DATABASES
+from relstorage.testing.servers import NotInstalled
 
 CLASSES = {'postgresql': PostgreSQLServer, 'mysql': MySQLServer}
 KINDS = tuple(CLASSES)
@@ -131,7 +131,7 @@ def test_remove_leaves_nothing_behind(kind):
     finally:
         server.remove()
     assert not server.running()
-    assert not private_servers._alive(pid)
+    assert not alive(pid)
     assert not os.path.exists(path)
     server.remove()  # a second time is harmless
     assert server.dir is None

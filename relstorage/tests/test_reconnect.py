@@ -7,10 +7,10 @@ import ZODB
 from persistent.mapping import PersistentMapping
 from transaction.interfaces import TransientError
 
-from .dbs import DatabaseFactory
-from .dbs import admin_query
-from .dbs import require
-from .private_servers import private_server
+from relstorage.testing.dbs import DatabaseFactory
+from relstorage.testing.dbs import admin_query
+from relstorage.testing.dbs import require
+from relstorage.testing.private_servers import private_server
 
 
 @pytest.fixture(params=['postgresql', 'mysql'])

@@ -11,13 +11,12 @@ import ZConfig
 import ZODB
 from persistent.mapping import PersistentMapping
 
-import relstorage.options
 from relstorage.config import storage_from_string
 from relstorage.exceptions import ConfigurationError
-
-from .dbs import mysql_params
-from .dbs import pg_dsn
-from .dbs import require
+from relstorage.testing.dbs import mysql_params
+from relstorage.testing.dbs import pg_dsn
+from relstorage.testing.dbs import require
+import relstorage.options
 
 #: Every <relstorage> key of RelStorage 4.3's component.xml, with the
 #: values a site might have, and the <sqlite3> ones.

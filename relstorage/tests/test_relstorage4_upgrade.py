@@ -28,16 +28,16 @@ from ZODB.tests.StorageTestBase import StorageTestBase
 
 from relstorage.config import storage_from_string
 from relstorage.exceptions import RelStorage4Database
+from relstorage.testing import rs4_workload
+from relstorage.testing.dbs import DATABASES
+from relstorage.testing.dbs import DatabaseFactory
+from relstorage.testing.dbs import in_ci
+from relstorage.testing.dbs import mysql_params
+from relstorage.testing.dbs import pg_dsn
+from relstorage.testing.dbs import require
 from relstorage.upgrade import main as upgrade_main
 
-from . import rs4_workload
 from .conformance import make_classes
-from .dbs import DATABASES
-from .dbs import DatabaseFactory
-from .dbs import in_ci
-from .dbs import mysql_params
-from .dbs import pg_dsn
-from .dbs import require
 
 CACHE = os.path.join(os.environ.get('TMPDIR', '/tmp'), 'relstorage-rs4')
 VENV = os.path.join(CACHE, 'venv')

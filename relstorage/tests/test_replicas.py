@@ -19,11 +19,11 @@ from ZODB.POSException import ReadConflictError
 
 from relstorage.exceptions import ConfigurationError
 from relstorage.options import Options
+from relstorage.testing.dbs import DatabaseFactory
+from relstorage.testing.dbs import require_pair
+from relstorage.testing.replica_pairs import Pair
 
 from .chaos import Chaos
-from .dbs import DatabaseFactory
-from .dbs import require_pair
-from .replica_pairs import Pair
 
 KINDS = ['postgresql', 'mysql']
 

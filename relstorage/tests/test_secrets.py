@@ -29,13 +29,12 @@ from relstorage.exceptions import ConfigurationError
 from relstorage.exceptions import DatabaseDisconnected
 from relstorage.exceptions import DatabaseUnavailable
 from relstorage.options import Options
-
-from .dbs import DatabaseFactory
-from .dbs import child_env
-from .dbs import in_ci
-from .private_servers import NotInstalled
-from .private_servers import free_port as closed_port
-from .private_servers import private_server
+from relstorage.testing.dbs import DatabaseFactory
+from relstorage.testing.dbs import child_env
+from relstorage.testing.dbs import in_ci
+from relstorage.testing.private_servers import private_server
+from relstorage.testing.processes import free_port as closed_port
+from relstorage.testing.servers import NotInstalled
 
 pytestmark = pytest.mark.timeout(300)
 

@@ -23,11 +23,11 @@ from relstorage.adapters.postgresql import PostgreSQLAdapter
 from relstorage.exceptions import DatabaseFull
 from relstorage.options import Options
 from relstorage.storage import RelStorage
+from relstorage.testing.dbs import in_ci
+from relstorage.testing.private_servers import private_server
+from relstorage.testing.servers import NotInstalled
+from relstorage.testing.servers import ServerError
 
-from .dbs import in_ci
-from .private_servers import NotInstalled
-from .private_servers import ServerError
-from .private_servers import private_server
 from .test_sqlite_full_disk import fill
 from .test_sqlite_full_disk import small_disk
 from .test_sqlite_full_disk import store_all

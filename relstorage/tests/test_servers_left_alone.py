@@ -7,8 +7,8 @@ import subprocess
 
 import pytest
 
-from .dbs import admin_query
-from .dbs import require
+from relstorage.testing.dbs import admin_query
+from relstorage.testing.dbs import require
 
 SCRIPT = pathlib.Path(__file__).parents[2] / 'scripts' / 'testdb.sh'
 

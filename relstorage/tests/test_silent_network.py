@@ -23,12 +23,13 @@ import pytest
 from ZODB.tests.StorageTestBase import zodb_unpickle
 from ZODB.utils import p64
 
-from .dbs import DatabaseFactory
-from .dbs import child_env
-from .dbs import in_ci
-from .dbs import require
+from relstorage.testing.dbs import DatabaseFactory
+from relstorage.testing.dbs import child_env
+from relstorage.testing.dbs import in_ci
+from relstorage.testing.dbs import require
+from relstorage.testing.private_servers import private_server
+
 from .netns import Namespace
-from .private_servers import private_server
 
 #: What the client does when the link goes silent (silent_network_client).
 CASES = ('load', 'poll', 'commit', 'commit-sent')

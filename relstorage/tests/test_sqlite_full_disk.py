@@ -28,8 +28,7 @@ from relstorage.adapters.sqlite import SQLiteAdapter
 from relstorage.exceptions import DatabaseFull
 from relstorage.options import Options
 from relstorage.storage import RelStorage
-
-from .dbs import in_ci
+from relstorage.testing.dbs import in_ci
 
 #: The tmpfs: room for the database, its WAL and the filler.
 DISK_KB = 4096

@@ -11,8 +11,7 @@ import ZODB
 from persistent.mapping import PersistentMapping
 
 from relstorage.adapters.sqlite.adapter import WriterQueue
-
-from .dbs import DatabaseFactory
+from relstorage.testing.dbs import DatabaseFactory
 
 
 def _wait_until(condition, seconds=10):

@@ -18,8 +18,8 @@ from ZODB.tests.StorageTestBase import zodb_pickle
 from ZODB.utils import p64
 from ZODB.utils import u64
 
-from .dbs import child_env
-from .dbs import wait_for
+from relstorage.testing.dbs import child_env
+from relstorage.testing.dbs import wait_for
 
 
 
@@ -224,7 +224,7 @@ def test_tids_strictly_increase(factory):
 
 CHILD = textwrap.dedent('''
     import sys, time, transaction, ZODB
-    from relstorage.tests.dbs import DatabaseFactory
+    from relstorage.testing.dbs import DatabaseFactory
     me, other = sys.argv[4:6]
     db = ZODB.DB(DatabaseFactory.in_child(*sys.argv[1:4]).storage())
     tm = transaction.TransactionManager()
@@ -275,7 +275,7 @@ def test_commit_and_poll_round_trips(name):
     empties temp_store after the commit), an empty commit two; a poll
     that finds nothing new costs one, and a read-only transaction's end
     and the next one's snapshot one each."""
-    from .dbs import DatabaseFactory
+    from relstorage.testing.dbs import DatabaseFactory
     f = DatabaseFactory(name, True)
     storage = f.storage(zap=True)
     db = _db(storage)
@@ -332,7 +332,7 @@ def test_sqlite_writes_rows_in_place_at_vote(keep_history):
     from ZODB.POSException import POSKeyError
     from ZODB.utils import z64
 
-    from .dbs import DatabaseFactory
+    from relstorage.testing.dbs import DatabaseFactory
     f = DatabaseFactory('sqlite', keep_history)
     storage = f.storage(zap=True)
     try:
@@ -569,7 +569,7 @@ def test_history_free_instance_keeps_the_newest_states(monkeypatch):
 
     from relstorage.storage import load as load_module
 
-    from .dbs import DatabaseFactory
+    from relstorage.testing.dbs import DatabaseFactory
     monkeypatch.setattr(load_module, 'SEEN_LIMIT', 50)
     f = DatabaseFactory('sqlite', False)
     storage = f.storage(zap=True)
@@ -1044,7 +1044,7 @@ def test_clients_creating_the_schema_at_once(db):
     creates the schema, the others wait for it and use it; none fails
     on the tables the other is creating."""
     import threading
-    from .dbs import DatabaseFactory
+    from relstorage.testing.dbs import DatabaseFactory
     factory = DatabaseFactory(db, True)
     for round_ in range(5):
         factory.adapter().drop_all()
@@ -1083,7 +1083,7 @@ def test_waiting_for_another_schema_creator_is_bounded(db):
     the schema is created."""
     import time
     from relstorage.exceptions import SchemaError
-    from .dbs import DatabaseFactory
+    from relstorage.testing.dbs import DatabaseFactory
     factory = DatabaseFactory(db, True)
     factory.adapter().drop_all()
     holder = factory.adapter()

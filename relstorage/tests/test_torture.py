@@ -13,10 +13,12 @@ import sys
 
 import ZODB
 
+from relstorage.testing.dbs import DatabaseFactory
+from relstorage.testing.dbs import child_env
+
 from .chaos import open_bank
 from .chaos import read_bank
 from .chaos import replay
-from .dbs import child_env
 
 ACCOUNTS = 12
 START = 1000
@@ -26,7 +28,7 @@ WORKER = r'''
 import json, random, sys, time
 import transaction, ZODB
 from ZODB.POSException import ConflictError
-from relstorage.tests.dbs import DatabaseFactory
+from relstorage.testing.dbs import DatabaseFactory
 db_name, keep_history, data_dir, worker, seconds, accounts_n, total = \
     sys.argv[1:8]
 storage = DatabaseFactory.in_child(db_name, keep_history, data_dir).storage(

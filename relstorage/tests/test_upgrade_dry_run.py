@@ -6,7 +6,8 @@ import os
 
 import pytest
 
-from .dbs import DATABASES
+from relstorage.testing.dbs import DATABASES
+
 from .test_relstorage4_upgrade import Site
 from .test_relstorage4_upgrade import site  # noqa: F401 -- a fixture
 

@@ -9,8 +9,7 @@ from persistent.mapping import PersistentMapping
 
 from relstorage.exceptions import ConfigurationError
 from relstorage.storage import RelStorage
-
-from . import dbs
+from relstorage.testing import dbs
 
 
 def _commit_and_read(uri):

@@ -5,9 +5,8 @@ import transaction
 import ZODB.config
 
 from relstorage.storage import RelStorage
-
-from .dbs import pg_dsn
-from .dbs import require
+from relstorage.testing.dbs import pg_dsn
+from relstorage.testing.dbs import require
 
 
 def _roundtrip(db):

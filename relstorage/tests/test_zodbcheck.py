@@ -13,9 +13,9 @@ from ZODB.utils import p64
 from ZODB.utils import tid_repr
 
 from relstorage import zodbcheck
+from relstorage.testing.dbs import DatabaseFactory
+from relstorage.testing.dbs import child_env
 
-from .dbs import DatabaseFactory
-from .dbs import child_env
 from .inspecting import BAD_STATE
 from .inspecting import delete_object
 from .inspecting import execute

@@ -17,12 +17,12 @@ from ZODB.FileStorage import FileStorage
 from ZODB.POSException import POSKeyError
 
 from relstorage import zodbconvert
-
-from .dbs import DATABASES
-from .dbs import DatabaseFactory
-from .dbs import child_env
-from .dbs import mysql_params
-from .dbs import pg_dsn
+from relstorage.testing.dbs import DATABASES
+from relstorage.testing.dbs import DatabaseFactory
+from relstorage.testing.dbs import DatabaseFactory
+from relstorage.testing.dbs import child_env
+from relstorage.testing.dbs import mysql_params
+from relstorage.testing.dbs import pg_dsn
 
 
 def build_source(path, blob_dir, start=0, count=12):
@@ -286,7 +286,7 @@ import os, sys
 from ZODB.FileStorage import FileStorage
 from relstorage.storage import RelStorage
 from relstorage.storage.copy import copy_transactions
-from relstorage.tests.dbs import DatabaseFactory
+from relstorage.testing.dbs import DatabaseFactory
 fs, blobs, db_name, data_dir, cache, kill_at = sys.argv[1:7]
 src = FileStorage(fs, blob_dir=blobs, read_only=True)
 dst = DatabaseFactory.in_child(db_name, True, data_dir).storage(

@@ -10,9 +10,9 @@ from ZODB.utils import p64
 from ZODB.utils import u64
 
 from relstorage import zodbinfo
+from relstorage.testing.dbs import DatabaseFactory
+from relstorage.testing.dbs import admin_query
 
-from .dbs import DatabaseFactory
-from .dbs import admin_query
 from .inspecting import BLOB
 from .inspecting import CHUNK
 from .inspecting import make_garbage

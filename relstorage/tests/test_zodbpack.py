@@ -17,10 +17,10 @@ from ZODB.tests.StorageTestBase import zodb_pickle
 from ZODB.TimeStamp import TimeStamp
 from ZODB.utils import p64
 
-from .dbs import DatabaseFactory
-from .dbs import child_env
-from .dbs import mysql_params
-from .dbs import pg_dsn
+from relstorage.testing.dbs import DatabaseFactory
+from relstorage.testing.dbs import child_env
+from relstorage.testing.dbs import mysql_params
+from relstorage.testing.dbs import pg_dsn
 
 
 def adapter_section(factory):

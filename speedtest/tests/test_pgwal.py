@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from relstorage.tests.dbs import in_ci
-from relstorage.tests.private_servers import NotInstalled
+from relstorage.testing.dbs import in_ci
+from relstorage.testing.servers import NotInstalled
 from speedtest import pgwal
 
 

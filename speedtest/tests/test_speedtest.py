@@ -117,9 +117,9 @@ def test_servers_with_connection_variants_and_raw_limit(tmp_path):
     """PostgreSQL and MariaDB/MySQL contenders: the write/read test, the
     connection test (TCP and unix socket, cache on and off) and the raw
     INSERT limit, with the servers' versions in the environment."""
-    from relstorage.tests.dbs import mysql_params
-    from relstorage.tests.dbs import pg_dsn
-    from relstorage.tests.dbs import require
+    from relstorage.testing.dbs import mysql_params
+    from relstorage.testing.dbs import pg_dsn
+    from relstorage.testing.dbs import require
     require('postgresql')
     require('mysql')
     my = mysql_params(False)
@@ -219,7 +219,7 @@ def test_metrics_variant_takes_turns_with_its_contender(tmp_path, capsys):
 
 
 def test_replica_reads_take_turns_and_the_lag_is_measured(tmp_path, capsys):
-    from relstorage.tests.dbs import require_pair
+    from relstorage.testing.dbs import require_pair
     pair = require_pair('postgresql')
     config = tmp_path / 'speed.conf'
     config.write_text(

@@ -23,12 +23,12 @@ import signal
 import sys
 import time
 
-from .private_servers import DATABASES
-from .private_servers import MySQLServer
-from .private_servers import NotInstalled  # noqa: F401 -- for the tests
-from .private_servers import PostgreSQLServer
-from .private_servers import ServerError
-from .private_servers import _lock
+from .mysql_server import MySQLServer
+from .postgresql_server import PostgreSQLServer
+from .processes import lock
+from .servers import DATABASES
+from .servers import NotInstalled
+from .servers import ServerError
 
 #: Seconds a replica may take to replay what its primary has.
 CATCH_UP = 60
@@ -303,7 +303,7 @@ def replica_pair(kind, synchronous=False):
     *synchronous*); tests that promote or stop a server make their own
     with ``Pair(kind).start()`` and remove it."""
     key = (kind, synchronous)
-    with _lock:
+    with lock:
         pair = _pairs.get(key)
         if pair is None:
             pair = _pairs[key] = Pair(kind, synchronous).start()

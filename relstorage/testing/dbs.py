@@ -1,4 +1,4 @@
-"""Where the tests find their databases.
+"""Where the tests and the speed test find the test databases.
 
 PostgreSQL is expected on 127.0.0.1:5432 with the role and databases that
 ``scripts/testdb.sh`` creates; the RELSTORAGE_TEST_PG_* variables point the
@@ -152,7 +152,7 @@ def require_pair(db):
     """The shared replicated pair of private *db* servers
     (replica_pairs); skip when their programs are missing, or under CI
     fail (as when they will not start)."""
-    from .replica_pairs import NotInstalled
+    from .servers import NotInstalled
     from .replica_pairs import replica_pair
     try:
         return replica_pair(db)

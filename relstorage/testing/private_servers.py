@@ -1,0 +1,53 @@
+"""One private server of each kind per process, for the tests and the
+speed test that cannot use the machine's shared servers (see
+``servers`` for why, and for what a private server is).
+
+Usage::
+
+    server = private_server('postgresql')   # or 'mysql'
+    conn = server.connect('relstoragetest_hp')
+    ...
+    server.restart()                         # same port, same data
+"""
+from .mysql_server import MySQLServer
+from .postgresql_server import PostgreSQLServer
+from .processes import lock
+from .servers import NotInstalled
+from .servers import ServerError
+
+_KINDS = {'postgresql': PostgreSQLServer, 'mysql': MySQLServer}
+_servers = {}
+#: Why a server would not start, so that the tests after the first do
+#: not each wait for it again.
+_failures = {}
+
+
+def private_server(kind, max_connections=300, also_listen=()):
+    """The private server of *kind* ('postgresql' or 'mysql') with
+    *max_connections*: one per process and per (kind, max_connections),
+    created and started on the first call, started again if a test left
+    it stopped, and stopped and deleted at interpreter exit (atexit), so
+    that no server process outlives the test run.
+
+    Raises NotInstalled when the server's programs are missing and
+    ServerError when it will not start.
+    """
+    try:
+        cls = _KINDS[kind]
+    except KeyError:
+        raise ValueError('kind must be one of %s, not %r'
+                         % (', '.join(sorted(_KINDS)), kind))
+    key = (kind, max_connections, tuple(also_listen))
+    with lock:
+        if key in _failures:
+            raise _failures[key]
+        server = _servers.get(key)
+        if server is None:
+            server = _servers[key] = cls(max_connections,
+                                         also_listen=also_listen)
+        try:
+            server.start()
+        except (NotInstalled, ServerError) as e:
+            _failures[key] = e
+            raise
+    return server
