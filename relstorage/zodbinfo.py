@@ -139,12 +139,9 @@ def gather(section, exact=False, classes=None):
         session = adapter.open_load_session()
         try:
             session.restart()
-            raw = session.session
-            report = adapter.inspector.figures(raw, exact)
+            report = session.figures(exact)
             if classes is not None:
-                found = class_statistics(
-                    adapter, raw,
-                    lambda oids: adapter.mover.load_many(raw, oids))
+                found = class_statistics(session)
                 report['classes'] = [
                     {'class': name, 'objects': count, 'bytes': size}
                     for name, (count, size) in sorted(

@@ -8,7 +8,7 @@ blob is ever held whole in memory.
 """
 import secrets
 
-from .session import chunks
+from .._util import chunks
 from .session import in_list
 
 

@@ -5,11 +5,17 @@ same queries serve load sessions (a snapshot) and store sessions (the
 locked, latest view used while preparing an undo).
 """
 
+from zope.interface import implementer
+
+from .interfaces import IIterator
+from .interfaces import IHistoryPreservingIterator
+
 
 def _b(value):
     return bytes(value) if value is not None else None
 
 
+@implementer(IIterator)
 class Iterator:
 
     def __init__(self, adapter):
@@ -47,6 +53,7 @@ class Iterator:
             'SELECT COALESCE(SUM(state_size), 0) FROM object_state') or 0)
 
 
+@implementer(IHistoryPreservingIterator)
 class HistoryPreservingIterator(Iterator):
 
     # The oid bound is given for both tables: PostgreSQL merge-joined

@@ -6,7 +6,10 @@ database overrides.
 Every method takes the session to run on: a load session's snapshot, so
 that all figures of one report describe one moment and nobody waits.
 """
+from zope.interface import implementer
+
 from . import blobs
+from .interfaces import IInspector
 
 
 def _int(value):
@@ -55,6 +58,7 @@ class Figures(dict):
             self.estimated.append(name)
 
 
+@implementer(IInspector)
 class Inspector:
     """The figures of ``zodbinfo``; the history mode decides the SQL."""
 

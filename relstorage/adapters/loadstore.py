@@ -89,12 +89,34 @@ class _SessionWrapper:
     def blob_chunk(self, blob_id, num):
         return self._read(blobs.read_chunk, blob_id, num)
 
-    def __getattr__(self, name):
-        method = getattr(self.adapter.iterator, name)
+    # The iterator's queries (see IReads).
 
-        def call(*args, **kw):
-            return self._read(lambda session: method(session, *args, **kw))
-        return call
+    def iter_current_records(self, start_oid, limit):
+        return self._read(self.adapter.iterator.iter_current_records,
+                          start_oid, limit)
+
+    def transactions(self, start, stop, newest_first=False,
+                     include_packed=True, limit=None):
+        return self._read(self.adapter.iterator.transactions, start, stop,
+                          newest_first, include_packed, limit)
+
+    def records(self, tid):
+        return self._read(self.adapter.iterator.records, tid)
+
+    def object_history(self, oid, limit):
+        return self._read(self.adapter.iterator.object_history, oid, limit)
+
+    def transaction_exists(self, tid):
+        return self._read(self.adapter.iterator.transaction_exists, tid)
+
+    def states_before(self, tid):
+        return self._read(self.adapter.iterator.states_before, tid)
+
+    def object_count(self):
+        return self._read(self.adapter.iterator.object_count)
+
+    def size_in_bytes(self):
+        return self._read(self.adapter.iterator.size_in_bytes)
 
     def close(self):
         self.session.close()
@@ -172,6 +194,27 @@ class LoadSession(_SessionWrapper):
     def load_many(self, oids):
         return self._read(self.mover.load_many, oids)
 
+    # What zodbinfo, zodbcheck and the metrics server read (see
+    # ILoadSession).
+
+    def figures(self, exact=False):
+        return self._read(self.adapter.inspector.figures, exact)
+
+    def estimated_object_count(self):
+        inspector = self.adapter.inspector
+        return self._read(inspector.count, False, inspector.objects_table,
+                          self.adapter.iterator.object_count_sql)[0]
+
+    def object_headers(self, after_oid, limit, length):
+        return self._read(self.adapter.inspector.headers, after_oid, limit,
+                          length)
+
+    def object_rows(self, after_oid, limit):
+        return self._read(self.adapter.inspector.records, after_oid, limit)
+
+    def blob_chunk_counts(self, blob_ids):
+        return self._read(self.adapter.inspector.blob_chunks, blob_ids)
+
 
 @implementer(IStoreSession)
 class StoreSession(_SessionWrapper):
@@ -232,7 +275,7 @@ class StoreSession(_SessionWrapper):
         self.chosen_tid = None
         self.uploaded = rows
         self.direct_rows = ()
-        if tid_free and rows and self.adapter.only_writer_from_vote:
+        if tid_free and rows and self.adapter.supports_prepare_at_vote:
             # Nobody can commit before this transaction does now.
             self.previous_tid, self.chosen_tid = self._choose_tid()
             self.mover.write_in_place(self.session, rows, self.chosen_tid)

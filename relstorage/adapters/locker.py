@@ -5,10 +5,13 @@ other in a cycle over the rows they change; readCurrent rows get shared
 locks after that. The commit lock serialises only the choice of the
 transaction id and the moment new rows become current.
 """
+from zope.interface import implementer
+
 from ..exceptions import CommitLockTimeout
 from ..exceptions import SchemaError
 from ..exceptions import UnableToLockRows
 from .session import in_list
+from .interfaces import ILocker
 
 #: Consecutive oids selected as a range rather than one by one.
 MIN_RANGE = 3
@@ -29,6 +32,7 @@ def runs(oids):
     return result
 
 
+@implementer(ILocker)
 class Locker:
 
     #: Appended to the row-lock SELECTs; empty where the database has a

@@ -5,8 +5,10 @@ loading, uploading into the per-connection ``temp_store`` table and making
 uploaded rows current. Adapters subclass them only where their SQL differs
 (for example the upsert spelling).
 """
+from zope.interface import implementer
+
 from ..exceptions import CorruptRecord
-from .session import chunks
+from .._util import chunks
 from .session import in_list
 from .session import values_list
 from .sql import SQL
@@ -30,8 +32,10 @@ POLL = SQL('SELECT -1, ({last}){no_table} UNION ALL SELECT zoid, tid '
 #: columns, the SELECT, what a database needs before its upsert clause
 #: (insert_select_where), and that clause (Mover.upsert).
 UPSERT_SELECT = SQL('INSERT INTO {table} ({cols}) {select}{where}{upsert}')
+from .interfaces import IMover
 
 
+@implementer(IMover)
 class Mover:
     """What both modes share."""
 

@@ -1,6 +1,11 @@
 """Handing out new oids in blocks, without a global bottleneck."""
 
+from zope.interface import implementer
 
+from .interfaces import IOIDAllocator
+
+
+@implementer(IOIDAllocator)
 class OIDAllocator:
     """Base: ``new_blocks`` reserves blocks of OID_BLOCK consecutive oids,
     as many as asked for in one round trip (a storage that creates many

@@ -15,11 +15,14 @@ objects to remove, which the batches then take in oid order; a graph
 followed in the packing process fills only this one)."""
 import time
 
+from zope.interface import implementer
+
 from .blobs import delete_blobs
-from .session import chunks
+from .._util import chunks
 from .session import in_list
 from .sql import SQL
 from .sql import EMPTY_TABLE
+from .interfaces import IPacker
 
 
 def _b(value):
@@ -77,6 +80,7 @@ GARBAGE_RANGE = ('zoid BETWEEN %s AND %s AND zoid IN '
                  '(SELECT zoid FROM pack_gc WHERE zoid BETWEEN %s AND %s)')
 
 
+@implementer(IPacker)
 class Packer:
 
     def __init__(self, adapter):

@@ -6,8 +6,11 @@ by their own names. Its blobs are read in pieces, so none is held whole
 in memory (RelStorage 4 keeps each blob in one large object on
 PostgreSQL and in one row on SQLite).
 """
+from zope.interface import implementer
+
 from ..exceptions import UpgradeRefused
 from .sql import SQL
+from .interfaces import IRelStorage4Reader
 
 #: Bytes of a blob read per statement.
 PIECE = 1 << 20
@@ -20,6 +23,7 @@ TRANSACTIONS = SQL(
     'ORDER BY tid LIMIT %s')
 
 
+@implementer(IRelStorage4Reader)
 class RelStorage4Reader:
 
     def __init__(self, adapter):

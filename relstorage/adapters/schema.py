@@ -4,10 +4,13 @@ Each adapter supplies its column types (``Types``); the statements here name
 them with ``{bigint}``, ``{blob}``, ``{bool}`` and ``{text}`` placeholders,
 which are filled once when the adapter is built -- never with user data.
 """
+from zope.interface import implementer
+
 from ..exceptions import HistoryModeMismatch
 from ..exceptions import RelStorage4Database
 from ..exceptions import SchemaError
 from .sql import DROP_TABLE
+from .interfaces import ISchema
 
 #: Bumped whenever a table changes shape; stored in ``relstorage_meta``.
 SCHEMA_VERSION = 2
@@ -127,6 +130,7 @@ ALL_TABLES = ('relstorage_meta', 'transactions', 'object_state',
               'pack_garbage')
 
 
+@implementer(ISchema)
 class Schema:
     """Creates, verifies, empties and drops the tables of one mode."""
 

@@ -6,17 +6,20 @@ statement once (``Session.translate``) and cache it.
 """
 import contextlib
 import functools
-import itertools
 import logging
 import threading
+
+from zope.interface import implementer
 
 from ..exceptions import DatabaseDisconnected
 from ..exceptions import DatabaseFull
 from ..exceptions import PermissionDenied
+from .interfaces import ISession
 
 log = logging.getLogger(__name__)
 
 
+@implementer(ISession)
 class Session:
     """One connection and one cursor, in explicit-transaction mode.
 
@@ -270,15 +273,3 @@ def values_list(rows, width):
     """``'(%s, %s), (%s, %s), ...'``: *rows* rows of *width* placeholders,
     for a multi-row ``INSERT ... VALUES``."""
     return ', '.join(['(' + ', '.join(['%s'] * width) + ')'] * rows)
-
-
-def chunks(seq, size=500):
-    """Lists of at most *size* of the items of *seq*, in order. A
-    collection is copied first (its owner may change it meanwhile); an
-    iterator is taken a list at a time, never whole."""
-    items = iter(list(seq) if hasattr(seq, '__len__') else seq)
-    while True:
-        part = list(itertools.islice(items, size))
-        if not part:
-            return
-        yield part

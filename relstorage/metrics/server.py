@@ -88,7 +88,7 @@ class DatabaseFigures:
         session = adapter.open_load_session()
         try:
             session.restart()
-            found = adapter.inspector.figures(session.session, exact=False)
+            found = session.figures()
         finally:
             session.close()
         if found.get('last_tid'):

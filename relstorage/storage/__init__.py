@@ -64,7 +64,8 @@ class RelStorage(Loader, TPC, History, Iteration, BlobMethods,
         self._is_root = _parent is None
         if _parent is None:
             options.check_supported()
-            if options.poll_interval and not adapter.announces_commits:
+            if (options.poll_interval
+                    and not adapter.supports_commit_announcements):
                 log.warning(
                     'poll-interval %s on the %s, which does not announce '
                     'commits: a connection kept open may read data up to '

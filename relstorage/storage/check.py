@@ -56,7 +56,6 @@ class Check:
                  unreachable=False, progress=None, listed=LISTED):
         self.adapter = adapter
         self.listed = listed
-        self.inspector = adapter.inspector
         self.files = (reading_helper(blob_dir)
                       if blob_dir and shared_blob_dir else None)
         self.progress = progress
@@ -99,7 +98,7 @@ class Check:
         session = self.adapter.open_load_session()
         try:
             self.result['tid'] = session.restart()
-            self.read(session.session, graph)
+            self.read(session, graph)
         finally:
             session.close()
         self.walk(graph)
@@ -110,12 +109,10 @@ class Check:
         """Every state current in the snapshot, a page at a time (deleted
         objects are left out of the graph, so that references to them are
         missing)."""
-        inspector = self.inspector
-        total = inspector.count(session, False, inspector.objects_table,
-                                self.adapter.iterator.object_count_sql)[0]
+        total = session.estimated_object_count()
         after = -1
         while True:
-            rows = inspector.records(session, after, PAGE)
+            rows = session.object_rows(after, PAGE)
             if not rows:
                 break
             with_blobs = []
@@ -182,9 +179,8 @@ class Check:
                                why='no file %s in the shared blob-dir'
                                % path)
             return
-        chunks = self.inspector.blob_chunks(
-            session, [blob_id for _, _, blob_id, _ in rows
-                      if blob_id is not None])
+        chunks = session.blob_chunk_counts(
+            [blob_id for _, _, blob_id, _ in rows if blob_id is not None])
         for oid, tid, blob_id, name in rows:
             have = chunks.get(blob_id)
             if blob_id is None:

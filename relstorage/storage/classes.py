@@ -78,17 +78,15 @@ HEADER_BYTES = 256
 PAGE = 2000
 
 
-def class_statistics(adapter, session, load_many):
+def class_statistics(session):
     """``{class name: [objects, bytes]}`` over the current objects seen by
-    *session* (a snapshot), reading a page of state headers at a time.
-    A header too long for HEADER_BYTES is read whole with
-    ``load_many(oids)``; one that does not unpickle counts as
-    ``<damaged>``."""
+    the load *session* (a snapshot), reading a page of state headers at a
+    time. A header too long for HEADER_BYTES is read whole; one that does
+    not unpickle counts as ``<damaged>``."""
     found = {}
-    inspector = adapter.inspector
     after = -1
     while True:
-        page = inspector.headers(session, after, PAGE, HEADER_BYTES)
+        page = session.object_headers(after, PAGE, HEADER_BYTES)
         if not page:
             return found
         for oid, size, head in page:
@@ -100,7 +98,8 @@ def class_statistics(adapter, session, load_many):
                 name = '<damaged>'
                 if len(head) >= HEADER_BYTES:  # maybe only cut short
                     try:
-                        state = load_many([oid]).get(oid, (None,))[0]
+                        state = session.load_many([oid]).get(
+                            oid, (None,))[0]
                         name = class_name(state or b'')
                     except Exception:  # noqa: BLE001 -- damaged after all
                         pass

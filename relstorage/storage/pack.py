@@ -28,7 +28,7 @@ from contextlib import closing
 
 from ZODB.POSException import StorageError
 
-from ..adapters.session import chunks
+from .._util import chunks
 from ..exceptions import CorruptRecord
 from ..exceptions import InvalidPackTime
 from ..exceptions import PackAlreadyRunning  # re-exported too
@@ -86,10 +86,9 @@ class _ReferenceWriter(threading.Thread):
     A context manager: on leaving, the thread has ended (and its error,
     if any, is raised unless another is on its way)."""
 
-    def __init__(self, packer, session):
+    def __init__(self, writer):
         super().__init__(daemon=True, name='relstorage-prepack-writer')
-        self.packer = packer
-        self.session = session
+        self.writer = writer
         self.lots = queue.Queue(maxsize=1)
         self.error = None
 
@@ -100,7 +99,7 @@ class _ReferenceWriter(threading.Thread):
                 return
             if self.error is None:
                 try:
-                    self.packer.add_references(self.session, pairs)
+                    self.writer.add_references(pairs)
                 except BaseException as e:  # noqa: BLE001 -- raised there
                     self.error = e
 
@@ -138,7 +137,6 @@ class Pack:
         self.options = storage._options
         self.referencesf = referencesf
         self.gc = gc
-        self.packer = self.adapter.packer
         self.graph_bytes = int(self.options.pack_graph_mb * 1024 * 1024)
         self.pack_tid = tid_for_time(t)
         # Seconds that ending a batch (COMMIT, and on SQLite the WAL
@@ -156,45 +154,32 @@ class Pack:
         adapter = self.adapter
         started = time.monotonic()
         # The session that removes also holds the pack lock throughout.
-        writer = adapter.connect(for_store=True)
-        adapter.prepare_pack_session(writer)
-        locked = False
+        writer = adapter.open_pack_session()
         try:
-            locked = adapter.locker.try_pack_lock(writer)
-            if not locked:
+            if not writer.lock_pack():
                 raise PackAlreadyRunning(
                     'another pack of the %s is running; not starting a '
                     'second one' % adapter.describe())
-            adapter.before_pack(writer)
+            writer.before_pack()
             self.prepack_and_remove(writer)
-            adapter.wrote_outside_commits(writer)
+            writer.wrote_outside_commits()
             self.result['seconds'] = time.monotonic() - started
         finally:
             self.metrics.pack_ended(self.result.get('seconds'))
-            if writer.in_transaction:  # a batch failed
-                writer.rollback_quietly()
-            adapter.locker.after_rollback(writer)
-            if locked:
-                try:
-                    adapter.locker.release_pack_lock(writer)
-                except Exception:  # noqa: BLE001 -- a lost connection
-                    pass           # has released it already
-            writer.close()  # releases whatever is still held
+            writer.close()
         return self.result
 
     def prepack_and_remove(self, writer):
         started = time.monotonic()
-        packer = self.packer
         adapter = self.adapter
-        session = adapter.open_load_session(primary=True)
+        session = adapter.open_pack_reads()
         try:
             view = session.restart()
             if not view:
                 return  # empty database
-            writer.begin(adapter.scratch_begin_sql)
-            packer.start_graph(writer)
+            writer.begin_scratch()
             if self.use_prepack_state:
-                state = packer.load_prepack(writer)
+                state = writer.load_prepack()
                 if state is None:
                     raise StorageError(
                         'no pre-pack state in the %s to pack with: run a '
@@ -206,24 +191,23 @@ class Pack:
             if self.prepack_only:
                 self.save_prepack(writer, checked_tid)
                 return
-            garbage = packer.garbage_count(writer)
+            garbage = writer.garbage_count()
             writer.commit()
             # Counting the objects with old revisions reads the whole
             # table once more: only for a progress display.
-            old = (packer.count_old_revisions(session.session, self.pack_tid)
+            old = (session.count_old_revisions(self.pack_tid)
                    if self.progress is not None else 0)
             self.result['prepack_seconds'] = time.monotonic() - started
         finally:
             session.close()
-            if writer.in_transaction:
-                writer.rollback_quietly()
-        adapter.after_pack_reads(writer)
+            writer.rollback()
+        writer.end_reads()
         self.remove(writer, old + garbage, checked_tid)
         blobs = self.storage._blobs
         if blobs is not None and not adapter.keep_history:
             # Replaced blobs of history-free objects have no revision of
             # their own for the batches to find; look at the files.
-            session = adapter.open_load_session(primary=True)
+            session = adapter.open_pack_reads()
             try:
                 session.restart()
                 blobs.prune_history_free(session.current_tids, self.pack_tid)
@@ -235,7 +219,7 @@ class Pack:
         into the scratch tables of *writer*; return the tid up to which
         commits were taken into account."""
         self.pack_tid = min(self.pack_tid, view)
-        last = self.packer.last_pack_tid(session.session)
+        last = session.last_pack_tid()
         if last is not None and self.pack_tid < last:
             raise PackedFurtherAlready(
                 'cannot pack to %016x: an earlier pack already went to '
@@ -245,20 +229,16 @@ class Pack:
             # The graph's pages tell which objects are deleted as of the
             # pack time: find_garbage need not look at every row again.
             deleted = []
-            if self.graph(session.session, writer, deleted):
+            if self.graph(session, writer, deleted):
                 return view  # pack_gc is filled
-        self.packer.find_garbage(writer, self.pack_tid, self.gc, deleted)
+        writer.find_garbage(self.pack_tid, self.gc, deleted)
         return view
 
     def save_prepack(self, writer, checked_tid):
         """Keep what the pre-pack found for a later pack that skips it."""
         adapter = self.adapter
-        garbage = self.packer.garbage_count(writer)
-        writer.commit()
-        adapter.schema.ensure_pack_garbage(writer)
-        writer.begin(adapter.store_begin_sql)
-        self.packer.save_prepack(writer, self.pack_tid, checked_tid)
-        writer.commit()
+        garbage = writer.garbage_count()
+        writer.save_prepack(self.pack_tid, checked_tid)
         self.result['garbage_found'] = garbage
         log.info('pre-pack of %s to %016x found %d unreachable objects; '
                  'kept for a pack that skips the pre-pack',
@@ -318,7 +298,6 @@ class Pack:
         into *writer*'s scratch tables (pack_ref, pack_root), where one
         recursive query marks what is reached (pack_reached) for
         find_garbage(); False is returned then."""
-        packer = self.packer
         budget = self.graph_bytes
         memory = ReferenceGraph() if budget > 0 else None
         pairs = []
@@ -329,7 +308,7 @@ class Pack:
         # closing(): on an error, the reader and the writer stop before
         # their sessions are used again.
         with closing(self.pages(session, deleted)) as pages, workers, \
-                _ReferenceWriter(packer, writer) as writing:
+                _ReferenceWriter(writer) as writing:
             for page, found, bad in workers.read_in_order(pages):
                 found = self.checked(page, found, bad)
                 if memory is not None:
@@ -355,12 +334,12 @@ class Pack:
         self.result['prepack_graph'] = ('memory' if memory is not None
                                         else 'database')
         roots = {0}
-        for oid, state in packer.states_after(session, self.pack_tid):
+        for oid, state in session.states_after(self.pack_tid):
             roots.add(oid)
             roots.update(self.references(oid, state))
         if memory is None:
-            packer.add_roots(writer, roots)
-            packer.mark(writer)
+            writer.add_roots(roots)
+            writer.mark()
             return False
         self.garbage_in_memory(writer, memory, roots, deleted)
         return True
@@ -376,7 +355,7 @@ class Pack:
             if i >= 0:
                 reached[i] = 0
         for lot in chunks(graph.unreached(reached), REFS_WRITTEN):
-            self.packer.add_garbage(writer, lot)
+            writer.add_garbage(lot)
 
     def pages(self, session, deleted=None):
         """The states current at the pack time, a page at a time in oid
@@ -390,8 +369,8 @@ class Pack:
             after = -1  # the root is oid 0
             try:
                 while not stopping.is_set():
-                    page = self.packer.states_at(session, self.pack_tid,
-                                                 after, PAGE, deleted)
+                    page = session.states_at(self.pack_tid, after, PAGE,
+                                             deleted)
                     pages.put(page)
                     if not page:
                         return
@@ -423,19 +402,18 @@ class Pack:
         """Take out of the garbage whatever commits after *since* touched
         or reference, directly or through other garbage (whose references
         are read from the database again)."""
-        packer = self.packer
         touched = set()
-        for oid, state in packer.states_after(session, since):
+        for oid, state in session.states_after(since):
             touched.add(oid)
             touched.update(self.references(oid, state))
-        alive = packer.still_garbage(session, touched)
+        alive = session.still_garbage(touched)
         while alive:
-            packer.spare(session, alive)
+            session.spare(alive)
             referenced = set()
-            found = self.adapter.mover.load_many(session, alive)
+            found = session.load_many(alive)
             for oid, (state, _tid) in found.items():
                 referenced.update(self.references(oid, state))
-            alive = packer.still_garbage(session, referenced)
+            alive = session.still_garbage(referenced)
 
     def remove(self, session, total, checked_tid):
         """Remove pack_gc's objects, then the old revisions, in batches;
@@ -453,22 +431,21 @@ class Pack:
     def step(self, session, gone, kept):
         """Remove the next run of garbage, or else of old revisions;
         False when there is nothing left."""
-        packer = self.packer
         if self.garbage_after is not None:
-            oids = packer.garbage_after(session, self.garbage_after, STEP)
+            oids = session.garbage_after(self.garbage_after, STEP)
             if oids:
                 self.garbage_after = oids[-1]
-                revisions, size = packer.remove_garbage(session, oids)
+                revisions, size = session.remove_garbage(oids)
                 self.result['objects_removed'] += len(oids)
                 gone.extend(oids)
                 return self.removed(len(oids), revisions, size)
             self.garbage_after = None
         if self.old_after is not None:
-            keep = packer.old_revisions_after(
-                session, self.pack_tid, self.old_after, STEP)
+            keep = session.old_revisions_after(self.pack_tid,
+                                               self.old_after, STEP)
             if keep:
                 self.old_after = keep[-1][0]
-                revisions, size = packer.remove_old_revisions(session, keep)
+                revisions, size = session.remove_old_revisions(keep)
                 kept.update(keep)
                 return self.removed(len(keep), revisions, size)
             self.old_after = None
@@ -486,16 +463,14 @@ class Pack:
         pack-commit-busy-delay seconds at a time (the commit ends first;
         the commits after it wait for one batch at most). Returns the
         newest tid."""
-        locker = self.adapter.locker
-        sql = self.adapter.mover.last_tid_sql
-        last = locker.begin_with_commit_lock(session, sql)
-        if last is not locker.BUSY:
+        last = session.begin_batch()
+        if last is not session.BUSY:
             return last
         started = time.monotonic()
         self.result['busy_waits'] += 1
         wait = max(self.options.pack_commit_busy_delay, 0.01)
-        while last is locker.BUSY:
-            last = locker.begin_with_commit_lock(session, sql, wait)
+        while last is session.BUSY:
+            last = session.begin_batch(wait)
         self.result['busy_seconds'] += time.monotonic() - started
         return last
 
@@ -517,8 +492,6 @@ class Pack:
         """One short transaction under the commit lock, taking its work
         from pack_gc and then the old revisions; the last one also marks
         transactions packed."""
-        adapter = self.adapter
-        packer = self.packer
         last = self.take_commit_lock(session)
         started = time.monotonic()
         if self.garbage_after is not None and last and last > checked_tid:
@@ -533,17 +506,11 @@ class Pack:
             steps += 1
         done = self.garbage_after is None and self.old_after is None
         if done:
-            packer.forget_prepack(session)  # whichever pre-pack made it
-            packer.record_pack(session, self.pack_tid)
-            removed = packer.finish(session, self.pack_tid)
+            removed = session.finish(self.pack_tid)
             if 'transactions_removed' in self.result:
                 self.result['transactions_removed'] += removed
         worked = time.monotonic()
-        script = [('COMMIT', ())] + adapter.locker.release_commit_lock()
-        session.execute_script(script)
-        session.in_transaction = False
-        session.holds_commit_lock = False
-        adapter.after_pack_reads(session)
+        session.commit_batch()
         ended = time.monotonic()
         self.finish_per_step = (ended - worked) / max(steps, 1)
         log.debug('pack batch %d: %d steps, %.3f s of work, %.3f s to '

@@ -14,7 +14,6 @@ from ZODB.utils import p64
 from ZODB.utils import u64
 from zope.interface import implementer
 
-from ..adapters.relstorage4 import RelStorage4Reader
 from ..blobs.files import missing_blob
 from .iteration import tid_bounds
 from .iteration import PAGE
@@ -26,7 +25,7 @@ class RelStorage4Source:
 
     def __init__(self, adapter):
         self._adapter = adapter
-        self._reader = RelStorage4Reader(adapter)
+        self._reader = adapter.open_relstorage4_reader()
         self._blob_dir = tempfile.mkdtemp(prefix='relstorage4-blobs-')
         self._name = 'RelStorage 4 (%s) in the %s' % (
             self._reader.mode, adapter.describe())

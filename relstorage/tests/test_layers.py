@@ -206,6 +206,18 @@ def _absolute(module, level, package):
     return '.'.join(base + ([module] if module else []))
 
 
+def _imported(node, package):
+    """The absolute names the import statement *node* (of a module of
+    *package*) binds: ``a.b`` for ``import a.b`` and for ``from a import
+    b``, relative imports resolved; [] for any other node."""
+    if isinstance(node, ast.Import):
+        return [a.name for a in node.names]
+    if isinstance(node, ast.ImportFrom):
+        base = _absolute(node.module, node.level, package)
+        return ['%s.%s' % (base, a.name) for a in node.names]
+    return []
+
+
 def _docstrings(tree):
     nodes = [tree] + [n for n in ast.walk(tree) if isinstance(
         n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))]
@@ -223,13 +235,8 @@ def imports_of(target, source, package):
     docstrings = _docstrings(tree)
     found = []
     for node in ast.walk(tree):
-        names = []
-        if isinstance(node, ast.Import):
-            names = [a.name for a in node.names]
-        elif isinstance(node, ast.ImportFrom):
-            base = _absolute(node.module, node.level, package)
-            names = [base] + ['%s.%s' % (base, a.name) for a in node.names]
-        elif (isinstance(node, ast.Call) and node.args
+        names = _imported(node, package)
+        if (isinstance(node, ast.Call) and node.args
               and isinstance(node.args[0], ast.Constant)
               and isinstance(node.args[0].value, str)
               and getattr(node.func, 'attr', getattr(node.func, 'id', None))
@@ -536,3 +543,44 @@ def test_driver_errors_are_classified_by_code():
     (sqlite_errorcode, SQLSTATE or the driver's class for it, MySQL's
     errno, Oracle's ORA- number), never by the words of its message."""
     assert scan_modules(classifications_by_text, 'adapters/') == []
+
+
+#: What storage/ may import of adapters/: the contract, nothing else.
+ADAPTERS_PACKAGE = 'relstorage.adapters'
+STORAGE_MAY_IMPORT = 'relstorage.adapters.interfaces'
+
+
+def adapters_imports(source, package):
+    """``(line, name)`` of each name of relstorage.adapters that *source*
+    (a module of *package*) imports."""
+    return [(node.lineno, name) for node in ast.walk(ast.parse(source))
+            for name in _imported(node, package)
+            if _within(name, ADAPTERS_PACKAGE)]
+
+
+def test_the_adapters_import_scan_resolves_relative_imports():
+    sample = textwrap.dedent('''
+        from ..adapters import interfaces
+        from ..adapters.session import chunks
+        from .. import adapters
+        import relstorage.adapters.sqlite
+        from relstorage.adapters.interfaces import IPackSession
+        ''')
+    assert adapters_imports(sample, 'relstorage.storage') == [
+        (2, 'relstorage.adapters.interfaces'),
+        (3, 'relstorage.adapters.session.chunks'),
+        (4, 'relstorage.adapters'),
+        (5, 'relstorage.adapters.sqlite'),
+        (6, 'relstorage.adapters.interfaces.IPackSession')]
+
+
+def test_storage_meets_adapters_only_through_the_interfaces():
+    storage = [(path, package) for path, package
+               in modules_outside_the_tests()
+               if _within(package, 'relstorage.storage')]
+    assert storage
+    wrong = ['%s:%d imports %s' % (path.relative_to(SOURCE), line, name)
+             for path, package in storage
+             for line, name in adapters_imports(path.read_text(), package)
+             if not _within(name, STORAGE_MAY_IMPORT)]
+    assert wrong == []

@@ -393,7 +393,7 @@ class PostgreSQLAdapter(Adapter):
             ('dbname', uri.path.lstrip('/')), ('host', uri.host),
             ('port', uri.port), ('user', uri.user),
             ('password', uri.password)) if value})}
-    announces_commits = True
+    supports_commit_announcements = True
     load_begin_sql = 'BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY'
     store_begin_sql = 'BEGIN ISOLATION LEVEL READ COMMITTED'
     #: zap_all truncates the tables larger than this (see empty_tables).

@@ -1,0 +1,173 @@
+"""The sessions a pack runs on: PackReads reads the pre-pack's snapshot,
+PackSession fills the scratch tables and removes in batches, each a
+transaction of its own under the commit lock.
+
+The storage's pack (relstorage.storage.pack) decides what to remove and
+when; these classes own the connections, the transactions and the locks,
+and run the packer's SQL on them.
+"""
+from zope.interface import implementer
+
+from .interfaces import IPackReads
+from .interfaces import IPackSession
+from .loadstore import LoadSession
+from .locker import Locker
+
+
+@implementer(IPackReads)
+class PackReads(LoadSession):
+    """A load session on the read-write server whose snapshot the
+    pre-pack reads (see IPackReads)."""
+
+    def __init__(self, adapter):
+        super().__init__(adapter)
+        self.packer = adapter.packer
+
+    def last_pack_tid(self):
+        return self.packer.last_pack_tid(self.session)
+
+    def states_at(self, pack_tid, after_oid, limit, deleted=None):
+        return self.packer.states_at(self.session, pack_tid, after_oid,
+                                     limit, deleted)
+
+    def states_after(self, after_tid):
+        return self.packer.states_after(self.session, after_tid)
+
+    def count_old_revisions(self, pack_tid):
+        return self.packer.count_old_revisions(self.session, pack_tid)
+
+
+@implementer(IPackSession)
+class PackSession:
+    """The connection a pack writes with (see IPackSession)."""
+
+    #: What begin_batch() returns when the commit lock stays busy.
+    BUSY = Locker.BUSY
+
+    def __init__(self, adapter):
+        self.adapter = adapter
+        self.packer = adapter.packer
+        self.locker = adapter.locker
+        self.session = adapter.connect(for_store=True)
+        self.locked = False
+        adapter.prepare_pack_session(self.session)
+
+    # The life of the session
+
+    def lock_pack(self):
+        self.locked = self.locker.try_pack_lock(self.session)
+        return self.locked
+
+    def before_pack(self):
+        self.adapter.before_pack(self.session)
+
+    def wrote_outside_commits(self):
+        self.adapter.wrote_outside_commits(self.session)
+
+    def close(self):
+        session = self.session
+        try:
+            if session.in_transaction:  # a batch failed
+                session.rollback_quietly()
+            self.locker.after_rollback(session)
+            if self.locked:
+                try:
+                    self.locker.release_pack_lock(session)
+                except Exception:  # noqa: BLE001 -- a lost connection
+                    pass           # has released it already
+        finally:
+            session.close()  # releases whatever is still held
+
+    # The scratch transaction
+
+    def begin_scratch(self):
+        self.session.begin(self.adapter.scratch_begin_sql)
+        self.packer.start_graph(self.session)
+
+    def commit(self):
+        self.session.commit()
+
+    def rollback(self):
+        if self.session.in_transaction:
+            self.session.rollback_quietly()
+
+    def end_reads(self):
+        self.adapter.after_pack_reads(self.session)
+
+    def save_prepack(self, pack_tid, checked_tid):
+        session = self.session
+        session.commit()
+        self.adapter.schema.ensure_pack_garbage(session)
+        session.begin(self.adapter.store_begin_sql)
+        self.packer.save_prepack(session, pack_tid, checked_tid)
+        session.commit()
+
+    # Batches
+
+    def begin_batch(self, wait=0):
+        return self.locker.begin_with_commit_lock(
+            self.session, self.adapter.mover.last_tid_sql, wait)
+
+    def commit_batch(self):
+        session = self.session
+        session.execute_script([('COMMIT', ())]
+                               + self.locker.release_commit_lock())
+        session.in_transaction = False
+        session.holds_commit_lock = False
+        self.adapter.after_pack_reads(session)
+
+    # The packer's statements, run on this session
+
+    def load_prepack(self):
+        return self.packer.load_prepack(self.session)
+
+    def garbage_count(self):
+        return self.packer.garbage_count(self.session)
+
+    def find_garbage(self, pack_tid, gc, deleted=None):
+        self.packer.find_garbage(self.session, pack_tid, gc, deleted)
+
+    def add_references(self, pairs):
+        self.packer.add_references(self.session, pairs)
+
+    def add_roots(self, oids):
+        self.packer.add_roots(self.session, oids)
+
+    def mark(self):
+        self.packer.mark(self.session)
+
+    def add_garbage(self, oids):
+        self.packer.add_garbage(self.session, oids)
+
+    def states_after(self, after_tid):
+        return self.packer.states_after(self.session, after_tid)
+
+    def still_garbage(self, oids):
+        return self.packer.still_garbage(self.session, oids)
+
+    def spare(self, oids):
+        self.packer.spare(self.session, oids)
+
+    def load_many(self, oids):
+        return self.adapter.mover.load_many(self.session, oids)
+
+    def garbage_after(self, after, limit):
+        return self.packer.garbage_after(self.session, after, limit)
+
+    def remove_garbage(self, oids):
+        return self.packer.remove_garbage(self.session, oids)
+
+    def old_revisions_after(self, pack_tid, after, limit):
+        return self.packer.old_revisions_after(self.session, pack_tid,
+                                               after, limit)
+
+    def remove_old_revisions(self, keep):
+        return self.packer.remove_old_revisions(self.session, keep)
+
+    def finish(self, pack_tid):
+        """Forget any pre-pack, record the pack, and do what the last
+        batch does; the transactions removed."""
+        session = self.session
+        self.packer.forget_prepack(session)  # whichever pre-pack made it
+        self.packer.record_pack(session, pack_tid)
+        return self.packer.finish(session, pack_tid)
