@@ -8,7 +8,7 @@ from .files import missing_blob
 
 class SharedBlobs(BlobFiles):
 
-    def load(self, storage, oid, tid):
+    def load(self, read, oid, tid):
         path = self.filename(oid, tid)
         if not os.path.exists(path):
             raise missing_blob(oid, tid, 'no file %s in the shared blob-dir'

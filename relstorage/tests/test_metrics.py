@@ -215,7 +215,7 @@ def test_loads_polls_reconnects_and_pack(factory, endpoint):
         if factory.db != 'sqlite':
             # The reader's connection is killed between transactions: the
             # next poll reopens it.
-            _kill(factory.db, _backend_id(conn._storage._load.session))
+            _kill(factory.db, _backend_id(conn._storage._view.load.session))
             tm.begin()
             assert c['n'] == 1
             tm.abort()

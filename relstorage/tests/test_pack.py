@@ -398,7 +398,9 @@ def test_a_page_of_states_gives_each_state_its_own_references():
                 break
             oid += 1
         page.insert(3, (99999, b''))  # a state-less row (a deletion)
-        pack = Pack(storage, time.time(), referencesf, gc=True)
+        pack = Pack(storage._adapter, storage._options, storage._cache,
+                    storage._blobs, storage._metrics, time.time(),
+                    referencesf, gc=True)
         expected = [(o, sorted({u64(r) for r in referencesf(s)}))
                     for o, s in page if s and referencesf(s)]
         assert [(o, list(refs)) for o, refs in pack.referring(page)] \
