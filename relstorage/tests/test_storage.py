@@ -1110,3 +1110,43 @@ def test_waiting_for_another_schema_creator_is_bounded(db):
         adapter.prepare()
     finally:
         adapter.close()
+
+
+@pytest.mark.parametrize('keep_history', [True, False])
+def test_root_and_instances_verify_zodbs_interfaces(keep_history, tmp_path):
+    """The parts' methods bound onto each storage (root, new_instance())
+    make it verify as the interfaces it declares; the undo interface only
+    with history; the hot methods are the parts' own, with no call in
+    between."""
+    import ZODB.interfaces
+    from zope.interface.verify import verifyObject
+
+    from .dbs import DatabaseFactory
+    storage = DatabaseFactory('sqlite', keep_history).storage(
+        zap=True, blob_dir=str(tmp_path / 'blobs'))
+    instance = storage.new_instance()
+    try:
+        for obj in (storage, instance):
+            for iface in (ZODB.interfaces.IStorage,
+                          ZODB.interfaces.IMVCCStorage,
+                          ZODB.interfaces.IMultiCommitStorage,
+                          ZODB.interfaces.IStorageRestoreable,
+                          ZODB.interfaces.IStorageIteration,
+                          ZODB.interfaces.IStorageCurrentRecordIteration,
+                          ZODB.interfaces.IExternalGC,
+                          ZODB.interfaces.ReadVerifyingStorage,
+                          ZODB.interfaces.IBlobStorageRestoreable):
+                assert verifyObject(iface, obj)
+            undoable = ZODB.interfaces.IStorageUndoable
+            assert undoable.providedBy(obj) == keep_history
+            if keep_history:
+                assert verifyObject(undoable, obj)
+            assert obj.load.__self__ is obj._loader
+            assert obj.loadBefore.__self__ is obj._loader
+            assert obj.store.__self__ is obj._commit
+            assert obj.tpc_vote.__self__ is obj._commit
+            assert obj.tpc_finish.__self__ is obj._commit
+            assert obj.poll_invalidations.__self__ is obj._view
+    finally:
+        instance.release()
+        storage.close()
