@@ -97,6 +97,9 @@ class DatabaseBlobs(BlobFiles):
     # Load
 
     def load(self, read, oid, tid):
+        """The path of the cached file of the blob of *(oid, tid)*,
+        downloaded if need be; *read(fetch)* returns ``fetch(session)``
+        on a load session in the reading instance's snapshot."""
         path = self.filename(oid, tid)
         self.signatures.key()  # read once, not while a snapshot is held
         found = read(lambda session: self._fetch(session, oid, tid, path))

@@ -54,6 +54,17 @@ def _bind(target, part, names):
         setattr(target, name, getattr(part, name))
 
 
+def _weakly(method):
+    """*method* (bound), holding its object weakly: a part that calls back
+    into the storage must not keep it alive (an instance that ZODB drops
+    is freed at once, closing its sessions, as without parts)."""
+    ref = weakref.WeakMethod(method)
+
+    def call(*args, **kwargs):
+        return ref()(*args, **kwargs)
+    return call
+
+
 @implementer(
     ZODB.interfaces.IStorage,
     ZODB.interfaces.IMVCCStorage,
@@ -138,7 +149,7 @@ class RelStorage(ConflictResolvingStorage):
         self._view = view = View(
             adapter, cache, kept_states(keep_history), readahead, metrics,
             options, self._name, self._is_root)
-        resolve = self.tryToResolveConflict
+        resolve = _weakly(self.tryToResolveConflict)
         self._commit = commit = Commit(
             adapter, options.read_only, blobs, metrics, resolve,
             view.end_snapshot_now, view.after_commit)

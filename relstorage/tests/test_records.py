@@ -118,7 +118,8 @@ def test_prefetch_fills_the_shared_cache(factory):
         trips = inst._view.load.session.round_trips
         for oid in oids:
             inst.load(oid)
-        assert inst._view.load.session.round_trips == trips  # all from the cache
+        # All from the cache:
+        assert inst._view.load.session.round_trips == trips
         inst.release()
     finally:
         db.close()

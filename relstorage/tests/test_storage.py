@@ -312,7 +312,8 @@ def test_commit_and_poll_round_trips(name):
         tm.abort()
         for _ in range(2):
             before = load.round_trips
-            assert inst._view.load.snapshot_tid() == u64(inst.lastTransaction())
+            assert (inst._view.load.snapshot_tid()
+                    == u64(inst.lastTransaction()))
             assert load.in_transaction
             inst.afterCompletion()
             assert not load.in_transaction and not load.pending
@@ -779,7 +780,8 @@ def test_sqlite_checkpoints_in_a_thread_not_in_commits(tmp_path,
     try:
         _commit_states(storage, 1, 10)
         assert storage._adapter.checkpointer is None
-        assert storage._commit.session.session.scalar('PRAGMA wal_autocheckpoint') == 500
+        assert storage._commit.session.session.scalar(
+            'PRAGMA wal_autocheckpoint') == 500
     finally:
         storage.close()
 
