@@ -76,15 +76,15 @@ class Adapter:
     #: Whether the commit transaction is the only writer from vote on (the
     #: tid may then be chosen at vote, and everything but the COMMIT done
     #: there: see StoreSession.prepare).
-    only_writer_from_vote = False
+    supports_prepare_at_vote = False
     #: Whether a reader's snapshot keeps the database from reclaiming
     #: what commits wrote (SQLite's WAL starts again from its beginning
     #: only when no reader holds an older snapshot): vote then ends the
     #: instance's snapshot before it waits to become the writer.
-    ends_snapshot_at_vote = False
+    requires_snapshot_end_at_vote = False
     #: Whether load sessions are told of commits (commits_announced), so
     #: that poll-interval delays nobody's view of a commit.
-    announces_commits = False
+    supports_commit_announcements = False
     #: The most parameters one statement may carry.
     max_params = 30000
     #: Seconds a pack waits between batches before taking the commit lock
@@ -363,7 +363,7 @@ class Adapter:
 
     def reserve_commit(self, session):
         """Called at vote, in the store *session*, when the commit is
-        prepared (only where ``only_writer_from_vote``): take whatever
+        prepared (only where ``supports_prepare_at_vote``): take whatever
         room its COMMIT will need; raise DatabaseFull when there is
         none."""
 

@@ -232,7 +232,7 @@ class StoreSession(_SessionWrapper):
         self.chosen_tid = None
         self.uploaded = rows
         self.direct_rows = ()
-        if tid_free and rows and self.adapter.only_writer_from_vote:
+        if tid_free and rows and self.adapter.supports_prepare_at_vote:
             # Nobody can commit before this transaction does now.
             self.previous_tid, self.chosen_tid = self._choose_tid()
             self.mover.write_in_place(self.session, rows, self.chosen_tid)

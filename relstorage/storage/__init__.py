@@ -114,7 +114,7 @@ class RelStorage(ConflictResolvingStorage):
 
     def _open_root(self, adapter, options):
         options.check_supported()
-        if options.poll_interval and not adapter.announces_commits:
+        if options.poll_interval and not adapter.supports_commit_announcements:
             log.warning(
                 'poll-interval %s on the %s, which does not announce '
                 'commits: a connection kept open may read data up to '

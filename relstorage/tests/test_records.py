@@ -169,7 +169,7 @@ def test_restore_with_old_tid_is_refused_and_leaves_nothing_locked(factory):
         storage.restore(oid, None, zodb_pickle(MinPO(1)), '', None, t)
         # Where the vote does all but the COMMIT (SQLite), the vote
         # refuses it; elsewhere the finish, which chooses the tid.
-        if storage._adapter.only_writer_from_vote:
+        if storage._adapter.supports_prepare_at_vote:
             with pytest.raises(RelStorageError) as exc:
                 storage.tpc_vote(t)
         else:

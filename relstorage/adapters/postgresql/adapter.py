@@ -374,7 +374,7 @@ class PostgreSQLAdapter(Adapter):
     locker_class = PostgreSQLLocker
     oid_allocator_class = PostgreSQLOIDAllocator
     statistics_class = PostgreSQLStatistics
-    announces_commits = True
+    supports_commit_announcements = True
     load_begin_sql = 'BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY'
     store_begin_sql = 'BEGIN ISOLATION LEVEL READ COMMITTED'
     #: zap_all truncates the tables larger than this (see empty_tables).

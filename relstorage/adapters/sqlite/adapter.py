@@ -416,11 +416,11 @@ class SQLiteAdapter(Adapter):
     schema_begin_sql = 'BEGIN IMMEDIATE'
     temp_store_emptied_by_commit = False
     # BEGIN IMMEDIATE at vote makes the commit transaction the writer.
-    only_writer_from_vote = True
+    supports_prepare_at_vote = True
     # A reader's snapshot keeps the WAL from starting again (Checkpointer).
-    ends_snapshot_at_vote = True
+    requires_snapshot_end_at_vote = True
     #: Every commit of another connection changes PRAGMA data_version.
-    announces_commits = True
+    supports_commit_announcements = True
     # SQLite's limit before 3.32 (32766 since); read from each connection.
     max_params = 999
     # SQLite queues nobody: a waiting writer's busy handler retries after

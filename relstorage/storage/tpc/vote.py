@@ -14,7 +14,7 @@ def vote(commit, tpc):
     conflicts and upload the final states. Sets ``tpc.rows`` and
     ``tpc.resolved``; raises ConflictError / ReadConflictError."""
     adapter = commit.adapter
-    if adapter.ends_snapshot_at_vote:
+    if adapter.requires_snapshot_end_at_vote:
         # Nothing more is read at the view (conflict resolution reads
         # through the store session); a snapshot held while this waits
         # for the writer would hold back the WAL's restart.
@@ -77,7 +77,7 @@ def vote(commit, tpc):
                        tid_free=tpc.restore_tid is None)
     tpc.rows = rows
     tpc.resolved = resolved
-    if adapter.only_writer_from_vote:
+    if adapter.supports_prepare_at_vote:
         # The commit transaction is the only writer already: everything
         # but the COMMIT is done now, so that a vote that succeeded
         # leaves finish nothing that can fail for lack of room.
