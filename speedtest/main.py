@@ -199,7 +199,7 @@ def environment(contenders):
             continue
         db = c.open()
         try:
-            session = db.storage._adapter.connect(for_store=False)
+            session = db.storage.adapter.connect(for_store=False)
             try:
                 # The driver knows Oracle's version from the handshake.
                 env['servers'][c.name] = (

@@ -211,7 +211,7 @@ def replica_lag(contender, samples):
     takes to show it. Seconds."""
     db = contender.open()
     try:
-        adapter = db.storage._adapter
+        adapter = db.storage.adapter
         last_tid_sql = adapter.mover.last_tid_sql
         replica = adapter.replicas.connect_replica()
         if replica is None:

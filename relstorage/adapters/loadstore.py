@@ -309,7 +309,7 @@ class StoreSession(_SessionWrapper):
 
     def _choose_tid(self, restore_tid=None, first_row_tid=None):
         """Take the commit lock; ``(the newest tid, the commit's tid)``."""
-        last = self.locker.hold_commit_lock(self.session,
+        last = self.locker.take_commit_lock(self.session,
                                             self.mover.last_tid_sql) or 0
         if restore_tid is None:
             return last, tid_for_now(last)

@@ -5,6 +5,8 @@ other in a cycle over the rows they change; readCurrent rows get shared
 locks after that. The commit lock serialises only the choice of the
 transaction id and the moment new rows become current.
 """
+import time
+
 from zope.interface import implementer
 
 from ..exceptions import CommitLockTimeout
@@ -124,6 +126,29 @@ class Locker:
         """Take the commit lock for the rest of the session's transaction;
         then run *last_tid_sql* and return its value."""
         raise NotImplementedError
+
+    #: Called with the seconds each take_commit_lock waited (see
+    #: watch_commit_lock); none unless metrics are recorded.
+    commit_lock_observers = ()
+
+    def watch_commit_lock(self, observer):
+        """Have *observer(seconds)* called after every wait of a commit
+        for the commit lock (take_commit_lock), taken or not."""
+        self.commit_lock_observers += (observer,)
+
+    def take_commit_lock(self, session, last_tid_sql):
+        """hold_commit_lock() for a commit: the wait is told to the
+        observers (see watch_commit_lock)."""
+        observers = self.commit_lock_observers
+        if not observers:
+            return self.hold_commit_lock(session, last_tid_sql)
+        started = time.perf_counter()
+        try:
+            return self.hold_commit_lock(session, last_tid_sql)
+        finally:
+            waited = time.perf_counter() - started
+            for observer in observers:
+                observer(waited)
 
     #: What try_commit_lock returns when the lock is taken.
     BUSY = object()

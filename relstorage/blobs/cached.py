@@ -50,8 +50,11 @@ class DatabaseBlobs(BlobFiles):
     #: refused (see BlobFiles).
     trusted_dir = True
 
-    def __init__(self, blob_dir, options, keep_history, cache_key):
+    def __init__(self, blob_dir, options, keep_history, cache_key,
+                 open_session, where):
         super().__init__(blob_dir)
+        self.open_session = open_session
+        self.where = where
         self.signatures = Signatures(cache_key)
         self.keep_history = keep_history
         self.chunk_size = options.blob_chunk_size
@@ -93,15 +96,17 @@ class DatabaseBlobs(BlobFiles):
 
     # Load
 
-    def load(self, storage, oid, tid):
+    def load(self, read, oid, tid):
+        """The path of the cached file of the blob of *(oid, tid)*,
+        downloaded if need be; *read(fetch)* returns ``fetch(session)``
+        on a load session in the reading instance's snapshot."""
         path = self.filename(oid, tid)
         self.signatures.key()  # read once, not while a snapshot is held
-        with storage._reading():
-            found = self._fetch(storage._load_session(), oid, tid, path)
+        found = read(lambda session: self._fetch(session, oid, tid, path))
         if not found:
             # Not in this instance's snapshot: a revision committed since
             # (our own, whose cached file was removed meanwhile, say).
-            session = storage._adapter.open_load_session()
+            session = self.open_session()
             try:
                 session.restart()
                 found = self._fetch(session, oid, tid, path)
@@ -109,7 +114,7 @@ class DatabaseBlobs(BlobFiles):
                 session.close()
         if not found and not self._usable(path, oid, tid):
             raise missing_blob(oid, tid, 'no such revision in the %s'
-                               % storage._adapter.describe())
+                               % self.where)
         # (Without history, a revision replaced or deleted since is gone
         # from the database but still visible to older snapshots: its
         # cached file, if any, is served after the checks that need no

@@ -8,7 +8,9 @@ from .files import missing_blob
 
 class SharedBlobs(BlobFiles):
 
-    def load(self, storage, oid, tid):
+    def load(self, read, oid, tid):
+        """The path of the blob file of *(oid, tid)* (*read*, which a
+        blob cache reads the database with, is of no use here)."""
         path = self.filename(oid, tid)
         if not os.path.exists(path):
             raise missing_blob(oid, tid, 'no file %s in the shared blob-dir'

@@ -85,10 +85,12 @@ class NoMetrics:
 NO_METRICS = NoMetrics()
 
 
-def recorder_for(storage):
-    """The recorder of a root storage that has just opened: NO_METRICS
-    unless its options say ``metrics true``."""
-    if not storage._options.metrics:
+def recorder_for(enabled, name, cache, adapter, blobs):
+    """The recorder of a root storage that is opening: NO_METRICS unless
+    *enabled* (the ``metrics`` option). *name* labels its series; its
+    shared *cache*, *adapter* and blob helper *blobs* (or None) are read
+    when the metrics are scraped."""
+    if not enabled:
         return NO_METRICS
     try:
         from .recorder import Recorder
@@ -97,4 +99,4 @@ def recorder_for(storage):
         raise ConfigurationError(
             'metrics true needs prometheus_client (pip install '
             'relstorage[metrics]): %s' % e) from None
-    return Recorder(storage)
+    return Recorder(name, cache, adapter, blobs)

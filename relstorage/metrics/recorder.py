@@ -300,8 +300,8 @@ def _class_of(state):
 class CommitTiming:
     """The phases of one commit. Lock waits are taken out of the phase
     they happened in: the row locks at vote (timed by the vote) and the
-    commit lock (timed by the hook Recorder puts on the locker, which
-    finds the timing of its thread's phase)."""
+    commit lock (timed by the observer Recorder registers with the locker,
+    which finds the timing of its thread's phase)."""
 
     __slots__ = ('recorder', 'lock', 'vote', 'started', 'lock_before',
                  'lock_started')
@@ -341,11 +341,10 @@ class Recorder:
     enabled = True
     clock = staticmethod(time.perf_counter)
 
-    def __init__(self, storage):
-        self.name = name = storage.getName()
-        self._cache = storage._cache
-        self._adapter = storage._adapter
-        blobs = storage._blobs
+    def __init__(self, name, cache, adapter, blobs):
+        self.name = name
+        self._cache = cache
+        self.adapter = adapter
         self._blob_dir = (blobs.blob_dir if isinstance(blobs, DatabaseBlobs)
                           else None)
         self._blob_bytes = 0
@@ -364,7 +363,7 @@ class Recorder:
         self._pack_revisions = PACK_REVISIONS.labels(name)
         self._pack_remaining = PACK_REMAINING.labels(name)
         self._pack_seconds = PACK_SECONDS.labels(name)
-        self._time_commit_lock(storage._adapter.locker)
+        self._time_commit_lock(adapter.locker)
         with _lock:
             _names.setdefault(name, _Named()).live.add(self)
         self._closed = False
@@ -372,21 +371,14 @@ class Recorder:
     def _time_commit_lock(self, locker):
         """Time the locker's waits for the commit lock (this storage's
         adapter has a locker of its own)."""
-        hold = locker.hold_commit_lock
         observe = self._commit_lock.observe
-        clock = time.perf_counter
 
-        def hold_commit_lock(session, last_tid_sql):
-            started = clock()
-            try:
-                return hold(session, last_tid_sql)
-            finally:
-                waited = clock() - started
-                observe(waited)
-                timing = getattr(_local, 'timing', None)
-                if timing is not None:
-                    timing.lock += waited
-        locker.hold_commit_lock = hold_commit_lock
+        def waited_for_commit_lock(waited):
+            observe(waited)
+            timing = getattr(_local, 'timing', None)
+            if timing is not None:
+                timing.lock += waited
+        locker.watch_commit_lock(waited_for_commit_lock)
 
     # Values read when wanted
 
@@ -401,7 +393,7 @@ class Recorder:
             ('relstorage_loads', 'database'):
                 stats['misses'] + loads['database'],
             ('relstorage_cache_evictions', None): stats['evictions'],
-            ('relstorage_reconnects', None): self._adapter.reconnects,
+            ('relstorage_reconnects', None): self.adapter.reconnects,
         }
 
     def levels(self):

@@ -84,7 +84,7 @@ class DatabaseFigures:
     def figures(self, storage):
         from ZODB.TimeStamp import TimeStamp
         from ZODB.utils import p64
-        adapter = storage._adapter
+        adapter = storage.adapter
         session = adapter.open_load_session()
         try:
             session.restart()

@@ -4,7 +4,6 @@ import logging
 import threading
 import time
 import weakref
-from collections import OrderedDict
 
 import ZODB.interfaces
 from ZODB.ConflictResolution import ConflictResolvingStorage
@@ -20,16 +19,50 @@ from ..metrics import recorder_for
 from .blobs import BlobMethods
 from .copy import copy_transactions
 from .history import History
+from .history import UndoableHistory
 from .iteration import Iteration
 from .load import Loader
 from .pack import Pack
 from .readahead import ReadAhead
-from .tpc import TPC
+from .tpc import Commit
+from .view import View
+from .view import kept_states
 
 log = logging.getLogger(__name__)
 
 #: The most oid blocks (of OID_BLOCK oids) an instance reserves at once.
 MAX_OID_BLOCKS = 1024
+
+
+#: The ZODB methods each part of an instance answers, bound to the
+#: instance as it is made (no call in between on the hot paths: load,
+#: store, tpc_*, poll_invalidations).
+VIEW_METHODS = ('poll_invalidations', 'sync', 'afterCompletion')
+LOADER_METHODS = ('load', 'loadBefore', 'loadSerial', 'prefetch', 'getTid')
+COMMIT_METHODS = ('tpc_begin', 'store', 'restore', 'deleteObject',
+                  'checkCurrentSerialInTransaction', 'tpc_vote',
+                  'tpc_finish', 'tpc_abort', 'tpc_transaction')
+HISTORY_METHODS = ('history', 'supportsUndo', 'undoLog', 'undoInfo',
+                   'undo')
+ITERATION_METHODS = ('iterator', 'record_iternext')
+BLOB_METHODS = ('temporaryDirectory', 'storeBlob', 'restoreBlob',
+                'loadBlob', 'openCommittedBlobFile')
+
+
+def _bind(target, part, names):
+    for name in names:
+        setattr(target, name, getattr(part, name))
+
+
+def _weakly(method):
+    """*method* (bound), holding its object weakly: a part that calls back
+    into the storage must not keep it alive (an instance that ZODB drops
+    is freed at once, closing its sessions, as without parts)."""
+    ref = weakref.WeakMethod(method)
+
+    def call(*args, **kwargs):
+        return ref()(*args, **kwargs)
+    return call
 
 
 @implementer(
@@ -42,18 +75,20 @@ MAX_OID_BLOCKS = 1024
     ZODB.interfaces.IExternalGC,
     ZODB.interfaces.ReadVerifyingStorage,
 )
-class RelStorage(Loader, TPC, History, Iteration, BlobMethods,
-                 ConflictResolvingStorage):
+class RelStorage(ConflictResolvingStorage):
     """A ZODB storage in a relational database.
 
     The object the application creates is the *root* storage; ZODB asks it
     for one ``new_instance()`` per connection. All instances share the
     adapter and the process-wide pickle cache; each has its own database
     sessions and snapshot.
-    """
 
-    _load = None
-    _store = None
+    An instance is made of parts, each answering some of ZODB's methods
+    (bound to the instance in __init__): its View (snapshot and polling,
+    view.py), Loader (load.py), Commit (two-phase commit, tpc/), History
+    or, with history, UndoableHistory (history.py), Iteration and
+    BlobMethods.
+    """
 
     def __init__(self, adapter, name=None, options=None, _parent=None):
         if options is None:
@@ -63,67 +98,77 @@ class RelStorage(Loader, TPC, History, Iteration, BlobMethods,
         self._name = name or options.name or adapter.describe()
         self._is_root = _parent is None
         if _parent is None:
-            options.check_supported()
-            if (options.poll_interval
-                    and not adapter.supports_commit_announcements):
-                log.warning(
-                    'poll-interval %s on the %s, which does not announce '
-                    'commits: a connection kept open may read data up to '
-                    '%s s older than other processes\' commits (its own it '
-                    'sees at once, and a connection opened from the pool '
-                    'sees every commit made before)',
-                    options.poll_interval, adapter.describe(),
-                    options.poll_interval)
-            adapter.prepare()
-            self._cache = StorageCache(
-                int(options.cache_local_mb * 1000000),
-                object_max_bytes=options.cache_local_object_max,
-                delta_limit=options.cache_delta_size_limit)
-            self._blobs = make_blobs(options, adapter.keep_history,
-                                     adapter.cache_key)
-            self._persist = None
-            if options.cache_local_dir and self._cache.limit_bytes:
-                self._persist = persist.PersistentCache.open(
-                    adapter, options, self._cache.limit_bytes)
-            if self._persist is not None:
-                self._persist.warm(self._cache, adapter)
-            self._metrics = recorder_for(self)
+            self._open_root(adapter, options)
         else:
             self._cache = _parent._cache
             self._blobs = _parent._blobs
             self._metrics = _parent._metrics
-        self._load_lock = threading.RLock()
-        self._load_acquire = self._load_lock.acquire
-        self._load_release = self._load_lock.release
-        self._tpc_lock = threading.Lock()
         self._oid_lock = threading.Lock()
-        self._tpc = None
-        self._view_tid = None
-        #: Where the next poll may start instead of _view_tid: the tid of
-        #: this instance's own last commit, when nothing else was committed
-        #: between _view_tid and it (own changes are not invalidations).
-        self._poll_base = None
-        self._own_changes = []
-        #: The tids of this instance's own commits since its view: their
-        #: changes are no invalidations for it, whatever else committed.
-        self._own_tids = set()
-        self._last_poll = 0.0
-        self._poll_forced = False
-        self._poll_failed = False
-        self._store_lock = threading.Lock()
-        self._last_tid = 0
         self._free_oids = []
         self._oid_blocks = 1
-        self._seen = None if adapter.keep_history else OrderedDict()
-        # Read-ahead fills the shared cache: without one it is of no use.
-        self._readahead = (ReadAhead(self._cache.holds)
-                           if self._cache.limit_bytes else None)
         self._closed = False
         self._instances = weakref.WeakSet()
-        if adapter.keep_history:
-            alsoProvides(self, ZODB.interfaces.IStorageUndoable)
+        self._make_parts(adapter, options)
         if self._blobs is not None:
             alsoProvides(self, ZODB.interfaces.IBlobStorageRestoreable)
+
+    def _open_root(self, adapter, options):
+        options.check_supported()
+        if (options.poll_interval
+                and not adapter.supports_commit_announcements):
+            log.warning(
+                'poll-interval %s on the %s, which does not announce '
+                'commits: a connection kept open may read data up to '
+                '%s s older than other processes\' commits (its own it '
+                'sees at once, and a connection opened from the pool '
+                'sees every commit made before)',
+                options.poll_interval, adapter.describe(),
+                options.poll_interval)
+        adapter.prepare()
+        self._cache = StorageCache(
+            int(options.cache_local_mb * 1000000),
+            object_max_bytes=options.cache_local_object_max,
+            delta_limit=options.cache_delta_size_limit)
+        self._blobs = make_blobs(options, adapter.keep_history,
+                                 adapter.cache_key,
+                                 adapter.open_load_session,
+                                 adapter.describe())
+        self._persist = None
+        if options.cache_local_dir and self._cache.limit_bytes:
+            self._persist = persist.PersistentCache.open(
+                adapter, options, self._cache.limit_bytes)
+        if self._persist is not None:
+            self._persist.warm(self._cache, adapter)
+        self._metrics = recorder_for(options.metrics, self._name,
+                                     self._cache, adapter, self._blobs)
+
+    def _make_parts(self, adapter, options):
+        cache, blobs, metrics = self._cache, self._blobs, self._metrics
+        keep_history = adapter.keep_history
+        # Read-ahead fills the shared cache: without one it is of no use.
+        readahead = (ReadAhead(cache.holds) if cache.limit_bytes else None)
+        self._view = view = View(
+            adapter, cache, kept_states(keep_history), readahead, metrics,
+            options, self._name, self._is_root)
+        resolve = _weakly(self.tryToResolveConflict)
+        self._commit = commit = Commit(
+            adapter, options.read_only, blobs, metrics, resolve,
+            view.end_snapshot_now, view.after_commit)
+        self._loader = loader = Loader(view, cache, readahead, metrics,
+                                       keep_history, commit)
+        blob_methods = BlobMethods(self._name, blobs, commit, view.read)
+        _bind(self, view, VIEW_METHODS)
+        _bind(self, loader, LOADER_METHODS)
+        _bind(self, commit, COMMIT_METHODS)
+        _bind(self, Iteration(adapter, view), ITERATION_METHODS)
+        _bind(self, blob_methods, BLOB_METHODS)
+        if keep_history:
+            history = UndoableHistory(view, commit, resolve, blobs,
+                                      blob_methods.loadBlob)
+            alsoProvides(self, ZODB.interfaces.IStorageUndoable)
+        else:
+            history = History(view, commit)
+        _bind(self, history, HISTORY_METHODS)
 
     # Instances
 
@@ -136,11 +181,8 @@ class RelStorage(Loader, TPC, History, Iteration, BlobMethods,
     def release(self):
         """Close this instance's database sessions (ZODB is done with the
         connection that used it)."""
-        for attr in ('_load', '_store'):
-            session = getattr(self, attr)
-            if session is not None:
-                setattr(self, attr, None)
-                session.close()
+        self._view.release()
+        self._commit.release()
 
     def close(self):
         if self._closed:
@@ -162,14 +204,21 @@ class RelStorage(Loader, TPC, History, Iteration, BlobMethods,
     def closed(self):
         return self._closed
 
-    def _store_session(self):
-        if self._store is None:
-            with self._store_lock:
-                if self._store is None:
-                    self._store = self._adapter.open_store_session()
-        return self._store
+    @property
+    def fshelper(self):
+        """ZODB's FilesystemHelper of the blob directory (ZODB's blob
+        copying and tests look files up through it)."""
+        if self._blobs is None:
+            raise AttributeError('fshelper')  # not a blob storage
+        return self._blobs.fshelper
 
     # Simple facts
+
+    @property
+    def adapter(self):
+        """The database adapter, for tools that speak to the same database
+        directly (relstorage-metrics' figures, speedtest)."""
+        return self._adapter
 
     def getName(self):
         return self._name
@@ -184,24 +233,18 @@ class RelStorage(Loader, TPC, History, Iteration, BlobMethods,
         return self._options.read_only
 
     def lastTransaction(self):
-        if self._is_root:
-            # Commits happen through instances; ask the database.
-            with self._reading():
-                pass
-        return p64(max(self._last_tid, self._view_tid or 0))
+        return p64(self._view.newest_tid())
 
     def __len__(self):
-        with self._reading():
-            return self._load_session().object_count()
+        return self._view.read(lambda session: session.object_count())
 
     def getSize(self):
-        with self._reading():
-            return self._load_session().size_in_bytes()
+        return self._view.read(lambda session: session.size_in_bytes())
 
     def __repr__(self):
         return '<%s %s>' % (type(self).__name__, self._name)
 
-    # Writing helpers used by the tpc phases
+    # New oids
 
     def new_oid(self):
         # Called once per new object: the common case is one pop. (A
@@ -213,8 +256,8 @@ class RelStorage(Loader, TPC, History, Iteration, BlobMethods,
             return free.pop().to_bytes(8, 'big')
 
     def _more_oids(self):
-        self._check_writable()
-        ranges = self._adapter.new_oid_blocks(self._store_session(),
+        self._commit.check_writable()
+        ranges = self._adapter.new_oid_blocks(self._commit.store_session(),
                                               self._oid_blocks)
         # An instance that keeps running out asks for more at once (an
         # unused rest is lost when it closes: oids are many).
@@ -224,47 +267,6 @@ class RelStorage(Loader, TPC, History, Iteration, BlobMethods,
             free.extend(range(first + count - 1, first - 1, -1))
         self._free_oids = free
         return free
-
-    def _after_commit(self, tid, rows, previous=None, serials=None,
-                      checked=True):
-        """*previous*: the newest tid before this commit, if known;
-        *serials*: oid -> tid for rows that keep their own (copies);
-        *checked*: every row was checked against the revision this
-        instance read (no restore, no undo), so no other change of those
-        objects since the view can hide behind this commit."""
-        self._last_tid = tid
-        self._poll_forced = True
-        cache = self._cache
-        # One (state, tid) tuple per object, held by both the shared cache
-        # and this instance's _seen.
-        if serials:
-            committed = [(oid, (state, serials[oid]))
-                         for oid, _, state in rows]
-        else:
-            committed = [(oid, (state, tid)) for oid, _, state in rows]
-        with self._load_lock:
-            cache.store_committed_many(committed)
-            if checked:
-                self._own_tids.add(tid)
-            if self._seen is not None:
-                remember = self._remember
-                for oid, value in committed:
-                    remember(oid, value)
-            base = self._poll_base or self._view_tid
-            if base is not None and previous == base:
-                self._poll_base = tid
-                # What changed between the view and this commit: exactly
-                # these rows; the next poll tells the shared cache, so
-                # that it serves them. Flat (oid, tid, oid, tid...): ints,
-                # which the garbage collector does not count, where a
-                # tuple per object would live until that poll.
-                own = self._own_changes
-                for oid, value in committed:
-                    own.append(oid)
-                    own.append(value[1])
-            else:
-                self._poll_base = None
-                del self._own_changes[:]
 
     # Whole-database operations
 
@@ -296,7 +298,7 @@ class RelStorage(Loader, TPC, History, Iteration, BlobMethods,
         to the pack time it used, instead of running one. *workers* is
         how many worker processes the pre-pack reads references in
         (default: the pack-workers option)."""
-        self._check_writable()
+        self._commit.check_writable()
         options = self._options
         if gc is None:
             gc = options.pack_gc
@@ -310,8 +312,9 @@ class RelStorage(Loader, TPC, History, Iteration, BlobMethods,
             raise ValueError('a pack cannot both only pre-pack and skip the '
                              'pre-pack (pack-prepack-only and '
                              'pack-skip-prepack)')
-        result = Pack(self, t, referencesf, gc, progress, prepack_only,
-                      use_prepack_state, workers).run()
+        result = Pack(self._adapter, options, self._cache, self._blobs,
+                      self._metrics, t, referencesf, gc, progress,
+                      prepack_only, use_prepack_state, workers).run()
         log.info('packed %s to %s: %s', self._name, time.ctime(t),
                  dict(result))
         return result
@@ -322,11 +325,7 @@ class RelStorage(Loader, TPC, History, Iteration, BlobMethods,
             raise ReadOnlyError()
         self._adapter.zap_all()
         self._cache.clear()
-        with self._load_lock:
-            self._view_tid = self._poll_base = None
-            del self._own_changes[:]
-            self._own_tids.clear()
-            self._last_tid = 0
+        self._view.forget_all()
         self._free_oids = []
 
     cleanup = zap_all

@@ -1,4 +1,4 @@
-"""Object history, the undo log and undo (history-preserving only)."""
+"""Object history; the undo log and undo (history-preserving only)."""
 import operator
 
 from ZODB.POSException import POSKeyError
@@ -9,6 +9,7 @@ from ZODB.utils import p64
 from ZODB.utils import u64
 from ZODB._compat import loads
 
+from ..blobs.files import copy_into
 from .load import MAX_ID
 from .load import stored_id
 
@@ -39,7 +40,13 @@ def _describe(tid, user, description, extension):
 
 
 class History:
-    """Mixin of RelStorage: history, undoLog, undoInfo, undo."""
+    """history() of one storage instance, reading through its *view*
+    (see view.View); without history there is nothing to undo. *commit*
+    (see tpc.Commit) holds the transaction an undo joins."""
+
+    def __init__(self, view, commit):
+        self.view = view
+        self.commit = commit
 
     def history(self, oid, size=1):
         """Up to *size* revisions of *oid*, newest first, as FileStorage
@@ -54,8 +61,8 @@ class History:
         except TypeError:
             raise TypeError('history(): size must be an integer or None, '
                             'not %r' % (size,)) from None
-        with self._reading():
-            rows = self._load_session().object_history(
+        with self.view.reading():
+            rows = self.view.session().object_history(
                 stored_id(oid), min(max(size, 1), MAX_ID))
         if not rows:
             raise POSKeyError(oid)
@@ -68,18 +75,44 @@ class History:
         return result
 
     def supportsUndo(self):
-        return self._adapter.keep_history
+        return False
+
+    def undoLog(self, first=0, last=-20, filter=None):
+        return []
+
+    def undoInfo(self, first=0, last=-20, specification=None):
+        return []
+
+    def undo(self, transaction_id, transaction):
+        """Nothing can be undone without history (a read-only storage
+        says it is read-only first, as for every write)."""
+        self.commit.check_writable()
+        self.commit.buffer_for(transaction)
+        raise UndoError('%r cannot be undone: this storage keeps no history'
+                        % (transaction_id,))
+
+
+class UndoableHistory(History):
+    """History-preserving: history(), and the undo log and undo. *resolve*
+    is ZODB's tryToResolveConflict bound to the storage; *blobs* the blob
+    helper (or None) and *load_blob* the storage's loadBlob."""
+
+    def __init__(self, view, commit, resolve, blobs, load_blob):
+        super().__init__(view, commit)
+        self.resolve = resolve
+        self.blobs = blobs
+        self.load_blob = load_blob
+
+    def supportsUndo(self):
+        return True
 
     def undoLog(self, first=0, last=-20, filter=None):
         if last < 0:
             last = first - last
-        if not self._adapter.keep_history:
-            return []
         result = []
         seen = 0
-        with self._reading():
-            session = self._load_session()
-            upto = self._view_tid
+        with self.view.reading() as upto:
+            session = self.view.session()
             # Read newest first, in pages, until enough entries passed the
             # filter; packed transactions cannot be undone.
             while len(result) < last - first:
@@ -110,14 +143,14 @@ class History:
         """Prepare to undo *transaction_id* within *transaction*: every
         object it changed gets back the state it had before, merged by
         conflict resolution where a later transaction changed it too."""
-        self._check_writable()
-        tpc = self._buffer_for(transaction)
+        self.commit.check_writable()
+        tpc = self.commit.buffer_for(transaction)
         # An id that is no tid (another length, past what a column holds)
         # names no transaction: said before the database is asked.
         undo_tid = (u64(transaction_id)
                     if isinstance(transaction_id, bytes)
                     and len(transaction_id) == 8 else MAX_ID + 1)
-        session = self._store_session()
+        session = self.commit.store_session()
         packed = (session.transaction_exists(undo_tid)
                   if undo_tid <= MAX_ID else None)
         if packed is None:
@@ -133,7 +166,7 @@ class History:
             tpc.stores[oid] = self._undo_record(
                 session, tpc, oid, state, undo_tid, current.get(oid, 0))
             tpc.blobs.pop(oid, None)
-            if self._blobs is not None and is_blob_record(state):
+            if self.blobs is not None and is_blob_record(state):
                 self._copy_blob_for_undo(tpc, oid, prev_tid)
             oids.append(p64(oid))
         return None, oids
@@ -160,7 +193,7 @@ class History:
             raise UndoError('object %r was changed by a later transaction'
                             % p64(oid), p64(oid))
         try:
-            merged = self.tryToResolveConflict(
+            merged = self.resolve(
                 p64(oid), p64(expected), p64(undo_tid), state,
                 committedData=present)
         except Exception:
@@ -168,3 +201,10 @@ class History:
                 'object %r was changed by a later transaction and the '
                 'changes cannot be merged' % p64(oid), p64(oid)) from None
         return expected, merged
+
+    def _copy_blob_for_undo(self, tpc, oid, tid):
+        """Give *oid* in this transaction a copy of the blob of its
+        revision *tid* (undo restores an earlier revision)."""
+        tpc.blobs[oid] = copy_into(
+            self.load_blob(p64(oid), p64(tid)),
+            self.blobs.temporary_directory(), 'undo-')

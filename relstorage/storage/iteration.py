@@ -89,17 +89,22 @@ class TransactionIterator:
 
 
 class Iteration:
-    """Mixin of RelStorage."""
+    """iterator() and record_iternext() of one storage instance: the
+    first on sessions of its own, the second through its *view*."""
+
+    def __init__(self, adapter, view):
+        self.adapter = adapter
+        self.view = view
 
     def iterator(self, start=None, stop=None):
-        return TransactionIterator(self._adapter, start, stop)
+        return TransactionIterator(self.adapter, start, stop)
 
     def record_iternext(self, next=None):
         start = u64(next) if next is not None else 0
         if start > MAX_TID:
             raise ValueError('no more records')
-        with self._reading():
-            rows = self._load_session().iter_current_records(start, 2)
+        rows = self.view.read(
+            lambda session: session.iter_current_records(start, 2))
         if not rows:
             raise ValueError('no more records')
         oid, tid, state = rows[0]

@@ -120,12 +120,15 @@ class _ReferenceWriter(threading.Thread):
 
 
 class Pack:
-    """One run of pack() over one storage's adapter."""
+    """One run of pack() over one storage's *adapter*, with its *options*,
+    shared *cache* (told what is removed), blob helper *blobs* (or None)
+    and *metrics* recorder."""
 
-    def __init__(self, storage, t, referencesf, gc, progress=None,
-                 prepack_only=False, use_prepack_state=False,
-                 workers=None):
-        self.storage = storage
+    def __init__(self, adapter, options, cache, blobs, metrics, t,
+                 referencesf, gc, progress=None, prepack_only=False,
+                 use_prepack_state=False, workers=None):
+        self.cache = cache
+        self.blobs = blobs
         #: Worker processes of the pre-pack (None: as many as the CPUs,
         #: see refworkers.default_count).
         self.workers = workers
@@ -133,8 +136,8 @@ class Pack:
         self.use_prepack_state = use_prepack_state
         self.progress = progress
         self.total = 0
-        self.adapter = storage._adapter
-        self.options = storage._options
+        self.adapter = adapter
+        self.options = options
         self.referencesf = referencesf
         self.gc = gc
         self.graph_bytes = int(self.options.pack_graph_mb * 1024 * 1024)
@@ -143,7 +146,7 @@ class Pack:
         # checkpoint) costs per step of work in it, measured on the last
         # batch; until then, assume as much as the work itself.
         self.finish_per_step = None
-        self.metrics = storage._metrics
+        self.metrics = metrics
         self.result = PackResult(
             objects_removed=0, revisions_removed=0, bytes_removed=0,
             batches=0, busy_waits=0, busy_seconds=0.0)
@@ -203,7 +206,7 @@ class Pack:
             writer.rollback()
         writer.end_reads()
         self.remove(writer, old + garbage, checked_tid)
-        blobs = self.storage._blobs
+        blobs = self.blobs
         if blobs is not None and not adapter.keep_history:
             # Replaced blobs of history-free objects have no revision of
             # their own for the batches to find; look at the files.
@@ -516,8 +519,8 @@ class Pack:
         log.debug('pack batch %d: %d steps, %.3f s of work, %.3f s to '
                   'commit', self.result['batches'] + 1, steps,
                   worked - started, ended - worked)
-        self.storage._cache.invalidate(gone)
-        blobs = self.storage._blobs
+        self.cache.invalidate(gone)
+        blobs = self.blobs
         if blobs is not None:
             # Only now that the rows are gone for good.
             blobs.packed(gone, kept)

@@ -60,12 +60,12 @@ class MySQLServer(PrivateServer):
 
     def logtail(self, lines=30):
         # What mariadbd says before it opens its log goes to stdout.log.
-        tail = super().logtail(lines)
+        text = super().logtail(lines)
         early = tail(os.path.join(self.dir, 'stdout.log'), lines)
         if early and not early.startswith('(no log'):
-            tail += '\n--- %s:\n%s' % (
+            text += '\n--- %s:\n%s' % (
                 os.path.join(self.dir, 'stdout.log'), early)
-        return tail
+        return text
 
     @property
     def socket_path(self):

@@ -119,7 +119,7 @@ class Client:
         """Prepare *case*; return the call that meets the silence."""
         if case.startswith('commit'):
             inst, t = self.commit(value, finish=False)
-            session = inst._store.session
+            session = inst._commit.session.session
             if case == 'commit':
                 self.silence(case)
             else:

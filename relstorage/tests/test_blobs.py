@@ -24,7 +24,6 @@ from relstorage.blobs.cachesize import cache_files
 from relstorage.blobs.cachesize import shrink
 from relstorage.testing.dbs import DATABASES
 from relstorage.testing.dbs import DatabaseFactory
-from relstorage.testing.dbs import DatabaseFactory
 from relstorage.testing.dbs import child_env
 
 
@@ -95,7 +94,6 @@ print(json.dumps({'before_kb': before, 'peak_kb': peak_kb(),
 
 @pytest.mark.parametrize('db_name', DATABASES)
 def test_200mb_blob_round_trip_in_bounded_memory(db_name, tmp_path):
-    from relstorage.testing.dbs import DatabaseFactory
     factory = DatabaseFactory(db_name, True)
     factory.storage(zap=True).close()
     try:
@@ -158,7 +156,6 @@ def test_blob_cache_shrinks_back_under_its_limit(factory, tmp_path):
 
 
 def test_external_cache_check_runs_in_another_process(tmp_path):
-    from relstorage.testing.dbs import DatabaseFactory
     factory = DatabaseFactory('sqlite', True)
     try:
         storage = factory.storage(blob_dir=str(tmp_path / 'c'),
@@ -391,7 +388,6 @@ def test_blobs_configured_in_zope_conf(tmp_path):
 def test_unusable_blob_dir_is_a_clear_error(tmp_path):
     from relstorage.exceptions import ConfigurationError
 
-    from relstorage.testing.dbs import DatabaseFactory
     (tmp_path / 'file').write_text('not a directory')
     factory = DatabaseFactory('sqlite', True)
     try:

@@ -19,7 +19,6 @@ import ZODB
 from relstorage.cache import persist
 from relstorage.exceptions import CacheFileUnusable
 from relstorage.testing.dbs import DatabaseFactory
-from relstorage.testing.dbs import DatabaseFactory
 from relstorage.testing.dbs import child_env
 
 from .cache_files import cached

@@ -147,15 +147,15 @@ def test_snapshot_after_idle_sees_only_the_view(factory, explicit):
         oid = conn.root()['a']._p_oid
         tm.abort()
         inst = conn._storage
-        view = inst._view_tid
+        view = inst._view.tid
         # Another process commits after this connection's view, before it
         # reads (so it begins a snapshot newer than its view).
         other = ZODB.DB(factory.storage())
         _write(other, 'a', 5)
         other.close()
         inst._cache.clear()
-        assert inst._view_tid == view
-        assert not inst._load.session.in_transaction
+        assert inst._view.tid == view
+        assert not inst._view.load.session.in_transaction
         try:
             state, serial = inst.load(oid)
         except ReadConflictError as e:

@@ -37,7 +37,7 @@ if phase == 'voted':
         stop()
     inst.tpc_vote = tpc_vote
 else:
-    locker = inst._store_session().locker
+    locker = inst._commit.store_session().locker
     hold = locker.hold_commit_lock
     def hold_commit_lock(session, sql):
         hold(session, sql)

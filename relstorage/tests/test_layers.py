@@ -584,3 +584,48 @@ def test_storage_meets_adapters_only_through_the_interfaces():
              for line, name in adapters_imports(path.read_text(), package)
              if not _within(name, STORAGE_MAY_IMPORT)]
     assert wrong == []
+
+
+def storage_reach_ins(source, filename='<source>'):
+    """``(line, expression)`` of every private attribute reached through
+    an object named ``storage`` (``storage._x``, ``db.storage._x``) and
+    of every ``._adapter``, in the Python *source*."""
+    found = []
+    for node in ast.walk(ast.parse(source, filename)):
+        if not (isinstance(node, ast.Attribute)
+                and node.attr.startswith('_')
+                and not node.attr.startswith('__')):
+            continue
+        base = node.value
+        named = (base.id if isinstance(base, ast.Name)
+                 else base.attr if isinstance(base, ast.Attribute) else '?')
+        if named == 'storage' or node.attr == '_adapter':
+            found.append((node.lineno, '%s.%s' % (named, node.attr)))
+    return found
+
+
+def test_the_reach_in_scan_sees_reach_ins():
+    source = ('a = storage._cache\n'
+              'b = db.storage._options\n'
+              'c = self._adapter\n'
+              'd = storage.adapter, storage.__class__, conn._storage\n')
+    assert storage_reach_ins(source) == [
+        (1, 'storage._cache'), (2, 'storage._options'),
+        (3, 'self._adapter')]
+
+
+def test_no_module_outside_storage_reaches_into_a_storage():
+    """Metrics, blobs, tools are handed what they need (values, callables,
+    RelStorage.adapter): only relstorage/storage/ knows a storage's
+    private parts; nothing outside it holds an ``_adapter`` either."""
+    speedtest = SOURCE.parent / 'speedtest'
+    files = shipped_files() + sorted(speedtest.glob('*.py'))
+    assert speedtest / 'main.py' in files
+    found = []
+    for path in files:
+        rel = path.relative_to(SOURCE.parent).as_posix()
+        if rel.startswith('relstorage/storage/'):
+            continue
+        for line, expression in storage_reach_ins(path.read_text(), rel):
+            found.append('%s:%d %s' % (rel, line, expression))
+    assert found == []

@@ -215,7 +215,7 @@ def test_loads_polls_reconnects_and_pack(factory, endpoint):
         if factory.db != 'sqlite':
             # The reader's connection is killed between transactions: the
             # next poll reopens it.
-            _kill(factory.db, _backend_id(conn._storage._load.session))
+            _kill(factory.db, _backend_id(conn._storage._view.load.session))
             tm.begin()
             assert c['n'] == 1
             tm.abort()
@@ -425,3 +425,21 @@ def test_relstorage_metrics_polls_and_sees_other_commits(tmp_path):
         server.terminate()
         out, err = server.communicate(timeout=60)
     assert server.returncode == 0, err
+
+
+def test_the_commit_lock_wait_is_observed_not_patched(endpoint):
+    """The recorder registers an observer with the adapter's locker; the
+    locker's methods stay its own."""
+    name = unique('observer')
+    factory, db = sqlite_db(metrics=True, name=name)
+    try:
+        locker = db.storage.adapter.locker
+        assert 'hold_commit_lock' not in vars(locker)
+        assert len(locker.commit_lock_observers) == 1
+        counted = 'relstorage_commit_lock_wait_seconds_count'
+        before = Scrape(endpoint).get(counted, storage=name)
+        with db.transaction() as conn:
+            conn.root()['a'] = 1
+        assert Scrape(endpoint).get(counted, storage=name) == before + 1
+    finally:
+        db.close()

@@ -97,7 +97,7 @@ def test_killed_connection_holding_commit_lock_leaves_nothing(factory):
         # and then its connection dies.
         t = _store(a, oid, first, 2)
         a.tpc_vote(t)
-        session = a._store.session
+        session = a._commit.session.session
         a._adapter.locker.hold_commit_lock(session, 'SELECT 1')
         conn_id = session.scalar('SELECT CONNECTION_ID()')
         assert _commit_lock_holder() == conn_id
@@ -212,7 +212,7 @@ def test_temp_store_is_emptied_outside_the_transaction(keep_history):
     factory = DatabaseFactory('mysql', keep_history)
     storage = factory.storage(zap=True)
     try:
-        session = storage._store_session().session
+        session = storage._commit.store_session().session
         sent = []
         execute = session.execute
 
@@ -263,8 +263,8 @@ def test_oid_lists_are_planned_from_index_statistics(keep_history):
     storage = factory.storage(zap=True)
     try:
         oid, _ = _first_revision(storage)
-        load = storage._load_session().session
-        store = storage._store_session().session
+        load = storage._view.session().session
+        store = storage._commit.store_session().session
         for session in (load, store):
             assert session.scalar(
                 'SELECT @@SESSION.eq_range_index_dive_limit') == 1
@@ -305,7 +305,7 @@ def test_uploaded_states_are_hex_literals_or_parameters(keep_history,
     storage = RelStorage(adapter)
     try:
         assert adapter.driver.name == driver
-        session = storage._store_session().session
+        session = storage._commit.store_session().session
         sent = []
         execute = session.execute
 
@@ -359,7 +359,7 @@ def test_connection_lost_while_the_commit_scripts_results_come_back(factory):
         oid, first = _first_revision(storage)
         t = _store(storage, oid, first, 2)
         storage.tpc_vote(t)
-        session = storage._store.session
+        session = storage._commit.session.session
         cursor = session.cursor
         run_script = session.execute_script
 
@@ -482,7 +482,7 @@ def test_current_revisions_are_read_from_current_object_first():
         finally:
             admin.close()
         mover = storage._adapter.mover
-        session = storage._load_session().session
+        session = storage._view.session().session
         for sql, params in ((mover.load_current_sql, oids[:1]),
                             (mover.load_many_sql % in_list(oids), oids)):
             plan = session.fetchall('EXPLAIN ' + sql, params)

@@ -10,7 +10,6 @@ from ZODB.POSException import StorageError
 from ZODB.serialize import referencesf
 
 from relstorage.testing.dbs import DatabaseFactory
-from relstorage.testing.dbs import DatabaseFactory
 from relstorage.testing.dbs import child_env
 
 
@@ -379,7 +378,6 @@ def test_a_page_of_states_gives_each_state_its_own_references():
 
     from relstorage.exceptions import CorruptRecord
     from relstorage.storage.pack import Pack
-    from relstorage.testing.dbs import DatabaseFactory
     factory = DatabaseFactory('sqlite', True)
     storage = factory.storage()
     db = ZODB.DB(storage)
@@ -400,7 +398,9 @@ def test_a_page_of_states_gives_each_state_its_own_references():
                 break
             oid += 1
         page.insert(3, (99999, b''))  # a state-less row (a deletion)
-        pack = Pack(storage, time.time(), referencesf, gc=True)
+        pack = Pack(storage._adapter, storage._options, storage._cache,
+                    storage._blobs, storage._metrics, time.time(),
+                    referencesf, gc=True)
         expected = [(o, sorted({u64(r) for r in referencesf(s)}))
                     for o, s in page if s and referencesf(s)]
         assert [(o, list(refs)) for o, refs in pack.referring(page)] \

@@ -113,7 +113,7 @@ def test_poll_interval_with_commit_announcements(factory):
     """
     with _writer_and_listener(factory) as (wtm, wconn, rtm, rconn):
         inst = rconn._storage
-        session = inst._load.session
+        session = inst._view.load.session
         assert session.fetchall('SELECT pg_listening_channels()') == [
             ('relstorage_commits',)]
 
@@ -147,7 +147,7 @@ def _hold_announcements(instance):
     commits, nearly half had not reached the listener when the COMMIT
     returned). A read through the instance begins its snapshot."""
     instance.loadBefore(z64, maxtid)
-    assert instance._load.session.in_transaction
+    assert instance._view.load.session.in_transaction
 
 
 @pytest.mark.parametrize('explicit', [False, True],
@@ -211,10 +211,10 @@ def test_no_listening_without_a_poll_interval(factory):
     would only pile notifications up in the driver."""
     storage = factory.storage(zap=True)
     try:
-        storage._ensure_view()
-        session = storage._load.session
+        storage._view.ensure()
+        session = storage._view.load.session
         assert session.fetchall('SELECT pg_listening_channels()') == []
-        assert storage._load.commits_announced() is None
+        assert storage._view.load.commits_announced() is None
     finally:
         storage.close()
 
@@ -222,7 +222,7 @@ def test_no_listening_without_a_poll_interval(factory):
 def _recording_copies(storage):
     """The COPY statements the store session sends, with their row
     counts (``[(sql, rows)]``), and the other statements."""
-    session = storage._store_session().session
+    session = storage._commit.store_session().session
     copies, sent = [], []
     execute = session.execute
 

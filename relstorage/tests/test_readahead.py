@@ -23,7 +23,7 @@ def _container(db, n=N, key='box'):
 
 def _count_reads(conn):
     """A list that grows by one per query for states on *conn*."""
-    session = conn._storage._load_session()
+    session = conn._storage._view.session()
     reads = []
     for name in ('load_current', 'load_many'):
         def counted(*args, _real=getattr(session, name)):
@@ -104,7 +104,7 @@ def test_read_ahead_is_never_stale(factory):
 
 def test_off_without_a_cache(factory):
     storage = factory.storage(cache_local_mb=0)
-    assert storage._readahead is None
+    assert storage._view.readahead is None
     storage.close()
 
 

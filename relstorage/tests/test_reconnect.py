@@ -65,7 +65,7 @@ def test_idle_connections_killed_are_reopened(factory, db):
     tm, conn = _connection_changing_a(db)
     tm.commit()
     inst = conn._storage
-    for session in (inst._load.session, inst._store.session):
+    for session in (inst._view.load.session, inst._commit.session.session):
         _kill(factory.db, _backend_id(session))
     # Another client commits meanwhile.
     other = ZODB.DB(factory.storage())
@@ -99,7 +99,7 @@ def test_read_past_the_view_reopens_a_lost_store_connection(factory, db):
     inst.store(oid, serial, data, '', t)
     inst.tpc_vote(t)
     mine = inst.tpc_finish(t)
-    _kill(factory.db, _backend_id(inst._store.session))
+    _kill(factory.db, _backend_id(inst._commit.session.session))
     assert load_current(inst, oid)[1] == mine
     conn.close()
 
@@ -107,7 +107,7 @@ def test_read_past_the_view_reopens_a_lost_store_connection(factory, db):
 def test_connection_killed_during_commit_is_retryable(factory, db):
     tm, conn = _connection_changing_a(db)
     inst = conn._storage
-    victim = _backend_id(inst._store_session().session)
+    victim = _backend_id(inst._commit.store_session().session)
     original_vote = inst.tpc_vote
 
     def vote_then_die(txn):
@@ -118,7 +118,7 @@ def test_connection_killed_during_commit_is_retryable(factory, db):
     with pytest.raises(TransientError):
         tm.commit()
     tm.abort()
-    del inst.tpc_vote
+    inst.tpc_vote = original_vote
     # Nothing of it is visible, nothing stays locked: another client
     # with a 1 s lock timeout commits at once, and so does this one.
     other = ZODB.DB(factory.storage(commit_lock_timeout=1))
@@ -184,7 +184,7 @@ def test_connection_killed_at_each_commit_phase(both_modes, phase):
     try:
         tm, conn = _connection_changing_a(db)
         inst = conn._storage
-        store = inst._store_session()
+        store = inst._commit.store_session()
         victim = _backend_id(store.session)
         if phase == 'after begin':
             original = inst.tpc_vote
@@ -228,8 +228,8 @@ def test_connection_killed_at_each_commit_phase(both_modes, phase):
         else:
             tm.commit()
             expected = 2
+        inst.tpc_vote = inst._commit.tpc_vote
         for obj in (inst, getattr(store, 'locker', None)):
-            obj.__dict__.pop('tpc_vote', None)
             obj.__dict__.pop('hold_commit_lock', None)
         assert _locks_held(factory) == 0
         assert _value(factory) == expected
@@ -296,7 +296,7 @@ def test_commit_is_not_reported_failed_when_the_poll_after_it_fails(
             return tid
         inst.tpc_finish = finish_then_server_stops
         tm.commit()
-        del inst.tpc_finish
+        inst.tpc_finish = finish
         factory.server.start()
         tm.begin()
         assert conn.root()['a']['n'] == 2
@@ -317,7 +317,7 @@ def test_sessions_left_closed_by_a_failed_reconnect_reopen(private_factory):
     try:
         inst = storage.new_instance()
         inst.new_oid()
-        store = inst._store
+        store = inst._commit.session
         factory.server.stop()
         try:
             for _ in range(2):

@@ -115,10 +115,11 @@ def test_prefetch_fills_the_shared_cache(factory):
         inst = storage.new_instance()
         inst.poll_invalidations()
         inst.prefetch(oids)
-        trips = inst._load.session.round_trips
+        trips = inst._view.load.session.round_trips
         for oid in oids:
             inst.load(oid)
-        assert inst._load.session.round_trips == trips  # all from the cache
+        # All from the cache:
+        assert inst._view.load.session.round_trips == trips
         inst.release()
     finally:
         db.close()

@@ -48,7 +48,7 @@ def _served_by(storage):
     """The server file line of the session the (root) storage's loads use
     after a poll."""
     storage.lastTransaction()
-    server = storage._load_session().session.server
+    server = storage._view.session().session.server
     return server.line if server is not None else None
 
 
@@ -253,7 +253,7 @@ def test_polls_of_another_process_never_go_back(pair):
                 conn = reader.open()
                 transaction.begin()
                 assert conn.root()['r']['value'] == i
-                views.append(conn._storage._view_tid)
+                views.append(conn._storage._view.tid)
                 transaction.abort()
                 conn.close()
         assert views == sorted(views)

@@ -198,11 +198,11 @@ def test_connections_carry_the_network_timeout(db):
     try:
         inst = storage.new_instance()
         inst.poll_invalidations()
-        for session in (inst._load_session().session,
-                        inst._store_session().session):
+        for session in (inst._view.session().session,
+                        inst._commit.store_session().session):
             assert _tcp_settings(session.conn.fileno()) == {
                 'idle': 4, 'interval': 2, 'count': 3, 'user_timeout': 12000}
-        store = inst._store_session().session
+        store = inst._commit.store_session().session
         if db == 'postgresql':
             assert store.scalar('SHOW tcp_user_timeout') == '12000'
             assert store.scalar('SHOW tcp_keepalives_idle') == '4'

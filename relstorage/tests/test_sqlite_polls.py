@@ -29,18 +29,18 @@ def test_sqlite_polls_within_the_interval_only_after_a_commit(tmp_path):
         assert conn.root()['a']['n'] == 1
         tm.abort()
         inst = conn._storage
-        polled = inst._last_poll
+        polled = inst._view.last_poll
         for _ in range(5):
             tm.begin()
             tm.abort()
         # Nobody committed: no poll within the interval.
-        assert inst._last_poll == polled
+        assert inst._view.last_poll == polled
         with writer.transaction() as other:
             other.root()['a']['n'] = 2
         tm.begin()
         # Seen at once, not after the hour.
         assert conn.root()['a']['n'] == 2
-        assert inst._last_poll > polled
+        assert inst._view.last_poll > polled
         tm.abort()
         conn.close()
     finally:

@@ -290,8 +290,8 @@ def test_commit_and_poll_round_trips(name):
         for i in range(10):
             conn.root()[i]['n'] = 1
         inst = conn._storage
-        inst._store_session()
-        store = inst._store.session
+        inst._commit.store_session()
+        store = inst._commit.session.session
         before = store.round_trips
         tm.commit()
         assert store.round_trips - before == (4 if name == 'postgresql'
@@ -303,7 +303,7 @@ def test_commit_and_poll_round_trips(name):
         inst.tpc_finish(meta)
         assert store.round_trips - before == 2
         tm.begin()  # polls and sees its own commits
-        load = inst._load.session
+        load = inst._view.load.session
         polls = load.round_trips
         assert inst.poll_invalidations() == []  # nothing changed since
         assert load.round_trips - polls == 1
@@ -312,7 +312,8 @@ def test_commit_and_poll_round_trips(name):
         tm.abort()
         for _ in range(2):
             before = load.round_trips
-            assert inst._load.snapshot_tid() == u64(inst.lastTransaction())
+            assert (inst._view.load.snapshot_tid()
+                    == u64(inst.lastTransaction()))
             assert load.in_transaction
             inst.afterCompletion()
             assert not load.in_transaction and not load.pending
@@ -348,7 +349,7 @@ def test_sqlite_writes_rows_in_place_at_vote(keep_history):
         oids = [storage.new_oid() for _ in range(1200)]
         first = commit([(oid, z64, b'state %d' % i)
                         for i, oid in enumerate(oids)])
-        session = storage._store_session().session
+        session = storage._commit.store_session().session
         sent = []
         real = session.execute
 
@@ -431,7 +432,7 @@ def test_failed_poll_makes_the_next_one_invalidate_everything(factory):
         inst = storage.new_instance()
         assert inst.poll_invalidations() == []
         _commit(db, lambda root: root['a'].__setitem__('n', 2))
-        session = inst._load
+        session = inst._view.load
 
         def broken(*args):
             raise RuntimeError('injected: the poll query failed')
@@ -545,7 +546,7 @@ def test_own_commit_after_anothers_is_not_an_invalidation(factory,
         if peer_polls_first:
             assert sorted(peer.poll_invalidations()) == sorted(oids)
         asked = []
-        load = mine._load
+        load = mine._view.load
         real = load.poll_changes
         load.poll_changes = lambda tid: asked.append(tid) or real(tid)
         assert mine.poll_invalidations() == [oids[0]]
@@ -567,10 +568,10 @@ def test_history_free_instance_keeps_the_newest_states(monkeypatch):
     from ZODB.Connection import TransactionMetaData
     from ZODB.utils import z64
 
-    from relstorage.storage import load as load_module
+    from relstorage.storage import view as view_module
 
     from relstorage.testing.dbs import DatabaseFactory
-    monkeypatch.setattr(load_module, 'SEEN_LIMIT', 50)
+    monkeypatch.setattr(view_module, 'SEEN_LIMIT', 50)
     f = DatabaseFactory('sqlite', False)
     storage = f.storage(zap=True)
     try:
@@ -584,7 +585,7 @@ def test_history_free_instance_keeps_the_newest_states(monkeypatch):
             storage.tpc_vote(meta)
             tid = storage.tpc_finish(meta)
             committed += [(oid, tid) for oid in oids]
-        seen = storage._seen
+        seen = storage._view.kept
         assert len(seen) == 50
         assert list(seen) == [int.from_bytes(oid, 'big')
                               for oid, _ in committed[-50:]]
@@ -597,13 +598,13 @@ def test_history_free_instance_keeps_the_newest_states(monkeypatch):
             instance.poll_invalidations()
             for oid, tid in committed[-50:]:
                 assert instance.load(oid) == (b'state of %r' % oid, tid)
-            kept = list(instance._seen.items())
+            kept = list(instance._view.kept.items())
             assert [oid for oid, _ in kept] == list(seen)
             hits = instance._cache.hits
             for oid, tid in reversed(committed[-50:]):
                 assert instance.load(oid) == (b'state of %r' % oid, tid)
             assert instance._cache.hits == hits + 50
-            assert list(instance._seen.items()) == kept
+            assert list(instance._view.kept.items()) == kept
         finally:
             instance.release()
     finally:
@@ -629,7 +630,7 @@ def test_row_locks_read_exactly_the_oids_asked_for(factory):
         store = (oids[:10] + oids[12:13] + oids[15:17] + oids[20:60]
                  + oids[61:] + missing)
         read = oids[10:11] + oids[19:20]
-        session = storage._store_session()
+        session = storage._commit.store_session()
         try:
             current = session.lock_and_read_current(store, read)
         finally:
@@ -764,7 +765,7 @@ def test_sqlite_checkpoints_in_a_thread_not_in_commits(tmp_path,
         wal = os.path.join(storage._adapter.data_dir, MAIN_FILE + '-wal')
         for _ in range(100):  # 100 commits of 200 KB: 20 MB
             _commit_states(storage, 50, 4000)
-        session = storage._store.session
+        session = storage._commit.session.session
         assert session.scalar('PRAGMA wal_autocheckpoint') == 0
         assert os.path.getsize(wal) < 8 * 1024 * 1024
         checkpointer = storage._adapter.checkpointer
@@ -779,7 +780,8 @@ def test_sqlite_checkpoints_in_a_thread_not_in_commits(tmp_path,
     try:
         _commit_states(storage, 1, 10)
         assert storage._adapter.checkpointer is None
-        assert storage._store.session.scalar('PRAGMA wal_autocheckpoint') == 500
+        assert storage._commit.session.session.scalar(
+            'PRAGMA wal_autocheckpoint') == 500
     finally:
         storage.close()
 
@@ -1028,7 +1030,7 @@ def test_sqlite_rows_are_written_in_oid_order_so_pages_fill(tmp_path):
             storage.store(oid, z64, oid * 187, '', meta)  # 1,496 bytes
         storage.tpc_vote(meta)
         storage.tpc_finish(meta)
-        session = storage._store.session
+        session = storage._commit.session.session
         assert session.scalar('PRAGMA page_size') == 4096
         assert session.scalar('SELECT COUNT(*) FROM object_state') == 1000
         # About 500 pages of states, a few of indexes and schema.
@@ -1110,3 +1112,43 @@ def test_waiting_for_another_schema_creator_is_bounded(db):
         adapter.prepare()
     finally:
         adapter.close()
+
+
+@pytest.mark.parametrize('keep_history', [True, False])
+def test_root_and_instances_verify_zodbs_interfaces(keep_history, tmp_path):
+    """The parts' methods bound onto each storage (root, new_instance())
+    make it verify as the interfaces it declares; the undo interface only
+    with history; the hot methods are the parts' own, with no call in
+    between."""
+    import ZODB.interfaces
+    from zope.interface.verify import verifyObject
+
+    from .dbs import DatabaseFactory
+    storage = DatabaseFactory('sqlite', keep_history).storage(
+        zap=True, blob_dir=str(tmp_path / 'blobs'))
+    instance = storage.new_instance()
+    try:
+        for obj in (storage, instance):
+            for iface in (ZODB.interfaces.IStorage,
+                          ZODB.interfaces.IMVCCStorage,
+                          ZODB.interfaces.IMultiCommitStorage,
+                          ZODB.interfaces.IStorageRestoreable,
+                          ZODB.interfaces.IStorageIteration,
+                          ZODB.interfaces.IStorageCurrentRecordIteration,
+                          ZODB.interfaces.IExternalGC,
+                          ZODB.interfaces.ReadVerifyingStorage,
+                          ZODB.interfaces.IBlobStorageRestoreable):
+                assert verifyObject(iface, obj)
+            undoable = ZODB.interfaces.IStorageUndoable
+            assert undoable.providedBy(obj) == keep_history
+            if keep_history:
+                assert verifyObject(undoable, obj)
+            assert obj.load.__self__ is obj._loader
+            assert obj.loadBefore.__self__ is obj._loader
+            assert obj.store.__self__ is obj._commit
+            assert obj.tpc_vote.__self__ is obj._commit
+            assert obj.tpc_finish.__self__ is obj._commit
+            assert obj.poll_invalidations.__self__ is obj._view
+    finally:
+        instance.release()
+        storage.close()

@@ -19,7 +19,6 @@ from ZODB.POSException import POSKeyError
 from relstorage import zodbconvert
 from relstorage.testing.dbs import DATABASES
 from relstorage.testing.dbs import DatabaseFactory
-from relstorage.testing.dbs import DatabaseFactory
 from relstorage.testing.dbs import child_env
 from relstorage.testing.dbs import mysql_params
 from relstorage.testing.dbs import pg_dsn
@@ -284,7 +283,6 @@ def test_history_free_copy_commits_many_transactions_at_once(
 KILLED_COPY = '''
 import os, sys
 from ZODB.FileStorage import FileStorage
-from relstorage.storage import RelStorage
 from relstorage.storage.copy import copy_transactions
 from relstorage.testing.dbs import DatabaseFactory
 fs, blobs, db_name, data_dir, cache, kill_at = sys.argv[1:7]
@@ -292,17 +290,17 @@ src = FileStorage(fs, blob_dir=blobs, read_only=True)
 dst = DatabaseFactory.in_child(db_name, True, data_dir).storage(
     blob_dir=cache)
 votes = []
-original = RelStorage.tpc_vote
+original = dst.tpc_vote
 
-def tpc_vote(self, transaction):
-    result = original(self, transaction)
+def tpc_vote(transaction):
+    result = original(transaction)
     votes.append(1)
     if len(votes) == int(kill_at):
         # Rows and blob chunks are uploaded, the commit is not done.
         os.kill(os.getpid(), 9)
     return result
 
-RelStorage.tpc_vote = tpc_vote
+dst.tpc_vote = tpc_vote
 copy_transactions(src, dst)
 '''
 

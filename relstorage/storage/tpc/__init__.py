@@ -8,6 +8,8 @@ transaction (``finish.py``). Where the commit transaction is the only
 writer from vote on (SQLite), vote does all of that but the COMMIT, so
 that finish cannot fail for lack of room.
 """
+import threading
+
 from ZODB.POSException import ConflictError
 from ZODB.POSException import ReadOnlyError
 from ZODB.POSException import StorageTransactionError
@@ -65,47 +67,87 @@ class TransactionBuffer:
         return serials
 
 
-class TPC:
-    """Mixin of RelStorage: the two-phase commit protocol."""
+class Commit:
+    """The two-phase commit protocol of one storage instance, and the
+    store session it commits on (opened at first use).
 
-    def _check_writable(self):
-        if self._options.read_only:
+    *blobs* is the storage's blob helper (or None), *metrics* its
+    recorder; *resolve* is ZODB's tryToResolveConflict, bound to the
+    storage; *end_snapshot* ends the instance's read snapshot (see
+    vote.py) and *after_commit* tells the view what was committed (see
+    view.View.after_commit).
+    """
+
+    def __init__(self, adapter, read_only, blobs, metrics, resolve,
+                 end_snapshot, after_commit):
+        self.adapter = adapter
+        self.read_only = read_only
+        self.blobs = blobs
+        self.metrics = metrics
+        self.resolve = resolve
+        self.end_snapshot = end_snapshot
+        self.after_commit = after_commit
+        #: The store session, or None until it is first needed.
+        self.session = None
+        self.store_lock = threading.Lock()
+        #: The TransactionBuffer of the transaction in progress, or None.
+        self.tpc = None
+        self.tpc_lock = threading.Lock()
+
+    def store_session(self):
+        """The store session, opened if need be."""
+        if self.session is None:
+            with self.store_lock:
+                if self.session is None:
+                    self.session = self.adapter.open_store_session()
+        return self.session
+
+    def release(self):
+        """Close the store session (reopened when next needed)."""
+        session, self.session = self.session, None
+        if session is not None:
+            session.close()
+
+    def check_writable(self):
+        if self.read_only:
             raise ReadOnlyError()
 
-    def _buffer_for(self, transaction):
-        tpc = self._tpc
+    def buffer_for(self, transaction):
+        """The buffer of *transaction*, which must be the one in
+        progress."""
+        tpc = self.tpc
         if tpc is None or tpc.transaction is not transaction:
             raise StorageTransactionError(self, transaction)
         return tpc
 
     def tpc_transaction(self):
-        tpc = self._tpc
+        tpc = self.tpc
         return tpc.transaction if tpc is not None else None
 
     def tpc_begin(self, transaction, tid=None, status=' '):
-        self._check_writable()
-        tpc = self._tpc
+        self.check_writable()
+        tpc = self.tpc
         if tpc is not None and tpc.transaction is transaction:
             raise StorageTransactionError(
                 'Duplicate tpc_begin calls for same transaction')
         buffer = TransactionBuffer(
             transaction, u64(tid) if tid is not None else None, status)
-        buffer.timing = self._metrics.commit_timing()
+        buffer.timing = self.metrics.commit_timing()
         # A storage used directly by several threads commits one
         # transaction at a time, like every ZODB storage.
-        self._tpc_lock.acquire()
-        self._tpc = buffer
+        self.tpc_lock.acquire()
+        self.tpc = buffer
 
     def store(self, oid, serial, data, version, transaction):
-        tpc = self._tpc
+        tpc = self.tpc
         if (tpc is None or tpc.transaction is not transaction or version
                 or isinstance(serial, str)):
             # The rare cases, and the errors, off the path taken once per
             # object of every commit.
-            self._check_writable()
+            self.check_writable()
             if version:
                 raise StorageTransactionError('versions are not supported')
-            tpc = self._buffer_for(transaction)
+            tpc = self.buffer_for(transaction)
             if isinstance(serial, str):  # some callers spell z64 as a str
                 serial = serial.encode('latin-1')
         tpc.stores[int.from_bytes(oid, 'big')] = (
@@ -114,26 +156,26 @@ class TPC:
     def restore(self, oid, serial, data, version, prev_txn, transaction):
         """Store a copied revision as it is (no conflict checks); *data*
         None records that the object does not exist in this revision."""
-        self._check_writable()
-        tpc = self._buffer_for(transaction)
+        self.check_writable()
+        tpc = self.buffer_for(transaction)
         ioid = u64(oid)
         tpc.stores[ioid] = (None, data)
         tpc.restored.add(ioid)
         tpc.view_checked = False
-        if serial and not self._adapter.keep_history:
+        if serial and not self.adapter.keep_history:
             tpc.serials[ioid] = u64(serial)
 
     def deleteObject(self, oid, oldserial, transaction):
-        self._check_writable()
-        tpc = self._buffer_for(transaction)
+        self.check_writable()
+        tpc = self.buffer_for(transaction)
         tpc.stores[u64(oid)] = (u64(oldserial), None)
 
     def checkCurrentSerialInTransaction(self, oid, serial, transaction):
-        tpc = self._buffer_for(transaction)
+        tpc = self.buffer_for(transaction)
         tpc.read_current[u64(oid)] = u64(serial)
 
     def tpc_vote(self, transaction):
-        tpc = self._buffer_for(transaction)
+        tpc = self.buffer_for(transaction)
         if tpc.voted:
             return tpc.resolved
         tpc.voting = True
@@ -141,7 +183,7 @@ class TPC:
         try:
             vote(self, tpc)
         except ConflictError as e:  # ReadConflictError too
-            self._metrics.conflict_raised(e, tpc)
+            self.metrics.conflict_raised(e, tpc)
             raise
         finally:
             tpc.voting = False
@@ -150,7 +192,7 @@ class TPC:
         return tpc.resolved
 
     def tpc_finish(self, transaction, f=None):
-        tpc = self._buffer_for(transaction)
+        tpc = self.buffer_for(transaction)
         try:
             if not tpc.voted:
                 self.tpc_vote(transaction)
@@ -166,23 +208,23 @@ class TPC:
             if f is not None:
                 f(p64(tid))
         finally:
-            self._end_tpc()
+            self.end_tpc()
         return p64(tid)
 
     def tpc_abort(self, transaction):
-        tpc = self._tpc
+        tpc = self.tpc
         if tpc is None or tpc.transaction is not transaction:
             return
         try:
-            if self._store is not None:
-                self._store.rollback()
+            if self.session is not None:
+                self.session.rollback()
         finally:
             try:
-                if self._blobs is not None:
-                    self._blobs.abort(tpc)
+                if self.blobs is not None:
+                    self.blobs.abort(tpc)
             finally:
-                self._end_tpc()
+                self.end_tpc()
 
-    def _end_tpc(self):
-        self._tpc = None
-        self._tpc_lock.release()
+    def end_tpc(self):
+        self.tpc = None
+        self.tpc_lock.release()

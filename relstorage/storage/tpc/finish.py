@@ -11,7 +11,7 @@ def _bytes(text):
     return text if isinstance(text, bytes) else text.encode('utf-8')
 
 
-def commit_args(storage, tpc):
+def commit_args(commit, tpc):
     """The keyword arguments of the store session's prepare() and
     commit() for *tpc*."""
     meta = tpc.transaction
@@ -24,9 +24,9 @@ def commit_args(storage, tpc):
     # copies, explicit oids); existing ones were allocated already.
     max_oid = max((oid for oid, actual, _ in tpc.rows if not actual),
                   default=None)
-    if max_oid is not None and max_oid <= storage._adapter.max_known_oid:
+    if max_oid is not None and max_oid <= commit.adapter.max_known_oid:
         max_oid = None
-    blobs = storage._blobs
+    blobs = commit.blobs
     serials = tpc.own_serials()
     return dict(
         meta=(_bytes(meta.user), _bytes(meta.description), ext or b''),
@@ -36,12 +36,12 @@ def commit_args(storage, tpc):
         before_commit=blobs.before_commit(tpc) if blobs else None)
 
 
-def finish(storage, tpc):
+def finish(commit, tpc):
     """Commit what vote uploaded (and, where vote prepared the commit,
     only make it visible); return the new tid (an int)."""
-    session = storage._store_session()
-    args = tpc.commit_args or commit_args(storage, tpc)
-    blobs = storage._blobs
+    session = commit.store_session()
+    args = tpc.commit_args or commit_args(commit, tpc)
+    blobs = commit.blobs
     try:
         tid = session.commit(
             probe_oid=tpc.rows[0][0] if tpc.rows else None, **args)
@@ -52,8 +52,8 @@ def finish(storage, tpc):
         raise
     max_oid = args['max_oid']
     if max_oid is not None:
-        storage._adapter.note_oid(max_oid)
-    storage._after_commit(tid, tpc.rows, session.previous_tid,
+        commit.adapter.note_oid(max_oid)
+    commit.after_commit(tid, tpc.rows, session.previous_tid,
                           tpc.own_serials(), checked=tpc.view_checked)
     if blobs is not None:
         blobs.after_commit(tpc, tid)

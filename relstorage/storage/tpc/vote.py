@@ -8,18 +8,18 @@ from ..load import MAX_ID
 from .finish import commit_args
 
 
-def vote(storage, tpc):
+def vote(commit, tpc):
     """Lock the rows *tpc* changes (and its readCurrent rows, shared), check
     that what the transaction read is still current, resolve write
     conflicts and upload the final states. Sets ``tpc.rows`` and
     ``tpc.resolved``; raises ConflictError / ReadConflictError."""
-    if storage._adapter.requires_snapshot_end_at_vote:
+    adapter = commit.adapter
+    if adapter.requires_snapshot_end_at_vote:
         # Nothing more is read at the view (conflict resolution reads
         # through the store session); a snapshot held while this waits
         # for the writer would hold back the WAL's restart.
-        with storage._load_lock:
-            storage._end_snapshot()
-    session = storage._store_session()
+        commit.end_snapshot()
+    session = commit.store_session()
     stores = tpc.stores
     highest = max(max(stores, default=0), max(tpc.read_current, default=0))
     if highest >= MAX_ID:
@@ -28,7 +28,7 @@ def vote(storage, tpc):
         raise OidOutOfRange(
             'object 0x%x cannot be stored in the %s: its oid is not below '
             '0x7fffffffffffffff (its 64-bit signed columns hold oids up to '
-            '0x7ffffffffffffffe)' % (highest, storage._adapter.describe()))
+            '0x7ffffffffffffffe)' % (highest, adapter.describe()))
     tpc.timing.lock_begins()
     current = session.lock_and_read_current(stores.keys(),
                                             tpc.read_current.keys())
@@ -57,12 +57,12 @@ def vote(storage, tpc):
                 raise ConflictError(
                     oid=p64(oid), serials=(p64(actual), p64(expected)))
             # Raises ConflictError when the states cannot be merged.
-            state = storage.tryToResolveConflict(
+            state = commit.resolve(
                 p64(oid), p64(actual), p64(expected), state)
             resolved.append(p64(oid))
-            storage._metrics.conflict_resolved(p64(oid), state)
+            commit.metrics.conflict_resolved(p64(oid), state)
         rows.append((oid, actual, state))
-    blobs = storage._blobs
+    blobs = commit.blobs
     blob_ids = blobs.vote(session, tpc, current) if blobs is not None else {}
     serials = tpc.own_serials()
     if serials is not None:
@@ -77,9 +77,9 @@ def vote(storage, tpc):
                        tid_free=tpc.restore_tid is None)
     tpc.rows = rows
     tpc.resolved = resolved
-    if storage._adapter.supports_prepare_at_vote:
+    if adapter.supports_prepare_at_vote:
         # The commit transaction is the only writer already: everything
         # but the COMMIT is done now, so that a vote that succeeded
         # leaves finish nothing that can fail for lack of room.
-        tpc.commit_args = commit_args(storage, tpc)
+        tpc.commit_args = commit_args(commit, tpc)
         session.prepare(**tpc.commit_args)

@@ -1,0 +1,415 @@
+"""An instance's view of the database: the snapshot it reads from, the load
+session that holds it, and the polls that move it forward.
+
+Every database read of an instance goes through its view's load session
+under the view's lock, so one storage can be used from several threads.
+"""
+import contextlib
+import logging
+import sys
+import threading
+import time
+from collections import OrderedDict
+
+from ZODB.utils import p64
+
+from ..exceptions import RelStorageError
+
+log = logging.getLogger(__name__)
+
+#: States a history-free instance keeps for conflict resolution.
+SEEN_LIMIT = 10000
+
+
+class RecentStates(OrderedDict):
+    """History-free: the old revisions are gone from the database, but
+    conflict resolution needs the state a transaction started from. Keeps
+    the states this instance read or committed, ``oid -> (state, tid)``,
+    until a poll reports them changed (ZODB keeps using an object it
+    committed without loading it again), at most SEEN_LIMIT of them, the
+    longest kept forgotten first; reading a kept state again does not move
+    it. (An OrderedDict: deleting a plain dict's first key, one at a time,
+    makes each next search for it step over every key deleted before, 5 us
+    per state past the limit.)"""
+
+    #: Whether states are kept (the load path tests this once per hit).
+    keeps = True
+
+    def remember(self, oid, value):
+        """Keep *value*, ``(state, tid)``, the very tuple the shared cache
+        holds where it has one; a None state (a deletion) only forgets
+        *oid*."""
+        self.pop(oid, None)
+        if value[0] is None:
+            return
+        self[oid] = value
+        if len(self) > SEEN_LIMIT:
+            self.popitem(last=False)
+
+    def remember_many(self, values):
+        """remember() each ``(oid, (state, tid))`` of *values*."""
+        remember = self.remember
+        for oid, value in values:
+            remember(oid, value)
+
+    def forget(self, oids):
+        """A poll found *oids* changed (None: it cannot tell what)."""
+        if not self:
+            return
+        if oids is None:
+            self.clear()
+        else:
+            pop = self.pop
+            for oid in oids:
+                pop(oid, None)
+
+
+class NoStates:
+    """History-preserving: every revision stays in the database, where
+    conflict resolution reads it; nothing is kept."""
+
+    __slots__ = ()
+    keeps = False
+
+    def get(self, oid, default=None):
+        return default
+
+    def remember(self, oid, value):
+        pass
+
+    def remember_many(self, values):
+        pass
+
+    def forget(self, oids):
+        pass
+
+    def clear(self):
+        pass
+
+    def __len__(self):
+        return 0
+
+
+def kept_states(keep_history):
+    """The states an instance keeps in its mode."""
+    return NoStates() if keep_history else RecentStates()
+
+
+def _zodb_caller(skip):
+    """The name of the function *skip* frames above the one asking, if it
+    is ZODB's, else None."""
+    try:
+        code = sys._getframe(skip + 1).f_code
+    except ValueError:  # called from near the top of a program
+        return None
+    return code.co_name if 'ZODB' in code.co_filename else None
+
+
+def called_by_zodb(*names):
+    """Whether the caller of the function asking was called by ZODB's
+    functions *names*, innermost first.
+
+    ZODB calls the same storage methods (poll_invalidations,
+    afterCompletion) at a transaction's end, when a connection closes and
+    when one reopens, and tells the storage nothing else of why: the
+    only way to tell these apart is to look at who called. This is the
+    one place that looks."""
+    # Frames above _zodb_caller: 1 this function, 2 the function asking,
+    # 3 its caller... (a loop: a generator would add a frame).
+    for i, name in enumerate(names):
+        if _zodb_caller(2 + i) != name:
+            return False
+    return True
+
+
+class View:
+    """The snapshot one storage instance reads from, and its polling.
+
+    *tid* is the view: the newest commit this instance sees. *exact*
+    (history-free) makes each poll begin the snapshot exactly at the view,
+    since the revisions a newer one would hide are gone. *kept* are the
+    instance's kept states (see RecentStates), forgotten as polls find
+    them changed. A root storage (*is_root*, used directly rather than
+    through ZODB connections) polls before every read.
+    """
+
+    def __init__(self, adapter, cache, kept, readahead, metrics, options,
+                 name, is_root):
+        self.adapter = adapter
+        self.cache = cache
+        self.kept = kept
+        self.exact = kept.keeps
+        self.readahead = readahead
+        self.metrics = metrics
+        self.poll_interval = options.poll_interval
+        self.name = name
+        self.is_root = is_root
+        self.lock = threading.RLock()
+        #: The load session, opened at the first read (see session()).
+        self.load = None
+        self.tid = None
+        #: Whether reads may use tid as it is, without a poll first.
+        self.fresh = False
+        #: Where the next poll may start instead of tid: the tid of this
+        #: instance's own last commit, when nothing else was committed
+        #: between tid and it (own changes are not invalidations).
+        self.poll_base = None
+        self.own_changes = []
+        #: The tids of this instance's own commits since its view: their
+        #: changes are no invalidations for it, whatever else committed.
+        self.own_tids = set()
+        #: The tid of this instance's own last commit.
+        self.last_tid = 0
+        self.last_poll = 0.0
+        self.poll_forced = False
+        self.poll_failed = False
+
+    def session(self):
+        """The load session, opened if need be."""
+        if self.load is None:
+            self.load = self.adapter.open_load_session()
+        return self.load
+
+    def release(self):
+        """Close the load session (reopened by the next read)."""
+        session, self.load = self.load, None
+        if session is not None:
+            session.close()
+
+    def ensure(self):
+        """The tid of the snapshot this instance reads from.
+
+        A storage used directly (not through ZODB connections) reads the
+        newest data on every call, as callers of a plain storage expect;
+        an instance made by new_instance() keeps its snapshot until ZODB
+        polls at the next transaction boundary.
+        """
+        if not self.fresh:
+            self.poll(snapshot=self.exact)
+        return self.tid
+
+    def poll(self, snapshot):
+        """Move the view to the newest commit; return the oids (ints)
+        changed since the previous view, or None when they cannot be known.
+
+        With *snapshot* the poll begins the snapshot that the reads until
+        the next poll use, exactly at the view; otherwise the first read
+        begins one, which may be newer than the view (see
+        Loader._as_of_view). Nothing changes until the poll has succeeded:
+        if it fails (a lost connection, say), the next poll cannot know
+        what changed in between and returns None, so ZODB invalidates
+        everything."""
+        started = self.metrics.clock()
+        session = self.session()
+        old = self.poll_base or self.tid
+        unknown = self.poll_failed
+        cache = self.cache
+        fetch = self.fetch_changes
+        if self.poll_base and not unknown:
+            # This instance's own commits since its view are every change
+            # there: the shared cache learns them without asking.
+            own = self.own_changes  # oid, tid, oid, tid...
+            cache.after_poll(self.tid, self.poll_base,
+                             zip(own[0::2], own[1::2]), complete=True,
+                             fetch_changes=fetch)
+        del self.own_changes[:]
+        # What was announced until now, this poll sees: forgotten, so that
+        # it causes no second poll (and piles up nowhere while the polls
+        # are forced, by this instance's own commits, say).
+        session.commits_announced()
+        self.poll_failed = True
+        self.fresh = False
+        new = session.restart() if snapshot else session.poll()
+        if old is None or unknown or new < old:
+            # A first poll; or the changes since the last view are unknown,
+            # or the database was emptied or replaced under us.
+            if old is not None and new < old:
+                cache.clear()
+            cache.after_poll(None, new, (), fetch_changes=fetch)
+            oids = () if old is None else None
+        elif new == old:
+            oids = ()
+            if cache.p0 is None:
+                # Nothing changed, but the cache was cleared: start its
+                # change index here, or it would keep nothing until the
+                # next commit moves the view.
+                cache.after_poll(old, new, (), fetch_changes=fetch)
+        else:
+            # This instance's own commits are no invalidations for it, even
+            # with others' commits in between: an object it wrote and
+            # nobody wrote after has its own tid as its newest, and no
+            # other change since the view can hide behind it (the commit
+            # checked that the revision it replaced was the one read).
+            own = self.own_tids
+            oids = cache.changes_between(old, new, skip_tids=own)
+            if oids is None:
+                # Read in one statement with the newest tid, which may have
+                # moved on since: no change can be missed in between.
+                new, changes = session.poll_changes(old)
+                cache.after_poll(old, new, changes, fetch_changes=fetch)
+                oids = [oid for oid, tid in changes if tid not in own]
+        if self.readahead is not None:
+            # What was read ahead in the last transaction is of no use to
+            # tell what to read ahead in the next.
+            self.readahead.forget_walks()
+        self.tid = new
+        self.poll_base = None
+        self.own_tids.clear()
+        self.last_poll = time.monotonic()
+        self.poll_forced = False
+        self.poll_failed = False
+        self.fresh = not self.is_root
+        self.kept.forget(oids)
+        self.metrics.polled(started, oids)
+        return oids
+
+    def fetch_changes(self, after_tid, upto_tid):
+        return self.session().changes(after_tid, upto_tid)
+
+    def poll_invalidations(self):
+        with self.lock:
+            interval = self.poll_interval
+            if (interval and self.tid is not None
+                    and not self.poll_forced
+                    and time.monotonic() - self.last_poll < interval
+                    and not self.session().commits_announced()):
+                # Within the interval, and no commit announced (or a
+                # database that announces none): keep the view.
+                return []
+            # History-free reads need a snapshot exactly at the view (the
+            # revisions a newer one would hide are gone), except after the
+            # poll that ZODB makes as a transaction ends: the connection
+            # may stay idle for long, and must not hold a snapshot then.
+            # (Connection.afterCompletion polls, through newTransaction,
+            # so that invalidations apply early; a poll at open() or
+            # begin() is followed by reads, this one perhaps by nothing.)
+            ending = called_by_zodb('newTransaction', 'afterCompletion')
+            try:
+                oids = self.poll(snapshot=self.exact and not ending)
+            except RelStorageError as e:
+                if not ending:
+                    raise
+                # The transaction is over (committed, perhaps): an error
+                # here would reach the application as the commit's, and a
+                # retry would apply it twice. The next poll, as the next
+                # transaction begins, tries again (and invalidates
+                # everything, not knowing what changed meanwhile).
+                log.warning('polling %s after a transaction ended failed '
+                            '(the next transaction polls again): %s',
+                            self.name, e)
+                oids = None
+        if oids is None:
+            return None
+        return [p64(oid) for oid in oids]
+
+    def sync(self, force=True):
+        """ZODB calls this just before poll_invalidations; the poll itself
+        starts the new snapshot, so there is nothing to do here."""
+
+    def afterCompletion(self):
+        """Called by ZODB after a transaction ends (and when a connection
+        closes): end the snapshot, so that an idle connection holds none
+        (no PostgreSQL session "idle in transaction", no SQLite reader
+        pinning the WAL).
+
+        A connection that closes goes back to ZODB's pool, and whoever
+        opens it next expects every commit made before: its next poll is
+        a real one, whatever the poll-interval. Within the interval the
+        instance would otherwise trust that no commit was announced, but
+        a commit is visible before its announcement reaches a listener
+        (PostgreSQL sends NOTIFY to the listening sessions after the
+        COMMIT, from their own server processes): in a loop of commits,
+        nearly half had not reached the listener when the COMMIT returned.
+        """
+        with self.lock:
+            self.end_snapshot()
+            if called_by_zodb('close'):
+                self.poll_forced = True
+
+    def end_snapshot(self):
+        if self.load is not None:
+            try:
+                self.load.end_snapshot()
+            except Exception:  # noqa: BLE001 -- a lost connection; the
+                # next poll reopens it
+                log.debug('ending the snapshot of %s failed', self.name,
+                          exc_info=True)
+
+    def end_snapshot_now(self):
+        """end_snapshot(), taking the lock (from another part)."""
+        with self.lock:
+            self.end_snapshot()
+
+    @contextlib.contextmanager
+    def reading(self):
+        """The lock and the view for a read; a storage used directly (no
+        transactions end its snapshots) ends the snapshot after it."""
+        with self.lock:
+            view = self.ensure()
+            try:
+                yield view
+            finally:
+                if self.is_root:
+                    self.end_snapshot()
+
+    def read(self, fetch):
+        """``fetch(load session)``, read in this instance's snapshot."""
+        with self.reading():
+            return fetch(self.session())
+
+    def newest_tid(self):
+        """The newest tid this instance knows of: its view, or its own
+        last commit (a root storage asks the database first)."""
+        if self.is_root:
+            # Commits happen through instances; ask the database.
+            with self.reading():
+                pass
+        return max(self.last_tid, self.tid or 0)
+
+    def after_commit(self, tid, rows, previous=None, serials=None,
+                     checked=True):
+        """This instance committed *rows* (``(oid, prev_tid, state)``) as
+        *tid*. *previous*: the newest tid before this commit, if known;
+        *serials*: oid -> tid for rows that keep their own (copies);
+        *checked*: every row was checked against the revision this
+        instance read (no restore, no undo), so no other change of those
+        objects since the view can hide behind this commit."""
+        self.last_tid = tid
+        self.poll_forced = True
+        cache = self.cache
+        # One (state, tid) tuple per object, held by both the shared cache
+        # and the kept states.
+        if serials:
+            committed = [(oid, (state, serials[oid]))
+                         for oid, _, state in rows]
+        else:
+            committed = [(oid, (state, tid)) for oid, _, state in rows]
+        with self.lock:
+            cache.store_committed_many(committed)
+            if checked:
+                self.own_tids.add(tid)
+            self.kept.remember_many(committed)
+            base = self.poll_base or self.tid
+            if base is not None and previous == base:
+                self.poll_base = tid
+                # What changed between the view and this commit: exactly
+                # these rows; the next poll tells the shared cache, so
+                # that it serves them. Flat (oid, tid, oid, tid...): ints,
+                # which the garbage collector does not count, where a
+                # tuple per object would live until that poll.
+                own = self.own_changes
+                for oid, value in committed:
+                    own.append(oid)
+                    own.append(value[1])
+            else:
+                self.poll_base = None
+                del self.own_changes[:]
+
+    def forget_all(self):
+        """The database was emptied (zap_all): no view, no own commits."""
+        with self.lock:
+            self.tid = self.poll_base = None
+            self.fresh = False
+            del self.own_changes[:]
+            self.own_tids.clear()
+            self.last_tid = 0
