@@ -86,7 +86,9 @@ def _sql_formatting():
     """(file, source) of every place that formats something into SQL."""
     found = []
     for path in sorted(SOURCE.rglob('*.py')):
-        if 'tests' in path.parts:
+        # The tests and their support (relstorage.testing) create and
+        # drop test databases by name through admin connections.
+        if {'tests', 'testing'} & set(path.parts):
             continue
         rel = path.relative_to(SOURCE).as_posix()
         tree = ast.parse(path.read_text())

@@ -1123,7 +1123,7 @@ def test_root_and_instances_verify_zodbs_interfaces(keep_history, tmp_path):
     import ZODB.interfaces
     from zope.interface.verify import verifyObject
 
-    from .dbs import DatabaseFactory
+    from relstorage.testing.dbs import DatabaseFactory
     storage = DatabaseFactory('sqlite', keep_history).storage(
         zap=True, blob_dir=str(tmp_path / 'blobs'))
     instance = storage.new_instance()
