@@ -14,7 +14,8 @@ setup(
     license='ZPL-2.1',
     python_requires='>=3.11',
     packages=find_packages(include=['relstorage', 'relstorage.*',
-                                    'speedtest', 'speedtest.*']),
+                                    'relstorage_speedtest',
+                                    'relstorage_speedtest.*']),
     include_package_data=True,
     package_data={'relstorage': ['component.xml', '*.conf']},
     zip_safe=False,
@@ -37,7 +38,7 @@ setup(
         'oracle': ['oracledb >= 2.0'],
         # zodburi's postgres://, mysql://, oracle:// and sqlite:// URIs.
         'zodburi': ['zodburi'],
-        # speedtest.shootout: zodbshootout 0.8.0 (pyperf 2.4 and later
+        # relstorage_speedtest.shootout: zodbshootout 0.8.0 (pyperf 2.4 and later
         # clash with its --profile option; it imports six undeclared).
         'bench': ['zodbshootout == 0.8.0', 'pyperf == 2.3.1', 'six'],
         # The speed test's charts and its ZEO contender.
@@ -53,7 +54,7 @@ setup(
             'zope.testing',
             'pytest',
             'pytest-timeout',
-            # speedtest.shootout's own side is run by its tests.
+            # relstorage_speedtest.shootout's own side is run by its tests.
             'zodbshootout == 0.8.0', 'pyperf == 2.3.1', 'six',
             'psycopg2 >= 2.9',
             'psycopg[binary] >= 3.1',
@@ -72,7 +73,7 @@ setup(
             'zodbpack = relstorage.zodbpack:main',
             'zodbinfo = relstorage.zodbinfo:main',
             'zodbcheck = relstorage.zodbcheck:main',
-            'speedtest = speedtest.main:main',
+            'relstorage-speedtest = relstorage_speedtest.main:main',
             'relstorage-demo = relstorage.demo:main',
             'relstorage-upgrade = relstorage.upgrade:main',
             'relstorage-metrics = relstorage.metrics.server:main',

@@ -13,10 +13,11 @@ def test_every_directory_of_modules_is_installed():
     if not (ROOT / 'setup.py').exists():
         return  # running from an installed copy: it is what it is
     found = set(find_packages(str(ROOT), include=[
-        'relstorage', 'relstorage.*', 'speedtest', 'speedtest.*']))
+        'relstorage', 'relstorage.*',
+        'relstorage_speedtest', 'relstorage_speedtest.*']))
     directories = {
         path.parent.relative_to(ROOT).as_posix().replace('/', '.')
-        for top in ('relstorage', 'speedtest')
+        for top in ('relstorage', 'relstorage_speedtest')
         for path in (ROOT / top).rglob('*.py')}
     assert 'relstorage.adapters.postgresql' in directories
     assert directories - found == set()
