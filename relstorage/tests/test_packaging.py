@@ -1,23 +1,31 @@
 """What an installed copy holds: every directory of modules is a package
-that setup.py's find_packages() finds (one without ``__init__.py``
-imports from a checkout, as a namespace package, and is silently left
-out of a wheel)."""
+that the ``packages.find`` of pyproject.toml finds (one without
+``__init__.py`` imports from a checkout, as a namespace package, and is
+silently left out of a wheel)."""
+import tomllib
 from pathlib import Path
 
 from setuptools import find_packages
 
 ROOT = Path(__file__).resolve().parents[2]
+#: The top-level packages the wheel installs: names of this project.
+TOP_LEVEL = ('relstorage', 'relstorage_speedtest')
+
+
+def pyproject():
+    with open(ROOT / 'pyproject.toml', 'rb') as f:
+        return tomllib.load(f)
 
 
 def test_every_directory_of_modules_is_installed():
-    if not (ROOT / 'setup.py').exists():
+    if not (ROOT / 'pyproject.toml').exists():
         return  # running from an installed copy: it is what it is
-    found = set(find_packages(str(ROOT), include=[
-        'relstorage', 'relstorage.*',
-        'relstorage_speedtest', 'relstorage_speedtest.*']))
+    include = pyproject()['tool']['setuptools']['packages']['find'][
+        'include']
+    found = set(find_packages(str(ROOT), include=include))
     directories = {
         path.parent.relative_to(ROOT).as_posix().replace('/', '.')
-        for top in ('relstorage', 'relstorage_speedtest')
+        for top in TOP_LEVEL
         for path in (ROOT / top).rglob('*.py')}
     assert 'relstorage.adapters.postgresql' in directories
     assert directories - found == set()
