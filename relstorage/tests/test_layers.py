@@ -134,6 +134,10 @@ ENVIRONMENT_READS = {
     # A private test server's environment: the caller's, less the PG*
     # and MYSQL* variables that would point it elsewhere.
     ('testing/processes.py', 'server_env'),
+    # The environment of a user's shell for a tool run from a copy of the
+    # checkout (buildout, an installed wheel): the caller's, less
+    # PYTHONPATH and VIRTUAL_ENV.
+    ('testing/checkout.py', 'user_environment'),
 }
 _ENVIRONMENT_NAMES = {'environ', 'environb', 'getenv', 'getenvb'}
 
