@@ -2,8 +2,8 @@
 #
 # Creates .venv in the repository root (Python 3.11 or newer) and installs
 # relstorage into it, editable, with the extras listed in EXTRAS (comma
-# separated, may be empty); pip runs again only when setup.py or the extras
-# change. On a fresh Debian/Ubuntu machine (as root) it installs what is
+# separated, may be empty); pip runs again only when pyproject.toml or the
+# extras change. On a fresh Debian/Ubuntu machine (as root) it installs what is
 # missing: the Python venv module and, for the database driver extras, the
 # headers and tools psycopg2 and mysqlclient are built with.
 #

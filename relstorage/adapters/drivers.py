@@ -9,7 +9,7 @@ def choose_driver(name, drivers, spellings, auto, database, supported,
     constructor imports the module), by one of its *spellings*
     (lower-case spelling -> name), or for ``auto`` the first of *auto*
     that imports. Errors name the option, the *database*, the *supported*
-    spellings and the setup.py *extra* that installs a driver."""
+    spellings and the *extra* (pyproject.toml) that installs a driver."""
     key = str(name or 'auto').lower()
     if key == 'auto':
         candidates = auto

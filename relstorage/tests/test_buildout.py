@@ -5,15 +5,14 @@ an external blob cache check), which must get the parent's path: a
 buildout script puts relstorage on ``sys.path`` itself, and a plain
 ``python -m`` child would not find it."""
 import os
-import pathlib
 import shutil
-import subprocess
-import sys
 import textwrap
 
-import pytest
+from relstorage.testing.checkout import copy_checkout
+from relstorage.testing.checkout import make_venv
+from relstorage.testing.checkout import run as _run
+from relstorage.testing.checkout import user_environment
 
-ROOT = pathlib.Path(__file__).parents[2]
 #: Kept between runs on this machine, so that buildout downloads and
 #: builds each egg once (not in the checkout, not committed): the eggs,
 #: and a virtualenv holding zc.buildout and nothing of this project
@@ -53,48 +52,21 @@ BLOB_CHECK = textwrap.dedent('''
 ''')
 
 
-def _copy_checkout(dest):
-    listed = subprocess.run(
-        ['git', '-C', str(ROOT), 'ls-files', '-co', '--exclude-standard'],
-        capture_output=True, text=True)
-    if listed.returncode != 0:
-        pytest.skip('not a git checkout: %s' % listed.stderr.strip())
-    for name in listed.stdout.splitlines():
-        source = ROOT / name
-        if source.is_file():
-            target = dest / name
-            target.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(source, target)
-
-
-def _run(argv, cwd, timeout, env=None):
-    done = subprocess.run(argv, cwd=cwd, capture_output=True, text=True,
-                          timeout=timeout, env=env)
-    assert done.returncode == 0, (argv, done.stdout[-3000:],
-                                  done.stderr[-3000:])
-    return done.stdout
-
-
 def _buildout(env):
     """The buildout command of a virtualenv of its own."""
     buildout = os.path.join(VENV, 'bin', 'buildout')
     if not os.path.exists(buildout):
         shutil.rmtree(VENV, ignore_errors=True)
-        base = getattr(sys, '_base_executable', sys.executable)
-        _run([base, '-m', 'venv', VENV], CACHE, 300, env)
-        _run([os.path.join(VENV, 'bin', 'pip'), 'install', '-q',
-              'zc.buildout'], CACHE, 600, env)
+        pip = os.path.join(make_venv(VENV, env), 'pip')
+        _run([pip, 'install', '-q', 'zc.buildout'], CACHE, 600, env)
     return buildout
 
 
 def test_buildout_scripts_work(tmp_path):
     checkout = tmp_path / 'checkout'
-    _copy_checkout(checkout)
+    copy_checkout(checkout)
     os.makedirs(EGGS, exist_ok=True)
-    # The environment of a user's shell, not of this test run: no
-    # PYTHONPATH pointing at this checkout.
-    env = {k: v for k, v in os.environ.items()
-           if k not in ('PYTHONPATH', 'VIRTUAL_ENV')}
+    env = user_environment()
     buildout = _buildout(env)
     _run([buildout, '-q', 'buildout:eggs-directory=%s' % EGGS],
          checkout, 1200, env)

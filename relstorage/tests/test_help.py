@@ -8,9 +8,9 @@ import pytest
 SCRIPTS = ['relstorage.zodbconvert', 'relstorage.zodbpack',
            'relstorage.zodbinfo', 'relstorage.zodbcheck',
            'relstorage.demo', 'relstorage.upgrade',
-           'relstorage.metrics.server', 'speedtest.main',
-           'speedtest.pack',
-           'speedtest.convert']
+           'relstorage.metrics.server', 'relstorage_speedtest.main',
+           'relstorage_speedtest.pack',
+           'relstorage_speedtest.convert']
 
 
 @pytest.mark.parametrize('module', SCRIPTS)

@@ -1,7 +1,8 @@
 """The layout rules the code keeps, checked over every shipped module
 (everything under relstorage/ but relstorage/tests/, and for the imports
-of the tests and of the testing support speedtest/ but its tests): each
-rule is a scan that fails naming the module and line that breaks it."""
+of the tests and of the testing support relstorage_speedtest/ but its
+tests): each rule is a scan that fails naming the module and line that
+breaks it."""
 import ast
 import importlib
 import inspect
@@ -133,6 +134,10 @@ ENVIRONMENT_READS = {
     # A private test server's environment: the caller's, less the PG*
     # and MYSQL* variables that would point it elsewhere.
     ('testing/processes.py', 'server_env'),
+    # The environment of a user's shell for a tool run from a copy of the
+    # checkout (buildout, an installed wheel): the caller's, less
+    # PYTHONPATH and VIRTUAL_ENV.
+    ('testing/checkout.py', 'user_environment'),
 }
 _ENVIRONMENT_NAMES = {'environ', 'environb', 'getenv', 'getenvb'}
 
@@ -254,14 +259,14 @@ def imports_of(target, source, package):
 
 
 def modules_outside_the_tests():
-    """``(path, package)`` of every module of relstorage and speedtest
-    but their tests."""
+    """``(path, package)`` of every module of relstorage and
+    relstorage_speedtest but their tests."""
     root = SOURCE.parent
     found = []
-    for top in ('relstorage', 'speedtest'):
+    for top in ('relstorage', 'relstorage_speedtest'):
         for path in sorted((root / top).rglob('*.py')):
             parts = path.relative_to(root).with_suffix('').parts
-            if parts[:2] in (('relstorage', 'tests'), ('speedtest', 'tests')):
+            if parts[1:2] == ('tests',):
                 continue
             package = parts if parts[-1] == '__init__' else parts[:-1]
             found.append((path, '.'.join(p for p in package
@@ -288,7 +293,7 @@ def test_the_tests_import_scan_sees_every_form():
     names = {str(p.relative_to(SOURCE.parent))
              for p, _ in modules_outside_the_tests()}
     assert {'relstorage/storage/pack.py', 'relstorage/testing/dbs.py',
-            'speedtest/main.py'} <= names
+            'relstorage_speedtest/main.py'} <= names
     assert not any('/tests/' in n for n in names)
 
 
@@ -306,7 +311,8 @@ def test_nothing_outside_the_tests_imports_them():
 def test_the_storage_does_not_import_the_testing_support():
     storage = [(path, package) for path, package
                in modules_outside_the_tests()
-               if not package.startswith(('speedtest', TESTING_PACKAGE))]
+               if not package.startswith(('relstorage_speedtest',
+                                          TESTING_PACKAGE))]
     assert storage
     assert importers_of(TESTING_PACKAGE, storage) == []
 
@@ -618,7 +624,7 @@ def test_no_module_outside_storage_reaches_into_a_storage():
     """Metrics, blobs, tools are handed what they need (values, callables,
     RelStorage.adapter): only relstorage/storage/ knows a storage's
     private parts; nothing outside it holds an ``_adapter`` either."""
-    speedtest = SOURCE.parent / 'speedtest'
+    speedtest = SOURCE.parent / 'relstorage_speedtest'
     files = shipped_files() + sorted(speedtest.glob('*.py'))
     assert speedtest / 'main.py' in files
     found = []

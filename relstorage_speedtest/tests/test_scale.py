@@ -1,9 +1,9 @@
-"""speedtest.scale end to end at a tiny size on SQLite: it builds,
+"""relstorage_speedtest.scale end to end at a tiny size on SQLite: it builds,
 measures twice, packs the garbage it made and reports."""
 import io
 import json
 
-from speedtest import scale
+from relstorage_speedtest import scale
 
 
 def test_scale_builds_measures_and_packs(tmp_path):

@@ -3,8 +3,9 @@ with ``zodbconvert`` and report objects per second -- optionally next to
 another zodbconvert (RelStorage 4.3 installed in its own virtualenv) on
 the same file, databases and machine, in the same run.
 
-    python -m speedtest.convert [--objects 100000] [--transactions 10000]
-        [--databases sqlite,postgresql,mysql] [--other-venv DIR]
+    python -m relstorage_speedtest.convert [--objects 100000]
+        [--transactions 10000] [--databases sqlite,postgresql,mysql]
+        [--other-venv DIR]
         [--json FILE]
 
 Both tools run as separate processes from the command line, with
@@ -88,7 +89,7 @@ def convert(command, fs_path, database, keep_history, which):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(prog='speedtest.convert',
+    parser = argparse.ArgumentParser(prog='relstorage_speedtest.convert',
                                      description=help_text(__doc__))
     parser.add_argument('--objects', type=int, default=100000,
                         help='objects in the FileStorage built (%(default)s)')

@@ -3,8 +3,8 @@ timing asserts: the figures are only checked to exist)."""
 import json
 import os
 
-from speedtest.contenders import parse
-from speedtest.main import main
+from relstorage_speedtest.contenders import parse
+from relstorage_speedtest.main import main
 
 CONFIG = """\
 %%import relstorage
@@ -104,7 +104,7 @@ def test_zeo_server_logs_to_a_file_not_an_unread_pipe():
     """Under 8 writers the server logs a line per lock wait: into a pipe
     that nobody reads, it blocked once the pipe was full, and every client
     with it."""
-    from speedtest.contenders import ZEOServer
+    from relstorage_speedtest.contenders import ZEOServer
     server = ZEOServer()
     try:
         assert server.proc.stderr is None
@@ -157,8 +157,8 @@ def test_servers_with_connection_variants_and_raw_limit(tmp_path):
 def test_progress_is_told_by_work_not_by_steps(capsys):
     """A 10,000-object step weighs far more than a 100-object one, and
     growth by its commits: the share done counts that."""
-    from speedtest.main import Runner
-    from speedtest.main import cost
+    from relstorage_speedtest.main import Runner
+    from relstorage_speedtest.main import cost
     small, big = cost(100, 10), cost(10000, 10)
     growth = cost(1, 1, commits=50000)
     assert big > 10 * small and growth > big

@@ -142,7 +142,8 @@ def mariadb_shim(venv):
                  'import sysconfig; print(sysconfig.get_path("purelib"))'],
                 'find site-packages in %s' % venv).strip()
     with open(os.path.join(site, 'speedtest_rs4_mariadb.py'), 'w') as f:
-        f.write('# Written by speedtest.othervenv.\n%s\n\nadjust_for_mariadb()\n'
+        f.write('# Written by relstorage_speedtest.othervenv.\n%s\n\n'
+                'adjust_for_mariadb()\n'
                 % inspect.getsource(adjust_for_mariadb))
     with open(os.path.join(site, 'speedtest_rs4_mariadb.pth'), 'w') as f:
         f.write("import os; os.environ.get(%r) and "

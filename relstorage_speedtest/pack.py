@@ -5,26 +5,25 @@ longest time the writer waited for a commit -- with ``--other-venv``,
 next to RelStorage 4.3's own zodbpack (in a virtualenv of its own) on an
 identical database.
 
-    python -m speedtest.pack [--objects 100000] [--database sqlite]
+    python -m relstorage_speedtest.pack [--objects 100000] [--database sqlite]
         [--keep-history|--no-keep-history] [--other-venv [DIR]]
         [--rounds 1] [--pack-timeout SECONDS] [--no-writer]
         [--json FILE] [--verbose]
 
-Each side builds its database, commits beside the pack and counts what is
-left with its own Python, running the same script
-(``speedtest/packscripts.py``) in child processes. Each side's pack is
-``zodbpack --days 0 CONFIG`` (garbage collection on), a process of its
-own, timed from start to exit; its peak memory is the sum of the
-high-water marks of RSS (VmHWM, read while they run) of that process and
-of the processes it starts (see run_measured()). The other side uses
-the ``misc`` test database (SQLite: a directory of its own); with
-RelStorage 4.3 on MariaDB its build, writer and zodbpack take the server
-for MySQL 5.7 (see packscripts). Both sides must leave the same live
-data. A zodbpack still running after ``--pack-timeout`` seconds is
-killed with the processes it started: the other side's time then gives
-a ratio of at least that much, this side's makes the run fail.
-``--no-writer`` packs with no client committing beside it. Not a test:
-nothing here asserts on time.
+Each side builds its database, commits beside the pack and counts what is left
+with its own Python, running the same script
+(``relstorage_speedtest/packscripts.py``) in child processes. Each side's pack
+is ``zodbpack --days 0 CONFIG`` (garbage collection on), a process of its own,
+timed from start to exit; its peak memory is the sum of the high-water marks of
+RSS (VmHWM, read while they run) of that process and of the processes it starts
+(see run_measured()). The other side uses the ``misc`` test database (SQLite: a
+directory of its own); with RelStorage 4.3 on MariaDB its build, writer and
+zodbpack take the server for MySQL 5.7 (see packscripts). Both sides must leave
+the same live data. A zodbpack still running after ``--pack-timeout`` seconds
+is killed with the processes it started: the other side's time then gives a
+ratio of at least that much, this side's makes the run fail. ``--no-writer``
+packs with no client committing beside it. Not a test: nothing here asserts on
+time.
 """
 import argparse
 import json
@@ -405,7 +404,7 @@ def print_summary(summary, rounds):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(prog='speedtest.pack',
+    parser = argparse.ArgumentParser(prog='relstorage_speedtest.pack',
                                      description=help_text(__doc__))
     parser.add_argument('--objects', type=int, default=100000,
                         help='objects the database is built with '

@@ -1,10 +1,10 @@
-"""speedtest.phases for real on this side and FileStorage (the other
+"""relstorage_speedtest.phases for real on this side and FileStorage (the other
 side, RelStorage 4.3, is never installed by the tests): each commit's
 time, and the storage's part of it, which is less."""
 import io
 import json
 
-from speedtest import phases
+from relstorage_speedtest import phases
 
 
 def test_this_storage_and_filestorage_on_sqlite(tmp_path):

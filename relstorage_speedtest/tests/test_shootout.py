@@ -1,5 +1,5 @@
-"""speedtest.shootout runs zodbshootout for real on this side (the other
-side, RelStorage 4.3, is never installed by the tests) and reads its
+"""relstorage_speedtest.shootout runs zodbshootout for real on this side
+(the other side, RelStorage 4.3, is never installed by the tests) and reads its
 figures; the other side's virtualenv is refused when it would import this
 checkout."""
 import argparse
@@ -8,8 +8,8 @@ import sys
 
 import pytest
 
-from speedtest import othervenv
-from speedtest import shootout
+from relstorage_speedtest import othervenv
+from relstorage_speedtest import shootout
 
 
 def _args(**changes):

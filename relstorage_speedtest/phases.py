@@ -3,7 +3,7 @@ FileStorage (on SQLite's rows) and against RelStorage 4.3 (``--other-venv``),
 each commit split into the storage's own part and the rest (ZODB's:
 pickling, the connection's bookkeeping).
 
-    python -m speedtest.phases [--databases sqlite,postgresql,mysql]
+    python -m relstorage_speedtest.phases [--databases sqlite,postgresql,mysql]
         [--modes hf,hp] [--objects 1000] [--commits 40] [--rounds 3]
         [--filestorage] [--other-venv [DIR]] [--json FILE]
 
@@ -172,7 +172,7 @@ main(json.loads(sys.argv[2]))  # (after the action, "measure")
 
 
 def parse_args(argv):
-    parser = argparse.ArgumentParser(prog='speedtest.phases',
+    parser = argparse.ArgumentParser(prog='relstorage_speedtest.phases',
                                      description=help_text(__doc__))
     add = parser.add_argument
     add('--databases', default='sqlite,postgresql,mysql',
@@ -197,8 +197,8 @@ def parse_args(argv):
 
 class Contender(Side):
     """A side (its Python, environment and test database, as
-    speedtest.pack's), and the storage section it opens for a database
-    and mode in *workdir*."""
+    relstorage_speedtest.pack's), and the storage section it opens for a
+    database and mode in *workdir*."""
 
     def __init__(self, name, python, env, which='main'):
         super().__init__(name, python, env, None, which)

@@ -1,9 +1,9 @@
-"""``speedtest``: how fast each ``<zodb NAME>`` section of a config file
-(RelStorage with any adapter, FileStorage, ZEO) writes and reads objects,
-alone and with concurrent processes, how the cost of a commit changes as
-the database grows, and what the connection (TCP or unix socket, local
-cache on or off) changes. Without a config file it measures the embedded
-SQLite storage, in both history modes, in a temporary directory.
+"""``relstorage-speedtest``: how fast each ``<zodb NAME>`` section of a config
+file (RelStorage with any adapter, FileStorage, ZEO) writes and reads objects,
+alone and with concurrent processes, how the cost of a commit changes as the
+database grows, and what the connection (TCP or unix socket, local cache on or
+off) changes. Without a config file it measures the embedded SQLite storage, in
+both history modes, in a temporary directory.
 
 The databases named in the config file are emptied first.
 """
@@ -214,7 +214,7 @@ def environment(contenders):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(
-        prog='speedtest', description=help_text(__doc__),
+        prog='relstorage-speedtest', description=help_text(__doc__),
         formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument('config', nargs='?',
                         help='zope.conf-style file of <zodb NAME> sections')
@@ -300,7 +300,7 @@ def main(argv=None):
         return _run(args, contenders, sizes, levels, runs, transactions,
                     growth_total, growth_step)
     except SpeedTestError as e:
-        print('speedtest: ERROR: %s' % e, file=sys.stderr)
+        print('relstorage-speedtest: ERROR: %s' % e, file=sys.stderr)
         return 2
     finally:
         if zeo is not None:
@@ -437,8 +437,8 @@ def _run(args, contenders, sizes, levels, runs, transactions, growth_total,
                             else '%s: %s' % (type(e).__name__, e))
         if args.json:
             _write_json(args.json, results)
-            print('speedtest: what was measured before the error is in %s'
-                  % args.json, file=sys.stderr)
+            print('relstorage-speedtest: what was measured before the error '
+                  'is in %s' % args.json, file=sys.stderr)
         raise
 
     if args.json:

@@ -1,8 +1,9 @@
 """Scale test: build a large history-free database, and measure it at a
 small size and again at the full size, in the same run.
 
-    python -m speedtest.scale [--objects 10000000] [--baseline 100000]
-        [--databases postgresql,sqlite] [--json FILE] [--keep]
+    python -m relstorage_speedtest.scale [--objects 10000000]
+        [--baseline 100000] [--databases postgresql,sqlite] [--json FILE]
+        [--keep]
 
 For each database the build adds objects (PersistentMappings in an
 LOBTree under the root) in commits of ``--batch``; a tenth of each commit
@@ -67,7 +68,7 @@ ROUNDS = 3
 
 
 def parse_args(argv):
-    parser = argparse.ArgumentParser(prog='speedtest.scale',
+    parser = argparse.ArgumentParser(prog='relstorage_speedtest.scale',
                                      description=help_text(__doc__))
     add = parser.add_argument
     add('--objects', type=int, default=10000000,
@@ -313,7 +314,7 @@ def settle(database, args, name, data_dir):
 
 def pack(section, workdir):
     """zodbpack --days 0 in a process of its own: seconds, peak MB (its
-    own with its workers', see speedtest.pack.run_measured), and its
+    own with its workers', see relstorage_speedtest.pack.run_measured), and its
     summary."""
     config = os.path.join(workdir, 'scale.conf')
     with open(config, 'w') as f:

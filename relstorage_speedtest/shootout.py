@@ -4,7 +4,8 @@ same servers in the same run, the contenders taking turns (A B, then
 B A) for several rounds; prints the median of each figure, the spread of
 the rounds, and the state of each server.
 
-    python -m speedtest.shootout [--databases sqlite,postgresql,mysql]
+    python -m relstorage_speedtest.shootout
+        [--databases sqlite,postgresql,mysql]
         [--modes hf,hp] [--concurrency 1,2] [--rounds 3] [--objects 1000]
         [--tests add,update,cold,warm,hot,tpc] [--filestorage]
         [--other-venv DIR] [--json FILE]
@@ -14,14 +15,13 @@ directory first on ``sys.path``. The other side always runs in a
 directory of its own and is checked to import its own ``relstorage``.
 This side needs zodbshootout: ``pip install 'relstorage[bench]'``.
 
-Each contender writes to databases of its own, ``PREFIX_ours_hf`` and so
-on, created when missing through the admin connections (``--pg-admin``,
-``--mysql-admin``); SQLite and FileStorage files go to a temporary
-directory. zodbshootout empties them (``--zap force``) before each run.
-With ``--filestorage``, FileStorage joins the SQLite rows at c=1.
-RelStorage 4.3 is made to create its schema on MariaDB by a start-up
-module in its virtualenv (see speedtest.othervenv). Not a test: nothing
-here asserts on time.
+Each contender writes to databases of its own, ``PREFIX_ours_hf`` and so on,
+created when missing through the admin connections (``--pg-admin``,
+``--mysql-admin``); SQLite and FileStorage files go to a temporary directory.
+zodbshootout empties them (``--zap force``) before each run. With
+``--filestorage``, FileStorage joins the SQLite rows at c=1. RelStorage 4.3 is
+made to create its schema on MariaDB by a start-up module in its virtualenv
+(see relstorage_speedtest.othervenv). Not a test: nothing here asserts on time.
 """
 import argparse
 import json
@@ -46,7 +46,7 @@ NAMES = {'ours': 'this storage', 'other': 'RelStorage 4.3',
 
 
 def parse_args(argv):
-    parser = argparse.ArgumentParser(prog='speedtest.shootout',
+    parser = argparse.ArgumentParser(prog='relstorage_speedtest.shootout',
                                      description=help_text(__doc__))
     add = parser.add_argument
     add('--databases', default='sqlite,postgresql,mysql',

@@ -1,6 +1,6 @@
-"""speedtest.pgwal at a tiny size: a private, durable PostgreSQL server
-of its own, two values of a setting compared, and the server gone at
-the end."""
+"""relstorage_speedtest.pgwal at a tiny size: a private, durable PostgreSQL
+server of its own, two values of a setting compared, and the server gone
+at the end."""
 import io
 import json
 
@@ -8,7 +8,7 @@ import pytest
 
 from relstorage.testing.dbs import in_ci
 from relstorage.testing.servers import NotInstalled
-from speedtest import pgwal
+from relstorage_speedtest import pgwal
 
 
 def test_two_values_of_wal_compression(tmp_path, monkeypatch):

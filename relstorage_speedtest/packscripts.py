@@ -1,5 +1,5 @@
-"""What each side of ``speedtest.pack`` runs with its own Python: one
-script, kept here as source text and written to a file of its own, that
+"""What each side of ``relstorage_speedtest.pack`` runs with its own Python:
+one script, kept here as source text and written to a file of its own, that
 builds the database, commits beside the pack, or reads what is left.
 
 It imports ZODB and whichever ``relstorage`` its Python has, never this
@@ -8,10 +8,10 @@ package, so that the same text runs in the other side's virtualenv.
     python packside.py build|writer|verify SPEC
 
 On MariaDB, RelStorage 4.3 is adjusted by the start-up module
-speedtest.othervenv installs in its virtualenv (the environment of each
-of its processes asks for it): as installed it cannot create its schema
-there, and its zodbpack, taking the server for MySQL 8, replaces the
-stored procedures a writer committing meanwhile is using.
+relstorage_speedtest.othervenv installs in its virtualenv (the environment of
+each of its processes asks for it): as installed it cannot create its schema
+there, and its zodbpack, taking the server for MySQL 8, replaces the stored
+procedures a writer committing meanwhile is using.
 """
 import os
 

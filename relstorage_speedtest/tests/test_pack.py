@@ -1,12 +1,12 @@
-"""speedtest.pack runs end to end on SQLite (no timing asserts: the figures
-are only checked to be sane)."""
+"""relstorage_speedtest.pack runs end to end on SQLite (no timing asserts:
+the figures are only checked to be sane)."""
 import json
 import signal
 
 import pytest
 
-from speedtest import othervenv
-from speedtest.pack import main
+from relstorage_speedtest import othervenv
+from relstorage_speedtest.pack import main
 
 
 def _check_side(figures, objects):
@@ -69,7 +69,8 @@ def _other_venv():
     venv = othervenv.ready()
     if venv is None:
         pytest.skip('no %s with its marker (made by `python -m '
-                    'speedtest.pack --other-venv`); not installed by tests'
+                    'relstorage_speedtest.pack --other-venv`); not installed '
+                    'by tests'
                     % othervenv.DEFAULT_DIR)
     return venv
 

@@ -3,22 +3,21 @@ private server this run starts (durable, as an installed one is: fsync,
 full-page writes, 128 MB of shared buffers) and removes at the end; the
 machine's own server is never touched.
 
-    python -m speedtest.pgwal [--objects 1000000]
+    python -m relstorage_speedtest.pgwal [--objects 1000000]
         [--setting wal_compression=off,lz4,pglz] [--rounds 3]
         [--json FILE]
 
 It builds a history-free database of ``--objects`` objects (as
-speedtest.scale does), then, for ``--rounds`` rounds, for each value of
-the setting in turn (set with ALTER SYSTEM and a reload, so only
-settings a reload changes): a CHECKPOINT, then speedtest.scale's
-measurement (1,000 random objects read cold, a commit changing 1,000
-others) through a storage opened afresh, with the commit's bytes of
-WAL and, from ``pg_waldump --stats`` over them, its records and how
-much of it is full-page images. Each value's medians are printed with
-their range. After a
-checkpoint the first change to each page writes the whole page to the
-WAL, which is what a commit of scattered objects in a large database
-mostly writes. Not a test: nothing here asserts on time.
+relstorage_speedtest.scale does), then, for ``--rounds`` rounds, for each value
+of the setting in turn (set with ALTER SYSTEM and a reload, so only settings a
+reload changes): a CHECKPOINT, then relstorage_speedtest.scale's measurement
+(1,000 random objects read cold, a commit changing 1,000 others) through a
+storage opened afresh, with the commit's bytes of WAL and, from ``pg_waldump
+--stats`` over them, its records and how much of it is full-page images. Each
+value's medians are printed with their range. After a checkpoint the first
+change to each page writes the whole page to the WAL, which is what a commit of
+scattered objects in a large database mostly writes. Not a test: nothing here
+asserts on time.
 """
 import argparse
 import json
@@ -53,7 +52,7 @@ class DurableServer(PostgreSQLServer):
 
 
 def parse_args(argv):
-    parser = argparse.ArgumentParser(prog='speedtest.pgwal',
+    parser = argparse.ArgumentParser(prog='relstorage_speedtest.pgwal',
                                      description=help_text(__doc__))
     add = parser.add_argument
     add('--objects', type=int, default=1000000,
@@ -89,8 +88,8 @@ def wal_stats(server, start, end):
 
 
 def waldump_probe(server, cursor, probe):
-    """*probe* (see speedtest.scale.log_probe), which also reads the
-    commit's WAL with pg_waldump into its ``last``: how many records,
+    """*probe* (see relstorage_speedtest.scale.log_probe), which also reads
+    the commit's WAL with pg_waldump into its ``last``: how many records,
     and how much of the WAL they and the full-page images are."""
     def position():
         cursor.execute('SELECT pg_current_wal_lsn()')
