@@ -44,6 +44,8 @@ setup(
         'speedtest': ['matplotlib', 'ZEO'],
         # <relstorage> metrics true, and relstorage-metrics.
         'metrics': ['prometheus_client >= 0.17'],
+        # Cooperative database waits under gevent.
+        'gevent': ['gevent >= 23.9'],
         'test': [
             'matplotlib',
             'ZEO',
@@ -53,6 +55,7 @@ setup(
             'zope.testing',
             'pytest',
             'pytest-timeout',
+            'gevent >= 23.9',
             # speedtest.shootout's own side is run by its tests.
             'zodbshootout == 0.8.0', 'pyperf == 2.3.1', 'six',
             'psycopg2 >= 2.9',

@@ -5,6 +5,7 @@ a driver cannot honour is refused by name rather than ignored.
 """
 from ...exceptions import ConfigurationError
 from ..drivers import choose_driver
+from .. import cooperative
 
 #: Error codes that mean "the server could not be reached or refused us".
 CONNECT_ERRORS = (1044, 1045, 1049, 2002, 2003, 2005, 2006, 2013)
@@ -17,9 +18,15 @@ LOCK_ERRORS = (1205, 1213)
 class Driver:
     name = None
     module = None
+    #: Whether waits yield to other greenlets (see cooperate()).
+    cooperative = False
 
     def connect(self, params):
-        return self.module.connect(**self.translate(params))
+        return self.open(**self.translate(params))
+
+    def cooperate(self):
+        """Make this driver's waits yield to other greenlets."""
+        self.cooperative = True
 
     def translate(self, params):
         return dict(params)
@@ -36,7 +43,14 @@ class MySQLdbDriver(Driver):
         import MySQLdb
         from MySQLdb.constants import CLIENT
         self.module = MySQLdb
+        #: Makes a connection from the translated parameters.
+        self.open = MySQLdb.connect
         self.multi_statements = CLIENT.MULTI_STATEMENTS
+
+    def cooperate(self):
+        # Connecting and reading a large answer still block.
+        self.open = cooperative.mysqlclient_connection_class(self.module)
+        super().cooperate()
 
     def translate(self, params):
         params = dict(params)
@@ -55,6 +69,7 @@ class PyMySQLDriver(Driver):
         import pymysql
         from pymysql.constants import CLIENT
         self.module = pymysql
+        self.open = pymysql.connect
         self.multi_statements = CLIENT.MULTI_STATEMENTS
 
     def translate(self, params):
@@ -85,10 +100,17 @@ DRIVER_NAMES = {'mysqldb': 'MySQLdb', 'mysqlclient': 'MySQLdb',
 
 def select_driver(name):
     """The driver for the ``driver`` option: auto, MySQLdb (also
-    mysqlclient) or PyMySQL, in any case."""
-    return choose_driver(name, DRIVERS, DRIVER_NAMES, ('MySQLdb', 'PyMySQL'),
-                         'MySQL', 'auto, MySQLdb or mysqlclient, PyMySQL',
-                         'mysql')
+    mysqlclient) or PyMySQL, in any case, each also after the word
+    gevent (RelStorage's ``gevent MySQLdb``), cooperative then or under
+    gevent's monkey-patching (PyMySQL by its patched socket)."""
+    asked, name = cooperative.split_driver_name(name)
+    driver = choose_driver(name, DRIVERS, DRIVER_NAMES,
+                           ('MySQLdb', 'PyMySQL'), 'MySQL',
+                           'auto, MySQLdb or mysqlclient, PyMySQL (each '
+                           'also as gevent MySQLdb ...)', 'mysql')
+    if cooperative.cooperating(asked):
+        driver.cooperate()
+    return driver
 
 
 def error_code(error):
