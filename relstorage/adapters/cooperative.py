@@ -101,13 +101,14 @@ def use_psycopg_selector_wait():
         waiting.wait = waiting.wait_selector
 
 
-def mysqlclient_connection_class(module):
+def mysqlclient_connection_class():
     """A mysqlclient connection class whose statements wait for their
     answer with gevent: sent, then waited for on the socket, then read
     (the reading of a large answer still blocks)."""
     from gevent.socket import wait_read
+    from MySQLdb.connections import Connection
 
-    class CooperativeConnection(module.connections.Connection):
+    class CooperativeConnection(Connection):
         def query(self, query):
             self.send_query(bytes(query))
             wait_read(self.fileno())

@@ -45,11 +45,12 @@ def conformance_counts(module, patched, tmp_path):
 
 
 @pytest.mark.parametrize('module', ['test_conformance_sqlite',
-                                    'test_conformance_postgresql'])
+                                    'test_conformance_postgresql',
+                                    'test_conformance_psycopg'])
 def test_conformance_under_monkey_patching(module, tmp_path):
     """ZODB's suites (both history modes) pass under gevent as they do
     without it: the same passes, the same skips, no failure."""
-    if 'postgresql' in module:
+    if 'sqlite' not in module:
         require('postgresql')
     plain = conformance_counts(module, False, tmp_path)
     patched = conformance_counts(module, True, tmp_path)

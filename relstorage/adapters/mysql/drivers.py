@@ -49,7 +49,7 @@ class MySQLdbDriver(Driver):
 
     def cooperate(self):
         # Connecting and reading a large answer still block.
-        self.open = cooperative.mysqlclient_connection_class(self.module)
+        self.open = cooperative.mysqlclient_connection_class()
         super().cooperate()
 
     def translate(self, params):
