@@ -10,8 +10,8 @@ adapter is made. Cooperating, a database wait lets other greenlets run:
   polled, and its socket waited on with gevent);
 - psycopg (3) through its own selector-based waits, which yield once the
   ``selectors`` module is patched;
-- PyMySQL on patched sockets; mysqlclient by sending a statement and
-  waiting for its answer with gevent;
+- PyMySQL on patched sockets (``auto`` prefers it then); mysqlclient
+  waits in C and blocks every greenlet (a warning says so);
 - SQLite by a sleep(0) every ``gevent_yield_interval`` steps of a
   statement.
 
@@ -99,22 +99,6 @@ def use_psycopg_selector_wait():
     import psycopg.waiting as waiting
     if getattr(waiting, 'wait_c', None) is waiting.wait:
         waiting.wait = waiting.wait_selector
-
-
-def mysqlclient_connection_class():
-    """A mysqlclient connection class whose statements wait for their
-    answer with gevent: sent, then waited for on the socket, then read
-    (the reading of a large answer still blocks)."""
-    from gevent.socket import wait_read
-    from MySQLdb.connections import Connection
-
-    class CooperativeConnection(Connection):
-        def query(self, query):
-            self.send_query(bytes(query))
-            wait_read(self.fileno())
-            self.read_query_result()
-
-    return CooperativeConnection
 
 
 def sqlite_yielder():

@@ -18,15 +18,16 @@ import time
 LOADS = 4
 
 
-def command(mode, task, dsn, keep_history, greenlets=50):
+def command(mode, task, dsn, keep_history, greenlets=50, driver='psycopg2'):
     """The argv of a child running *task* (``batch`` or ``kill``) on the
-    database *dsn*, patched by gevent when *mode* is ``cooperative``
-    (else ``blocking``: plain psycopg2, greenlets unpatched)."""
+    database *dsn* through *driver*, patched by gevent when *mode* is
+    ``cooperative`` (else ``blocking``: greenlets unpatched)."""
     patch = ('from gevent import monkey; monkey.patch_all(); '
              if mode == 'cooperative' else '')
     return [sys.executable, '-c',
             patch + 'from relstorage.testing.greenlets import main; main()',
-            mode, task, dsn, 'hp' if keep_history else 'hf', str(greenlets)]
+            mode, task, dsn, 'hp' if keep_history else 'hf', str(greenlets),
+            driver]
 
 
 def populate(db, greenlets):
@@ -105,8 +106,9 @@ def kill(db, greenlets):
 
 
 def main(argv=None):
-    mode, task, dsn, history, greenlets = (argv or sys.argv[1:])[:5]
-    driver = 'gevent psycopg2' if mode == 'cooperative' else 'psycopg2'
+    mode, task, dsn, history, greenlets, driver = (argv or sys.argv[1:])[:6]
+    if mode == 'cooperative':
+        driver = 'gevent ' + driver
     db = _open_db(dsn, history == 'hp', driver, commit_lock_timeout=10)
     result = {'batch': batch, 'kill': kill}[task](db, int(greenlets))
     # Printed first: a connection whose greenlet was killed within

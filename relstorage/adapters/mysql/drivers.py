@@ -3,9 +3,13 @@
 Each takes the ``<mysql>`` options under the names it expects; an option
 a driver cannot honour is refused by name rather than ignored.
 """
+import logging
+
 from ...exceptions import ConfigurationError
 from ..drivers import choose_driver
 from .. import cooperative
+
+log = logging.getLogger(__name__)
 
 #: Error codes that mean "the server could not be reached or refused us".
 CONNECT_ERRORS = (1044, 1045, 1049, 2002, 2003, 2005, 2006, 2013)
@@ -22,11 +26,12 @@ class Driver:
     cooperative = False
 
     def connect(self, params):
-        return self.open(**self.translate(params))
+        return self.module.connect(**self.translate(params))
 
     def cooperate(self):
-        """Make this driver's waits yield to other greenlets."""
-        self.cooperative = True
+        """Make this driver's waits yield to other greenlets, where it
+        can."""
+        raise NotImplementedError
 
     def translate(self, params):
         return dict(params)
@@ -43,14 +48,15 @@ class MySQLdbDriver(Driver):
         import MySQLdb
         from MySQLdb.constants import CLIENT
         self.module = MySQLdb
-        #: Makes a connection from the translated parameters.
-        self.open = MySQLdb.connect
         self.multi_statements = CLIENT.MULTI_STATEMENTS
 
     def cooperate(self):
-        # Connecting and reading a large answer still block.
-        self.open = cooperative.mysqlclient_connection_class()
-        super().cooperate()
+        # Its waits are in C, on sockets gevent does not see: a statement
+        # waiting for a lock another greenlet holds would stall the
+        # process until the lock wait times out.
+        log.warning('the MySQLdb (mysqlclient) driver blocks every '
+                    'greenlet while it waits for the server; PyMySQL '
+                    'cooperates under gevent (driver PyMySQL)')
 
     def translate(self, params):
         params = dict(params)
@@ -69,8 +75,12 @@ class PyMySQLDriver(Driver):
         import pymysql
         from pymysql.constants import CLIENT
         self.module = pymysql
-        self.open = pymysql.connect
         self.multi_statements = CLIENT.MULTI_STATEMENTS
+
+    def cooperate(self):
+        # Pure Python: its waits are on the socket module's sockets,
+        # which yield once gevent patched them.
+        self.cooperative = cooperative.monkey_patched()
 
     def translate(self, params):
         result = {}
@@ -101,14 +111,17 @@ DRIVER_NAMES = {'mysqldb': 'MySQLdb', 'mysqlclient': 'MySQLdb',
 def select_driver(name):
     """The driver for the ``driver`` option: auto, MySQLdb (also
     mysqlclient) or PyMySQL, in any case, each also after the word
-    gevent (RelStorage's ``gevent MySQLdb``), cooperative then or under
-    gevent's monkey-patching (PyMySQL by its patched socket)."""
+    gevent (RelStorage's ``gevent MySQLdb``). With gevent in use (that
+    word, or monkey-patching) auto prefers PyMySQL, whose waits are on
+    gevent's patched sockets; mysqlclient's block (a warning says so)."""
     asked, name = cooperative.split_driver_name(name)
+    cooperating = cooperative.cooperating(asked)
     driver = choose_driver(name, DRIVERS, DRIVER_NAMES,
-                           ('MySQLdb', 'PyMySQL'), 'MySQL',
+                           ('PyMySQL', 'MySQLdb') if cooperating
+                           else ('MySQLdb', 'PyMySQL'), 'MySQL',
                            'auto, MySQLdb or mysqlclient, PyMySQL (each '
                            'also as gevent MySQLdb ...)', 'mysql')
-    if cooperative.cooperating(asked):
+    if cooperating:
         driver.cooperate()
     return driver
 

@@ -65,6 +65,9 @@ class Psycopg2Driver(Driver):
         import psycopg2.extensions
         self.module = psycopg2
         super().__init__()
+        # A wait callback another library installed (psycogreen) makes
+        # psycopg2 refuse COPY too.
+        self.can_copy = psycopg2.extensions.get_wait_callback() is None
 
     def cooperate(self):
         cooperative.install_psycopg2_wait()
@@ -101,8 +104,9 @@ class PsycopgDriver(Driver):
         super().__init__()
 
     def cooperate(self):
+        # Its selector waits yield once gevent patched selectors.
         cooperative.use_psycopg_selector_wait()
-        self.cooperative = True
+        self.cooperative = cooperative.monkey_patched()
 
     def parse_dsn(self, dsn):
         return self.module.conninfo.conninfo_to_dict(dsn)
