@@ -23,7 +23,6 @@ from relstorage.defaultlocation import per_user_data_dir
 from relstorage.exceptions import ConfigurationError
 from relstorage.exceptions import NotSupportedYet
 from relstorage.options import IGNORED
-from relstorage.options import IGNORED_SQLITE_KEYS
 from relstorage.options import OPTIONS
 from relstorage.options import Options
 from relstorage.options import option_spec
@@ -419,14 +418,11 @@ class SQLite3AdapterFactory(_AdapterFactory):
         return params
 
     def create(self, options):
-        for name, reason in IGNORED_SQLITE_KEYS.items():
-            if self._get(name) is not None:
-                warn_ignored(name, reason)
         from relstorage.adapters.sqlite import SQLiteAdapter
-        return SQLiteAdapter(data_dir=self.data_dir(options),
-                             pragmas=self.pragmas(),
-                             driver=self.driver,
-                             options=options)
+        return SQLiteAdapter(
+            data_dir=self.data_dir(options), pragmas=self.pragmas(),
+            driver=self.driver, options=options,
+            gevent_yield_interval=self._get('gevent_yield_interval'))
 
 
 #: Pragmas whose value RelStorage's configurations may give as a byte

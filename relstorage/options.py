@@ -258,7 +258,8 @@ def warn_ignored(name, reason):
         log.warning('relstorage option %s is ignored: %s', name, reason)
 IGNORED_SQLITE_KEYS = {
     'gevent_yield_interval':
-        'gevent cooperation applies to RelStorage\'s gevent driver only',
+        'gevent is not in use (neither driver gevent sqlite3 nor gevent\'s '
+        'monkey-patching)',
 }
 
 # Accepted options whose feature does not exist yet. Setting one of them to

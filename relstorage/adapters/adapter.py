@@ -63,6 +63,8 @@ class Adapter:
     #: The Upgrade (see adapters.upgrade) that converts a RelStorage 4
     #: database in place; None where there is none yet.
     upgrade_class = None
+    #: Whether database waits let other greenlets run (gevent).
+    cooperative = False
     #: The database's name in messages ("the SQLite has no replicas").
     database_name = None
     #: The query keys of this database's zodburi URI that belong to its

@@ -78,6 +78,11 @@ class IRelStorageAdapter(Interface):
         storing above it means raising the allocator first.""")
     replicas = Attribute(
         "The replicas of replica-conf / ro-replica-conf, or None.")
+    cooperative = Attribute(
+        """Whether this adapter's database waits let other greenlets
+        run: asked for by a gevent driver name (``gevent psycopg2``) or
+        turned on by gevent's monkey-patching (see
+        adapters.cooperative).""")
     types = Attribute("The column types of this database's schema.")
     store_begin_sql = Attribute(
         "The statement that begins a commit transaction.")

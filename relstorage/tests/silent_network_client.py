@@ -146,7 +146,11 @@ class Client:
         return inst.poll_invalidations
 
 
-if __name__ == '__main__':
+def main():
     # The test asks for every thread's stack when the client hangs.
     faulthandler.register(signal.SIGUSR1, all_threads=True)
     Client(*sys.argv[1:6]).run()
+
+
+if __name__ == '__main__':
+    main()

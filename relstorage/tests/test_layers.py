@@ -317,6 +317,35 @@ def test_the_storage_does_not_import_the_testing_support():
     assert importers_of(TESTING_PACKAGE, storage) == []
 
 
+def gevent_imports(modules):
+    """``(path, line, at_top)`` of each import statement of gevent in
+    *modules*; *at_top*: at the module's top level."""
+    found = []
+    for path, package in modules:
+        tree = ast.parse(path.read_text())
+        top = {id(node) for node in tree.body}
+        for node in ast.walk(tree):
+            if any(_within(n, 'gevent') for n in _imported(node, package)):
+                found.append((str(path.relative_to(SOURCE.parent)),
+                              node.lineno, id(node) in top))
+    return found
+
+
+def test_gevent_is_imported_by_the_cooperative_module_alone():
+    """gevent is optional and changes nothing unless in use: only
+    adapters/cooperative.py imports it, and only within its functions
+    (called when an adapter cooperates), so importing any module of the
+    storage never imports gevent."""
+    storage = [(path, package) for path, package
+               in modules_outside_the_tests()
+               if not package.startswith(('speedtest', TESTING_PACKAGE))]
+    found = gevent_imports(storage)
+    assert found
+    assert {path for path, _, _ in found} == {
+        'relstorage/adapters/cooperative.py'}
+    assert not any(at_top for _, _, at_top in found)
+
+
 def lines_found(scan, tmp_path, text):
     """The lines *scan* reports in a module whose source is *text*."""
     sample = tmp_path / 'sample.py'

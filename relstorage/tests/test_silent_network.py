@@ -104,18 +104,40 @@ def _send(child, word):
     child.stdin.flush()
 
 
+#: How the client is started: as a module, or under gevent's
+#: monkey-patching (done before anything else is imported).
+CLIENT = ['-m', 'relstorage.tests.silent_network_client']
+GEVENT_CLIENT = ['-c', 'from gevent import monkey; monkey.patch_all(); '
+                 'from relstorage.tests.silent_network_client import main; '
+                 'main()']
+
+
 @pytest.mark.parametrize('keep_history', [True, False],
                          ids=['HP', 'HF'])
 @pytest.mark.parametrize('db', ['postgresql', 'mysql'])
 def test_silent_network_mid_load_poll_and_commit(namespace, db,
                                                  keep_history):
+    silent_network_mid_load_poll_and_commit(namespace, db, keep_history,
+                                            CLIENT)
+
+
+@pytest.mark.parametrize('db', ['postgresql', 'mysql'])
+def test_silent_network_under_gevent(namespace, db):
+    """The same bounds with the client's waits cooperative (psycopg2's
+    wait callback, mysqlclient's waits through gevent)."""
+    pytest.importorskip('gevent')
+    silent_network_mid_load_poll_and_commit(namespace, db, False,
+                                            GEVENT_CLIENT)
+
+
+def silent_network_mid_load_poll_and_commit(namespace, db, keep_history,
+                                            client):
     server = private_server(db, also_listen=(namespace.host_address,))
     factory = DatabaseFactory(db, keep_history, server=server)
     factory.storage(zap=True).close()
     child = subprocess.Popen(
-        namespace.command([sys.executable, '-m',
-                           'relstorage.tests.silent_network_client', db,
-                           str(keep_history), namespace.host_address,
+        namespace.command([sys.executable] + client + [
+                           db, str(keep_history), namespace.host_address,
                            str(server.port),
                            str(TIMEOUT)]),
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,

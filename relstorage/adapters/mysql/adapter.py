@@ -386,6 +386,7 @@ class MySQLAdapter(Adapter):
     def __init__(self, driver='auto', options=None, **params):
         from ...options import Options
         self.driver = select_driver(driver)
+        self.cooperative = self.driver.cooperative
         self.params = {k: v for k, v in params.items() if v is not None}
         self.driver.translate(self.params)  # refuse unsupported options now
         self.server = None

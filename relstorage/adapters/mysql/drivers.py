@@ -3,8 +3,13 @@
 Each takes the ``<mysql>`` options under the names it expects; an option
 a driver cannot honour is refused by name rather than ignored.
 """
+import logging
+
 from ...exceptions import ConfigurationError
 from ..drivers import choose_driver
+from .. import cooperative
+
+log = logging.getLogger(__name__)
 
 #: Error codes that mean "the server could not be reached or refused us".
 CONNECT_ERRORS = (1044, 1045, 1049, 2002, 2003, 2005, 2006, 2013)
@@ -17,9 +22,16 @@ LOCK_ERRORS = (1205, 1213)
 class Driver:
     name = None
     module = None
+    #: Whether waits yield to other greenlets (see cooperate()).
+    cooperative = False
 
     def connect(self, params):
         return self.module.connect(**self.translate(params))
+
+    def cooperate(self):
+        """Make this driver's waits yield to other greenlets, where it
+        can."""
+        raise NotImplementedError
 
     def translate(self, params):
         return dict(params)
@@ -37,6 +49,14 @@ class MySQLdbDriver(Driver):
         from MySQLdb.constants import CLIENT
         self.module = MySQLdb
         self.multi_statements = CLIENT.MULTI_STATEMENTS
+
+    def cooperate(self):
+        # Its waits are in C, on sockets gevent does not see: a statement
+        # waiting for a lock another greenlet holds would stall the
+        # process until the lock wait times out.
+        log.warning('the MySQLdb (mysqlclient) driver blocks every '
+                    'greenlet while it waits for the server; PyMySQL '
+                    'cooperates under gevent (driver PyMySQL)')
 
     def translate(self, params):
         params = dict(params)
@@ -56,6 +76,11 @@ class PyMySQLDriver(Driver):
         from pymysql.constants import CLIENT
         self.module = pymysql
         self.multi_statements = CLIENT.MULTI_STATEMENTS
+
+    def cooperate(self):
+        # Pure Python: its waits are on the socket module's sockets,
+        # which yield once gevent patched them.
+        self.cooperative = cooperative.monkey_patched()
 
     def translate(self, params):
         result = {}
@@ -85,10 +110,20 @@ DRIVER_NAMES = {'mysqldb': 'MySQLdb', 'mysqlclient': 'MySQLdb',
 
 def select_driver(name):
     """The driver for the ``driver`` option: auto, MySQLdb (also
-    mysqlclient) or PyMySQL, in any case."""
-    return choose_driver(name, DRIVERS, DRIVER_NAMES, ('MySQLdb', 'PyMySQL'),
-                         'MySQL', 'auto, MySQLdb or mysqlclient, PyMySQL',
-                         'mysql')
+    mysqlclient) or PyMySQL, in any case, each also after the word
+    gevent (RelStorage's ``gevent MySQLdb``). With gevent in use (that
+    word, or monkey-patching) auto prefers PyMySQL, whose waits are on
+    gevent's patched sockets; mysqlclient's block (a warning says so)."""
+    asked, name = cooperative.split_driver_name(name)
+    cooperating = cooperative.cooperating(asked)
+    driver = choose_driver(name, DRIVERS, DRIVER_NAMES,
+                           ('PyMySQL', 'MySQLdb') if cooperating
+                           else ('MySQLdb', 'PyMySQL'), 'MySQL',
+                           'auto, MySQLdb or mysqlclient, PyMySQL (each '
+                           'also as gevent MySQLdb ...)', 'mysql')
+    if cooperating:
+        driver.cooperate()
+    return driver
 
 
 def error_code(error):

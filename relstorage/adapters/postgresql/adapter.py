@@ -13,10 +13,12 @@ from ..adapter import OID_BLOCK
 from ..adapter import Adapter
 from ..locker import Locker
 from ..mover import HistoryFreeMover
+from ..mover import Mover
 from ..mover import HistoryPreservingMover
 from ..packer import GARBAGE_RANGE
 from ..packer import HistoryFreePacker
 from ..packer import HistoryPreservingPacker
+from ..packer import Packer
 from ..packer import removed_rows
 from ..oidallocator import SequenceOIDAllocator
 from ..schema import Schema
@@ -359,6 +361,34 @@ class PostgreSQLHFPacker(PostgreSQLPackerMixin, HistoryFreePacker):
     pass
 
 
+class _MoverWithoutCopy:
+    # psycopg2 refuses COPY while a wait callback is installed (under
+    # gevent): rows go through temp_store by the generic statements.
+    upload = Mover.upload
+    split_direct = Mover.split_direct
+
+
+class _PackerWithoutCopy:
+    add_references = Packer.add_references
+    add_garbage = Packer.add_garbage
+
+
+class NoCopyHPMover(_MoverWithoutCopy, PostgreSQLHPMover):
+    pass
+
+
+class NoCopyHFMover(_MoverWithoutCopy, PostgreSQLHFMover):
+    pass
+
+
+class NoCopyHPPacker(_PackerWithoutCopy, PostgreSQLHPPacker):
+    pass
+
+
+class NoCopyHFPacker(_PackerWithoutCopy, PostgreSQLHFPacker):
+    pass
+
+
 class PostgreSQLOIDAllocator(SequenceOIDAllocator):
 
     next_values_sql = (
@@ -403,6 +433,12 @@ class PostgreSQLAdapter(Adapter):
         from ...options import Options
         self.dsn = dsn or ''
         self.driver = select_driver(driver)
+        self.cooperative = self.driver.cooperative
+        if not self.driver.can_copy:
+            self.hp_mover_class, self.hf_mover_class = (NoCopyHPMover,
+                                                        NoCopyHFMover)
+            self.hp_packer_class, self.hf_packer_class = (NoCopyHPPacker,
+                                                          NoCopyHFPacker)
         # A misspelt keyword, say: named now, not at the first connect.
         self.check_dsn(self.dsn, 'dsn: ')
         super().__init__(options if options is not None else Options())

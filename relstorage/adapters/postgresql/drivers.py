@@ -9,6 +9,7 @@ several statements) is behind the methods of ``Driver``.
 import io
 
 from ..drivers import choose_driver
+from .. import cooperative
 
 
 class Driver:
@@ -17,6 +18,11 @@ class Driver:
     #: Whether a message of several statements leaves the cursor on the
     #: first result (psycopg) rather than the last (psycopg2).
     results_from_first = False
+    #: Whether waits yield to other greenlets (see cooperate()).
+    cooperative = False
+    #: Whether COPY can be used (psycopg2 refuses it with a wait
+    #: callback).
+    can_copy = True
 
     def __init__(self):
         module = self.module
@@ -25,6 +31,10 @@ class Driver:
         self.InterfaceError = module.InterfaceError
         self.ProgrammingError = module.ProgrammingError
         self.errors = module.errors
+
+    def cooperate(self):
+        """Make this driver's waits yield to other greenlets."""
+        raise NotImplementedError
 
     def connect(self, dsn, **keywords):
         """A connection in autocommit mode (transactions are explicit)."""
@@ -55,6 +65,14 @@ class Psycopg2Driver(Driver):
         import psycopg2.extensions
         self.module = psycopg2
         super().__init__()
+        # A wait callback another library installed (psycogreen) makes
+        # psycopg2 refuse COPY too.
+        self.can_copy = psycopg2.extensions.get_wait_callback() is None
+
+    def cooperate(self):
+        cooperative.install_psycopg2_wait()
+        self.cooperative = True
+        self.can_copy = False
 
     def parse_dsn(self, dsn):
         return self.module.extensions.parse_dsn(dsn)
@@ -84,6 +102,11 @@ class PsycopgDriver(Driver):
         import psycopg.errors
         self.module = psycopg
         super().__init__()
+
+    def cooperate(self):
+        # Its selector waits yield once gevent patched selectors.
+        cooperative.use_psycopg_selector_wait()
+        self.cooperative = cooperative.monkey_patched()
 
     def parse_dsn(self, dsn):
         return self.module.conninfo.conninfo_to_dict(dsn)
@@ -138,9 +161,16 @@ DRIVERS = {'psycopg2': Psycopg2Driver, 'psycopg': PsycopgDriver}
 
 def select_driver(name):
     """The driver for the ``driver`` option: auto (psycopg2, else
-    psycopg), psycopg2 or psycopg, in any case. RelStorage's
-    psycopg2cffi and pg8000 are refused with that list."""
-    return choose_driver(name, DRIVERS, {key: key for key in DRIVERS},
-                         ('psycopg2', 'psycopg'), 'PostgreSQL',
-                         'auto, psycopg2, psycopg',
-                         'postgresql] or relstorage[psycopg')
+    psycopg), psycopg2 or psycopg, in any case, each also after the word
+    gevent (RelStorage's ``gevent psycopg2``), cooperative then or under
+    gevent's monkey-patching. RelStorage's psycopg2cffi and pg8000 are
+    refused with that list."""
+    asked, name = cooperative.split_driver_name(name)
+    driver = choose_driver(name, DRIVERS, {key: key for key in DRIVERS},
+                           ('psycopg2', 'psycopg'), 'PostgreSQL',
+                           'auto, psycopg2, psycopg (each also as '
+                           'gevent psycopg2 ...)',
+                           'postgresql] or relstorage[psycopg')
+    if cooperative.cooperating(asked):
+        driver.cooperate()
+    return driver

@@ -19,6 +19,7 @@ from ...exceptions import ConfigurationError
 from ...exceptions import DatabaseUnavailable
 from ..adapter import OID_BLOCK
 from ..adapter import Adapter
+from .. import cooperative
 from ..locker import Locker
 from ..mover import HistoryFreeMover
 from ..mover import HistoryPreservingMover
@@ -400,6 +401,19 @@ class SQLiteOIDAllocator(OIDAllocator):
             self._conn = None
 
 
+def yield_interval(interval, cooperating):
+    """The gevent_yield_interval option's *interval* when gevent is in
+    use (*cooperating*: asked for by the driver name, or
+    monkey-patching), else None with a warning that it is ignored."""
+    from ...options import IGNORED_SQLITE_KEYS
+    from ...options import warn_ignored
+    if cooperating:
+        return max(1, interval)
+    warn_ignored('gevent_yield_interval',
+                 IGNORED_SQLITE_KEYS['gevent_yield_interval'])
+    return None
+
+
 class SQLiteAdapter(Adapter):
 
     types = SQLiteTypes
@@ -448,12 +462,22 @@ class SQLiteAdapter(Adapter):
     #: this much to the WAL, and reserves room for the rest.
     store_cache_pages = 128
 
-    def __init__(self, data_dir, pragmas=None, driver='auto', options=None):
+    #: With gevent in use, long statements yield every this many VM
+    #: steps (RelStorage's gevent_yield_interval); None: they do not.
+    yield_interval = None
+
+    def __init__(self, data_dir, pragmas=None, driver='auto', options=None,
+                 gevent_yield_interval=None):
         from ...options import Options
-        if driver not in ('auto', 'sqlite3'):
+        asked, name = cooperative.split_driver_name(driver)
+        if name not in ('auto', 'sqlite3'):
             raise ConfigurationError(
                 'driver: unknown SQLite driver %r (use auto or sqlite3)'
                 % driver)
+        self.cooperative = cooperative.cooperating(asked)
+        if gevent_yield_interval is not None:
+            self.yield_interval = yield_interval(gevent_yield_interval,
+                                                 self.cooperative)
         if not data_dir:
             raise ConfigurationError('data-dir: an SQLite data directory '
                                      'is required')
@@ -520,6 +544,9 @@ class SQLiteAdapter(Adapter):
                 files.make_data_dir(self.data_dir)
             conn = files.connect(path, self.options.commit_lock_timeout,
                                  self.pragmas.items())
+            if self.yield_interval:
+                conn.set_progress_handler(cooperative.sqlite_yielder(),
+                                          self.yield_interval)
             self.max_params = conn.getlimit(
                 sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER)
         except (OSError, sqlite3.Error) as e:

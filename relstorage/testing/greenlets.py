@@ -1,0 +1,117 @@
+"""Workloads of many greenlets on one PostgreSQL storage, each run in a
+child process (``command``) that, when cooperative, lets gevent patch
+the standard library before anything else is imported. A child prints
+one line of JSON.
+
+- ``batch``: how long one transaction loading objects takes alone, and
+  how long a batch of such transactions in as many greenlets takes
+  (every object a transaction loads is one no other has loaded, so each
+  load asks the server).
+- ``kill``: greenlets killed at moments spread over a commit, each
+  followed by another greenlet's commit, which must find no lock held.
+"""
+import json
+import sys
+import time
+
+#: Objects each transaction of ``batch`` loads.
+LOADS = 4
+
+
+def command(mode, task, dsn, keep_history, greenlets=50, driver='psycopg2'):
+    """The argv of a child running *task* (``batch`` or ``kill``) on the
+    database *dsn* through *driver*, patched by gevent when *mode* is
+    ``cooperative`` (else ``blocking``: greenlets unpatched)."""
+    patch = ('from gevent import monkey; monkey.patch_all(); '
+             if mode == 'cooperative' else '')
+    return [sys.executable, '-c',
+            patch + 'from relstorage.testing.greenlets import main; main()',
+            mode, task, dsn, 'hp' if keep_history else 'hf', str(greenlets),
+            driver]
+
+
+def populate(db, greenlets):
+    """The objects ``batch`` loads: LOADS for each greenlet of the batch
+    and for the lone transaction."""
+    from persistent.mapping import PersistentMapping
+    with db.transaction() as conn:
+        root = conn.root()
+        for index in range((greenlets + 1) * LOADS):
+            root[index] = PersistentMapping(v=index)
+
+
+def _open_db(dsn, keep_history, driver, **options):
+    import ZODB
+    from relstorage.adapters.postgresql import PostgreSQLAdapter
+    from relstorage.options import Options
+    from relstorage.storage import RelStorage
+    options = Options(keep_history=keep_history, **options)
+    adapter = PostgreSQLAdapter(dsn=dsn, driver=driver, options=options)
+    return ZODB.DB(RelStorage(adapter, options=options), pool_size=100)
+
+
+def _run(db, count, work):
+    import gevent
+    jobs = [gevent.spawn(work, db, index) for index in range(count)]
+    gevent.joinall(jobs, raise_error=True)
+
+
+def _load(db, block):
+    with db.transaction() as conn:
+        root = conn.root()
+        for index in range(block * LOADS, (block + 1) * LOADS):
+            assert root[index]['v'] == index
+
+
+def _touch(db, index):
+    with db.transaction() as conn:
+        conn.root()
+
+
+def batch(db, greenlets):
+    """``{'one': seconds, 'batch': seconds}``."""
+    # Every pooled connection opened (and its session) before timing.
+    _run(db, greenlets, _touch)
+    start = time.perf_counter()
+    _load(db, greenlets)
+    one = time.perf_counter() - start
+    start = time.perf_counter()
+    _run(db, greenlets, _load)
+    return {'one': one, 'batch': time.perf_counter() - start}
+
+
+def kill(db, greenlets):
+    """``{'killed': n, 'committed': n}``: *greenlets* commits killed at
+    moments 10 ms apart, each followed by a commit that succeeded."""
+    import gevent
+    from persistent.mapping import PersistentMapping
+    with db.transaction() as conn:
+        conn.root()['counter'] = PersistentMapping(v=0)
+    killed = committed = 0
+
+    def bump(db, index):
+        with db.transaction() as conn:
+            conn.root()['counter']['v'] += 1
+            conn.root()['counter']['by'] = index
+
+    for index in range(greenlets):
+        victim = gevent.spawn(bump, db, index)
+        gevent.sleep(0.01 * index)
+        if not victim.dead:
+            victim.kill()
+            killed += 1
+        bump(db, -1)
+        committed += 1
+    return {'killed': killed, 'committed': committed}
+
+
+def main(argv=None):
+    mode, task, dsn, history, greenlets, driver = (argv or sys.argv[1:])[:6]
+    if mode == 'cooperative':
+        driver = 'gevent ' + driver
+    db = _open_db(dsn, history == 'hp', driver, commit_lock_timeout=10)
+    result = {'batch': batch, 'kill': kill}[task](db, int(greenlets))
+    # Printed first: a connection whose greenlet was killed within
+    # ZODB's tpc_finish can leave ZODB's pool unable to close it.
+    print(json.dumps(result), flush=True)
+    db.close()
