@@ -242,17 +242,21 @@ class OracleHFPacker(OraclePackerMixin, HistoryFreePacker):
     pass
 
 
+#: Oracle's row-lock clause waiting at most some seconds.
+LOCK_WAIT = SQL(' FOR UPDATE WAIT {seconds}')
+
+
 class OracleLocker(Locker):
     """Oracle has no shared row locks: readCurrent rows are locked FOR
     UPDATE too (a reader of the same object then waits for another's
     commit, never longer than commit-lock-timeout)."""
 
     def __init__(self, adapter, mover):
-        super().__init__(adapter, mover)
         self.wait = int(math.ceil(adapter.options.commit_lock_timeout))
         self.exclusive_clause = self.shared_clause = (
-            ' FOR UPDATE WAIT %d' % self.wait if self.wait
+            LOCK_WAIT.format(seconds=str(self.wait)) if self.wait
             else ' FOR UPDATE NOWAIT')
+        super().__init__(adapter, mover)
         lock_id = adapter.options.commit_lock_id % USER_LOCK_IDS
         self.commit_lock_id = lock_id
         self.pack_lock_id = (lock_id + PACK_LOCK_OFFSET) % USER_LOCK_IDS
