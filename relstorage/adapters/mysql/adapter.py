@@ -148,10 +148,10 @@ class MySQLSchema(Schema):
 
 
 class MySQLMoverMixin:
-    upsert_suffix = ' ON DUPLICATE KEY UPDATE {sets}'
+    upsert_suffix = SQL(' ON DUPLICATE KEY UPDATE {sets}')
     # MySQL 8.0.20 deprecated VALUES(col) here (with a warning) in favour
     # of row aliases, which MariaDB lacks; VALUES() works on both.
-    upsert_set = '{col} = VALUES({col})'
+    upsert_set = SQL('{col} = VALUES({col})')
     insert_select_where = ''
 
     #: Bytes of SQL per multi-row INSERT: a quarter of the server's
