@@ -78,6 +78,12 @@ PACK_TABLES_DDL = (
 #: (a range of the primary key, which every database can seek).
 GARBAGE_RANGE = ('zoid BETWEEN %s AND %s AND zoid IN '
                  '(SELECT zoid FROM pack_gc WHERE zoid BETWEEN %s AND %s)')
+#: Deletes a table's rows in a GARBAGE_RANGE.
+DELETE_GARBAGE = SQL('DELETE FROM {table} WHERE {range}')
+#: The sizes and blobs of the revisions in a GARBAGE_RANGE.
+GARBAGE_SIZES = SQL(
+    'SELECT state_size, blob_id FROM object_state WHERE {range}').format(
+        range=GARBAGE_RANGE)
 
 
 @implementer(IPacker)
@@ -247,8 +253,7 @@ class Packer:
         in order (garbage_after), and their blobs; return ``(revisions,
         bytes)`` removed."""
         removed = removed_rows(session, session.fetchall(
-            'SELECT state_size, blob_id FROM object_state WHERE '
-            + GARBAGE_RANGE, (oids[0], oids[-1]) * 2))
+            GARBAGE_SIZES, (oids[0], oids[-1]) * 2))
         self.delete_objects(session, oids)
         return removed
 
@@ -257,8 +262,9 @@ class Packer:
         tables by default)."""
         bounds = (oids[0], oids[-1]) * 2
         for table in (self.object_tables if tables is None else tables):
-            session.execute('DELETE FROM %s WHERE %s'
-                            % (table, GARBAGE_RANGE), bounds)
+            session.execute(DELETE_GARBAGE.format(table=table,
+                                                  range=GARBAGE_RANGE),
+                            bounds)
 
 
 class HistoryPreservingPacker(Packer):
