@@ -78,6 +78,13 @@ PACK_TABLES_DDL = (
 #: (a range of the primary key, which every database can seek).
 GARBAGE_RANGE = ('zoid BETWEEN %s AND %s AND zoid IN '
                  '(SELECT zoid FROM pack_gc WHERE zoid BETWEEN %s AND %s)')
+#: The transactions up to a pack tid, but the newest, left without any
+#: revision; counted, then deleted.
+EMPTY_TRANSACTIONS = SQL(
+    '{verb} FROM transactions WHERE tid <= %s AND tid < %s AND NOT '
+    'EXISTS (SELECT 1 FROM object_state s WHERE s.tid = transactions.tid)')
+COUNT_EMPTY = EMPTY_TRANSACTIONS.format(verb='SELECT COUNT(*)')
+DELETE_EMPTY = EMPTY_TRANSACTIONS.format(verb='DELETE')
 #: Deletes a table's rows in a GARBAGE_RANGE.
 DELETE_GARBAGE = SQL('DELETE FROM {table} WHERE {range}')
 #: The sizes and blobs of the revisions in a GARBAGE_RANGE.
@@ -376,12 +383,8 @@ class HistoryPreservingPacker(Packer):
         session.execute(
             'UPDATE transactions SET packed = %s WHERE tid <= %s',
             (True, pack_tid))
-        empty = ('FROM transactions WHERE tid <= %s AND tid < %s AND NOT '
-                 'EXISTS (SELECT 1 FROM object_state s '
-                 'WHERE s.tid = transactions.tid)')
-        count = int(session.scalar('SELECT COUNT(*) ' + empty,
-                                   (pack_tid, newest)))
-        session.execute('DELETE ' + empty, (pack_tid, newest))
+        count = int(session.scalar(COUNT_EMPTY, (pack_tid, newest)))
+        session.execute(DELETE_EMPTY, (pack_tid, newest))
         return count
 
 
