@@ -10,6 +10,7 @@ import secrets
 
 from .._util import chunks
 from .session import in_list
+from .sql import SQL
 
 
 def new_blob_id():
@@ -39,7 +40,24 @@ def upload_blob(session, path, chunk_size):
     return blob_id
 
 
-def blob_of(session, oid, tid, length_clause='LENGTH(chunk)'):
+#: blob_of's statement; ``{length}`` measures a chunk ``chunk``.
+BLOB_OF = SQL(
+    'SELECT s.blob_id, '
+    '(SELECT COUNT(*) FROM blob_chunk c WHERE c.blob_id = s.blob_id), '
+    '(SELECT MIN(chunk_num) FROM blob_chunk c '
+    'WHERE c.blob_id = s.blob_id), '
+    '(SELECT MAX(chunk_num) FROM blob_chunk c '
+    'WHERE c.blob_id = s.blob_id), '
+    '(SELECT {length} FROM blob_chunk c WHERE c.blob_id = s.blob_id '
+    'AND c.chunk_num = 0), '
+    '(SELECT {length} FROM blob_chunk c WHERE c.blob_id = s.blob_id '
+    'AND c.chunk_num = (SELECT MAX(chunk_num) FROM blob_chunk d '
+    'WHERE d.blob_id = s.blob_id)) '
+    'FROM object_state s WHERE s.zoid = %s AND s.tid = %s')
+BLOB_OF_SQL = BLOB_OF.format(length='LENGTH(chunk)')
+
+
+def blob_of(session, oid, tid, sql=BLOB_OF_SQL):
     """What the database holds of the blob of revision *(oid, tid)*, in
     one round trip: None when this session cannot see that revision,
     else ``(blob_id, count, first, last, size)`` -- the revision's
@@ -49,22 +67,10 @@ def blob_of(session, oid, tid, length_clause='LENGTH(chunk)'):
     A whole blob has chunks 0 to count - 1 (the primary key rules out two
     of one number), so any other span means chunks are missing. Every
     chunk but the last is full (see upload_blob), so the size is read
-    from the lengths of the first and the last chunk (*length_clause*
-    measures ``chunk``): the server does not read the blob."""
-    row = session.fetchone(
-        'SELECT s.blob_id, '
-        '(SELECT COUNT(*) FROM blob_chunk c WHERE c.blob_id = s.blob_id), '
-        '(SELECT MIN(chunk_num) FROM blob_chunk c '
-        'WHERE c.blob_id = s.blob_id), '
-        '(SELECT MAX(chunk_num) FROM blob_chunk c '
-        'WHERE c.blob_id = s.blob_id), '
-        '(SELECT {length} FROM blob_chunk c WHERE c.blob_id = s.blob_id '
-        'AND c.chunk_num = 0), '
-        '(SELECT {length} FROM blob_chunk c WHERE c.blob_id = s.blob_id '
-        'AND c.chunk_num = (SELECT MAX(chunk_num) FROM blob_chunk d '
-        'WHERE d.blob_id = s.blob_id)) '
-        'FROM object_state s WHERE s.zoid = %s AND s.tid = %s'
-        .format(length=length_clause), (oid, tid))
+    from the lengths of the first and the last chunk: the server does
+    not read the blob. *sql* is BLOB_OF filled with the database's
+    measure of a chunk (its mover's blob_of_sql)."""
+    row = session.fetchone(sql, (oid, tid))
     if row is None:
         return None
     blob_id, count, first, last, full, tail = row

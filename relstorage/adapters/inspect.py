@@ -10,6 +10,7 @@ from zope.interface import implementer
 
 from . import blobs
 from .interfaces import IInspector
+from .sql import SQL
 
 
 def _int(value):
@@ -154,7 +155,7 @@ class HistoryPreservingInspector(Inspector):
     # hashed everything after the page's start (0.2 s a page at 1,000,000
     # objects), and the pre-pack's aggregate over object_state sorted
     # the rest of the table on disk when the statistics were stale.
-    page_sql = (
+    page_sql = SQL(
         'SELECT c.zoid, {columns} FROM '
         '(SELECT zoid, tid FROM current_object WHERE zoid > %s '
         'ORDER BY zoid LIMIT %s) c JOIN object_state s '
@@ -187,7 +188,7 @@ class HistoryFreeInspector(Inspector):
     objects_table = 'object_state'
     span_sql = ('SELECT MIN(tid), MAX(tid) FROM object_state '
                 'WHERE state IS NOT NULL')
-    page_sql = (
+    page_sql = SQL(
         'SELECT s.zoid, {columns} FROM object_state s '
         'WHERE s.zoid > %s ORDER BY s.zoid LIMIT %s')
 

@@ -567,6 +567,8 @@ class IMover(Interface):
     changes_sql = Attribute(
         "``(oid, tid)`` of changes in (``%s``, ``%s``].")
     chunk_length_clause = Attribute("The byte length of a blob chunk.")
+    blob_of_sql = Attribute(
+        "adapters.blobs.BLOB_OF measuring chunks by chunk_length_clause.")
 
     def load_current(session, oid):
         """As ILoadSession.load_current."""

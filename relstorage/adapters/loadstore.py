@@ -83,8 +83,7 @@ class _SessionWrapper:
         return self._read(self.mover.current_tids, oids)
 
     def blob_of(self, oid, tid):
-        return self._read(blobs.blob_of, oid, tid,
-                          self.mover.chunk_length_clause)
+        return self._read(blobs.blob_of, oid, tid, self.mover.blob_of_sql)
 
     def blob_chunk(self, blob_id, num):
         return self._read(blobs.read_chunk, blob_id, num)

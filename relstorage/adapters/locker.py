@@ -14,11 +14,24 @@ from ..exceptions import SchemaError
 from ..exceptions import UnableToLockRows
 from .session import in_list
 from .interfaces import ILocker
+from .sql import SQL
 
 #: Consecutive oids selected as a range rather than one by one.
 MIN_RANGE = 3
 #: Parameters per row-lock statement.
 PARAMS_PER_LOCK = 500
+
+#: The row-lock SELECT around its WHERE, a disjunction of oid ranges and
+#: lists made per vote from the oids (between the two parts).
+LOCK_ROWS_HEAD = SQL('SELECT zoid, tid FROM {table} WHERE ')
+LOCK_ROWS_TAIL = SQL(' ORDER BY zoid{clause}')
+
+
+def lock_ends(table, clause):
+    """``(head, tail)`` of the row-lock SELECTs on *table* with the lock
+    *clause*."""
+    return (LOCK_ROWS_HEAD.format(table=table),
+            LOCK_ROWS_TAIL.format(clause=clause))
 
 
 def runs(oids):
@@ -61,18 +74,22 @@ class Locker:
         return False
 
     def __init__(self, adapter, mover):
+        """A subclass sets its lock clauses before calling this: the
+        row-lock statements are built here, once."""
         self.adapter = adapter
         self.mover = mover
+        if mover is not None:
+            self.exclusive_ends = lock_ends(mover.lock_table,
+                                            self.exclusive_clause)
+            self.shared_ends = lock_ends(mover.lock_table, self.shared_clause)
 
     def lock_rows(self, session, store_oids, read_oids):
         """Lock rows; return ``{oid: current_tid}`` for all that exist."""
         current = {}
-        table = self.mover.lock_table
-        for oids, clause in ((sorted(store_oids), self.exclusive_clause),
-                             (sorted(set(read_oids) - set(store_oids)),
-                              self.shared_clause)):
-            for chunk, sql, params in self.lock_statements(table, oids,
-                                                           clause):
+        for oids, ends in ((sorted(store_oids), self.exclusive_ends),
+                           (sorted(set(read_oids) - set(store_oids)),
+                            self.shared_ends)):
+            for chunk, sql, params in self.statements(oids, *ends):
                 try:
                     current.update(session.fetchall(sql, params))
                 except Exception as e:
@@ -89,7 +106,12 @@ class Locker:
 
     def lock_statements(self, table, oids, clause):
         """``(oids, sql, params)`` selecting ``zoid, tid`` of the sorted
-        *oids* with the lock *clause*, in as many statements as needed.
+        *oids* of *table* with the lock *clause*, in as many statements
+        as needed."""
+        return self.statements(oids, *lock_ends(table, clause))
+
+    def statements(self, oids, head, tail):
+        """lock_statements, its SELECTs being *head* + WHERE + *tail*.
 
         Objects created together have consecutive oids: a run of them is
         selected as one range, two parameters instead of one per oid (a
@@ -103,8 +125,7 @@ class Locker:
                 in_where, in_params = self.singles_where(singles)
                 zoid_where.append(in_where)
                 params.extend(in_params)
-            sql = ('SELECT zoid, tid FROM %s WHERE %s ORDER BY zoid%s'
-                   % (table, ' OR '.join(zoid_where), clause))
+            sql = head + ' OR '.join(zoid_where) + tail
             return covered[:], sql, params[:]
 
         for first, last in runs(oids):

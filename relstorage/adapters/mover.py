@@ -32,6 +32,7 @@ POLL = SQL('SELECT -1, ({last}){no_table} UNION ALL SELECT zoid, tid '
 #: columns, the SELECT, what a database needs before its upsert clause
 #: (insert_select_where), and that clause (Mover.upsert).
 UPSERT_SELECT = SQL('INSERT INTO {table} ({cols}) {select}{where}{upsert}')
+from .blobs import BLOB_OF
 from .interfaces import IMover
 
 
@@ -41,8 +42,9 @@ class Mover:
 
     #: Ends an ``INSERT ... SELECT`` that replaces on key conflict;
     #: ``{sets}`` becomes one ``upsert_set`` per column to overwrite.
-    upsert_suffix = ' ON CONFLICT ({key}) DO UPDATE SET {sets}'
-    upsert_set = '{col} = excluded.{col}'
+    #: (A database whose clause names no key leaves ``{key}`` out.)
+    upsert_suffix = SQL(' ON CONFLICT ({key}) DO UPDATE SET {sets}')
+    upsert_set = SQL('{col} = excluded.{col}')
     #: Some databases need a WHERE before ON CONFLICT in INSERT ... SELECT.
     insert_select_where = ' WHERE TRUE'
     #: The byte length of temp_store's state, 0 for NULL.
@@ -56,6 +58,8 @@ class Mover:
 
     def __init__(self, adapter):
         self.adapter = adapter
+        #: blob_of's statement (see blobs.BLOB_OF).
+        self.blob_of_sql = BLOB_OF.format(length=self.chunk_length_clause)
         #: See POLL.
         self.poll_sql = POLL.format(last=self.last_tid_sql,
                                     no_table=self.no_table,
@@ -66,7 +70,8 @@ class Mover:
 
     def upsert(self, key, cols):
         sets = ', '.join(self.upsert_set.format(col=c) for c in cols)
-        return self.upsert_suffix.format(key=key, sets=sets)
+        parts = {'key': key} if 'key' in self.upsert_suffix.slots else {}
+        return self.upsert_suffix.format(sets=sets, **parts)
 
     def upsert_select(self, table, key, cols, select_sql):
         """A statement writing the rows of *select_sql* (whose columns

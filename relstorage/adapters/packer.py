@@ -78,6 +78,19 @@ PACK_TABLES_DDL = (
 #: (a range of the primary key, which every database can seek).
 GARBAGE_RANGE = ('zoid BETWEEN %s AND %s AND zoid IN '
                  '(SELECT zoid FROM pack_gc WHERE zoid BETWEEN %s AND %s)')
+#: The transactions up to a pack tid, but the newest, left without any
+#: revision; counted, then deleted.
+EMPTY_TRANSACTIONS = SQL(
+    '{verb} FROM transactions WHERE tid <= %s AND tid < %s AND NOT '
+    'EXISTS (SELECT 1 FROM object_state s WHERE s.tid = transactions.tid)')
+COUNT_EMPTY = EMPTY_TRANSACTIONS.format(verb='SELECT COUNT(*)')
+DELETE_EMPTY = EMPTY_TRANSACTIONS.format(verb='DELETE')
+#: Deletes a table's rows in a GARBAGE_RANGE.
+DELETE_GARBAGE = SQL('DELETE FROM {table} WHERE {range}')
+#: The sizes and blobs of the revisions in a GARBAGE_RANGE.
+GARBAGE_SIZES = SQL(
+    'SELECT state_size, blob_id FROM object_state WHERE {range}').format(
+        range=GARBAGE_RANGE)
 
 
 @implementer(IPacker)
@@ -247,8 +260,7 @@ class Packer:
         in order (garbage_after), and their blobs; return ``(revisions,
         bytes)`` removed."""
         removed = removed_rows(session, session.fetchall(
-            'SELECT state_size, blob_id FROM object_state WHERE '
-            + GARBAGE_RANGE, (oids[0], oids[-1]) * 2))
+            GARBAGE_SIZES, (oids[0], oids[-1]) * 2))
         self.delete_objects(session, oids)
         return removed
 
@@ -257,8 +269,9 @@ class Packer:
         tables by default)."""
         bounds = (oids[0], oids[-1]) * 2
         for table in (self.object_tables if tables is None else tables):
-            session.execute('DELETE FROM %s WHERE %s'
-                            % (table, GARBAGE_RANGE), bounds)
+            session.execute(DELETE_GARBAGE.format(table=table,
+                                                  range=GARBAGE_RANGE),
+                            bounds)
 
 
 class HistoryPreservingPacker(Packer):
@@ -370,12 +383,8 @@ class HistoryPreservingPacker(Packer):
         session.execute(
             'UPDATE transactions SET packed = %s WHERE tid <= %s',
             (True, pack_tid))
-        empty = ('FROM transactions WHERE tid <= %s AND tid < %s AND NOT '
-                 'EXISTS (SELECT 1 FROM object_state s '
-                 'WHERE s.tid = transactions.tid)')
-        count = int(session.scalar('SELECT COUNT(*) ' + empty,
-                                   (pack_tid, newest)))
-        session.execute('DELETE ' + empty, (pack_tid, newest))
+        count = int(session.scalar(COUNT_EMPTY, (pack_tid, newest)))
+        session.execute(DELETE_EMPTY, (pack_tid, newest))
         return count
 
 

@@ -10,6 +10,7 @@ from ..exceptions import HistoryModeMismatch
 from ..exceptions import RelStorage4Database
 from ..exceptions import SchemaError
 from .sql import DROP_TABLE
+from .sql import SQL
 from .interfaces import ISchema
 
 #: Bumped whenever a table changes shape; stored in ``relstorage_meta``.
@@ -31,36 +32,36 @@ class Types:
     bytes_not_null = ' NOT NULL'
 
 
-META_TABLE = """
+META_TABLE = SQL("""
 CREATE TABLE relstorage_meta (
     name    VARCHAR(64) NOT NULL PRIMARY KEY,
     value   VARCHAR(255) NOT NULL
 ){table_suffix}
-"""
+""")
 
 #: Blob contents, in pieces of blob-chunk-size bytes. A revision refers to
 #: its blob by ``object_state.blob_id``, a random key chosen when the blob
 #: is uploaded at vote; so making a revision current never copies blob data.
-BLOB_TABLE = """
+BLOB_TABLE = SQL("""
 CREATE TABLE blob_chunk (
     blob_id     {bigint} NOT NULL,
     chunk_num   {bigint} NOT NULL,
     chunk       {blob}{bytes_not_null},
     PRIMARY KEY (blob_id, chunk_num)
 ){table_suffix}
-"""
+""")
 
 #: The garbage a pre-pack found (``zodbpack --prepack``), for a later
 #: ``--use-prepack-state`` pack; its pack tid and snapshot are kept in
 #: relstorage_meta. Created when first needed (Schema.ensure_pack_garbage).
-PACK_GARBAGE_TABLE = """
+PACK_GARBAGE_TABLE = SQL("""
 CREATE TABLE pack_garbage (
     zoid        {bigint} NOT NULL PRIMARY KEY
 ){table_suffix}
-"""
+""")
 
 HISTORY_PRESERVING_TABLES = (
-    """
+    SQL("""
     CREATE TABLE transactions (
         tid         {bigint} NOT NULL PRIMARY KEY,
         packed      {bool} DEFAULT {false} NOT NULL,
@@ -69,8 +70,8 @@ HISTORY_PRESERVING_TABLES = (
         description {blob}{bytes_not_null},
         extension   {blob}
     ){table_suffix}
-    """,
-    """
+    """),
+    SQL("""
     CREATE TABLE object_state (
         zoid        {bigint} NOT NULL,
         tid         {bigint} NOT NULL,
@@ -80,19 +81,19 @@ HISTORY_PRESERVING_TABLES = (
         blob_id     {bigint},
         PRIMARY KEY (zoid, tid)
     ){table_suffix}
-    """,
-    "CREATE INDEX object_state_tid ON object_state (tid)",
-    """
+    """),
+    SQL("CREATE INDEX object_state_tid ON object_state (tid)"),
+    SQL("""
     CREATE TABLE current_object (
         zoid        {bigint} NOT NULL PRIMARY KEY,
         tid         {bigint} NOT NULL
     ){table_suffix}
-    """,
-    "CREATE INDEX current_object_tid ON current_object (tid)",
+    """),
+    SQL("CREATE INDEX current_object_tid ON current_object (tid)"),
 )
 
 HISTORY_FREE_TABLES = (
-    """
+    SQL("""
     CREATE TABLE object_state (
         zoid        {bigint} NOT NULL PRIMARY KEY,
         tid         {bigint} NOT NULL,
@@ -100,16 +101,22 @@ HISTORY_FREE_TABLES = (
         state       {blob},
         blob_id     {bigint}
     ){table_suffix}
-    """,
-    "CREATE INDEX object_state_tid ON object_state (tid)",
-    """
+    """),
+    SQL("CREATE INDEX object_state_tid ON object_state (tid)"),
+    SQL("""
     CREATE TABLE last_transaction (
         id          {bigint} NOT NULL PRIMARY KEY,
         tid         {bigint} NOT NULL
     ){table_suffix}
-    """,
-    "INSERT INTO last_transaction (id, tid) VALUES (0, 0)",
+    """),
+    SQL("INSERT INTO last_transaction (id, tid) VALUES (0, 0)"),
 )
+
+
+def typed(ddl, types):
+    """The statement *ddl* with each of its slots filled by the
+    attribute of *types* of that name."""
+    return ddl.format(**{slot: getattr(types, slot) for slot in ddl.slots})
 
 
 def relstorage4_mode(table_exists):
@@ -142,14 +149,11 @@ class Schema:
     def __init__(self, adapter, types):
         self.adapter = adapter
         self.keep_history = adapter.keep_history
-        fmt = {k: getattr(types, k) for k in (
-            'bigint', 'blob', 'bool', 'text', 'true', 'false', 'table_suffix',
-            'bytes_not_null')}
         tables = (HISTORY_PRESERVING_TABLES if self.keep_history
                   else HISTORY_FREE_TABLES)
-        self.ddl = [META_TABLE.format(**fmt), BLOB_TABLE.format(**fmt)]
-        self.ddl.extend(stmt.format(**fmt) for stmt in tables)
-        self.pack_garbage_ddl = PACK_GARBAGE_TABLE.format(**fmt)
+        self.ddl = [typed(stmt, types)
+                    for stmt in (META_TABLE, BLOB_TABLE) + tables]
+        self.pack_garbage_ddl = typed(PACK_GARBAGE_TABLE, types)
         self.tables = (('transactions', 'object_state', 'current_object',
                         'blob_chunk')
                        if self.keep_history

@@ -505,6 +505,75 @@ def test_statements_are_composed_one_way():
                         skip='adapters/sql.py') == []
 
 
+#: Words of statements and their clauses, for the scan of SQL text.
+_STATEMENT_WORDS = re.compile(
+    r'%s|\b(SELECT|FROM|WHERE|JOIN|INSERT|DELETE|UPDATE|INDEX|LIMIT|CREATE|'
+    r'DROP|ALTER|MERGE|TABLE|LENGTH|GET_LOCK|RELEASE_LOCK|ANALYZE)\b')
+
+
+def _is_sql_text(node):
+    return (isinstance(node, ast.Constant) and isinstance(node.value, str)
+            and bool(_STATEMENT_WORDS.search(node.value)))
+
+
+def _text_templates(tree):
+    """Names given SQL text (a str) in the module *tree*."""
+    return {target.id if isinstance(target, ast.Name) else target.attr
+            for node in ast.walk(tree) if isinstance(node, ast.Assign)
+            and _is_sql_text(node.value)
+            for target in node.targets
+            if isinstance(target, (ast.Name, ast.Attribute))}
+
+
+def _templates_in(under):
+    names = set()
+    for path in shipped_files():
+        if path.relative_to(SOURCE).as_posix().startswith(under):
+            names |= _text_templates(ast.parse(path.read_text()))
+    return names
+
+
+def sql_text_compositions(path, templates=None):
+    """``(line, what)`` of each ``.format()`` on SQL text (a literal, or
+    a name some module gives SQL text; adapters.sql.SQL's format is the
+    way) and each f-string with SQL words in the module *path*."""
+    tree = ast.parse(path.read_text())
+    if templates is None:
+        templates = _text_templates(tree)
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.JoinedStr) and any(
+                _is_sql_text(part) for part in node.values):
+            found.append((node.lineno, 'f-string SQL'))
+        elif (isinstance(node, ast.Call)
+              and getattr(node.func, 'attr', None) == 'format'):
+            receiver = node.func.value
+            name = getattr(receiver, 'id', None) or getattr(
+                receiver, 'attr', None)
+            if _is_sql_text(receiver) or name in templates:
+                found.append((node.lineno, '.format() on SQL text'))
+    return found
+
+
+def test_the_sql_text_scan_sees_compositions(tmp_path):
+    assert lines_found(
+        sql_text_compositions, tmp_path,
+        "A = 'SELECT zoid FROM {table}'\n"
+        "a = A.format(table=t)\n"
+        "b = 'DELETE FROM {t}'.format(t=t)\n"
+        "c = f'SELECT {x} FROM y'\n"
+        "d = EMPTY_TABLE.format(table=t)\n"
+        "e = '{} items'.format(n)\n") == [2, 3, 4]
+
+
+def test_sql_text_is_not_formatted_outside_adapters_sql():
+    """SQL text gets its slots filled by adapters.sql.SQL alone: no
+    str.format template or f-string builds a statement."""
+    templates = _templates_in('adapters/')
+    assert scan_modules(lambda path: sql_text_compositions(path, templates),
+                        'adapters/', skip='adapters/sql.py') == []
+
+
 def test_sql_slots_and_quoting():
     from relstorage.adapters.sql import SQL
     from relstorage.adapters.sql import Identifier

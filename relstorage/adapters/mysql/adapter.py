@@ -32,6 +32,16 @@ from .upgrade import MySQLUpgrade
 log = logging.getLogger(__name__)
 
 ANALYZE = SQL('ANALYZE TABLE {tables}')
+#: Lifts the bound on a recursive query's depth, by whether the server
+#: is MariaDB (its variable's name) or MySQL.
+RECURSION_LIMIT = SQL('SET SESSION {variable} = 4294967295')
+UNLIMITED_RECURSION = {
+    True: RECURSION_LIMIT.format(variable='max_recursive_iterations'),
+    False: RECURSION_LIMIT.format(variable='cte_max_recursion_depth')}
+#: A session's isolation level, by whether it stores.
+ISOLATION_LEVEL = SQL('SET SESSION TRANSACTION ISOLATION LEVEL {level}')
+ISOLATION = {True: ISOLATION_LEVEL.format(level='READ COMMITTED'),
+             False: ISOLATION_LEVEL.format(level='REPEATABLE READ')}
 
 TEMP_STORE_DDL = """
 CREATE TEMPORARY TABLE IF NOT EXISTS temp_store (
@@ -147,11 +157,21 @@ class MySQLSchema(Schema):
     rs4_transaction_table = '`transaction`'
 
 
+#: temp_store's multi-row INSERT up to its VALUES, by (with a previous
+#: tid, with a blob id): the columns holding only their default in a
+#: chunk are left out.
+TEMP_STORE_INSERT = SQL('INSERT INTO temp_store ({cols}) VALUES ')
+TEMP_STORE_INSERTS = {
+    (prev, blob): TEMP_STORE_INSERT.format(cols=', '.join(
+        ['zoid'] + ['prev_tid'] * prev + ['state'] + ['blob_id'] * blob))
+    for prev in (False, True) for blob in (False, True)}
+
+
 class MySQLMoverMixin:
-    upsert_suffix = ' ON DUPLICATE KEY UPDATE {sets}'
+    upsert_suffix = SQL(' ON DUPLICATE KEY UPDATE {sets}')
     # MySQL 8.0.20 deprecated VALUES(col) here (with a warning) in favour
     # of row aliases, which MariaDB lacks; VALUES() works on both.
-    upsert_set = '{col} = VALUES({col})'
+    upsert_set = SQL('{col} = VALUES({col})')
     insert_select_where = ''
 
     #: Bytes of SQL per multi-row INSERT: a quarter of the server's
@@ -178,16 +198,10 @@ class MySQLMoverMixin:
         # tid: new objects; no blob) are left out.
         with_prev = any(row[1] for row in chunk)
         with_blob = any(row[3] is not None for row in chunk)
-        cols = ['zoid']
-        if with_prev:
-            cols.append('prev_tid')
-        cols.append('state')
-        if with_blob:
-            cols.append('blob_id')
         rows_sql, params = row_literals(chunk, with_prev, with_blob,
                                         self.inline_state_bytes)
-        session.execute('INSERT INTO temp_store (%s) VALUES %s' % (
-            ', '.join(cols), ', '.join(rows_sql)), params or None)
+        session.execute(TEMP_STORE_INSERTS[with_prev, with_blob]
+                        + ', '.join(rows_sql), params or None)
 
 
 def row_literals(chunk, with_prev, with_blob, inline):
@@ -271,9 +285,8 @@ class MySQLPackerMixin:
         # MySQL (1000 by default) and max_recursive_iterations on
         # MariaDB: a long chain of objects must not stop the pack.
         server = self.adapter.server
-        session.execute('SET SESSION %s = 4294967295' % (
-            'max_recursive_iterations' if server is None or server.mariadb
-            else 'cte_max_recursion_depth'))
+        session.execute(UNLIMITED_RECURSION[
+            server is None or bool(server.mariadb)])
         super().mark(session)
 
 
@@ -492,9 +505,7 @@ class MySQLAdapter(Adapter):
             raise self._unavailable(e, server) from None
         session = MySQLSession(self, conn)
         session.server = server
-        session.execute('SET SESSION TRANSACTION ISOLATION LEVEL %s'
-                        % ('READ COMMITTED' if for_store
-                           else 'REPEATABLE READ'))
+        session.execute(ISOLATION[bool(for_store)])
         # An IN list of fewer than 200 oids was planned by diving into the
         # index once per value: with many revisions per object (history
         # kept, objects updated often) planning a 100-oid read took 70 ms,

@@ -27,9 +27,9 @@ RELEASE_SCHEMA_LOCK = RELEASE_LOCK.format(name=SCHEMA_LOCK)
 class MySQLLocker(Locker):
 
     def __init__(self, adapter, mover):
-        super().__init__(adapter, mover)
         self.shared_clause = (' FOR SHARE' if adapter.server.has_for_share
                               else ' LOCK IN SHARE MODE')
+        super().__init__(adapter, mover)
 
     def is_lock_error(self, error):
         return error_code(error) in LOCK_ERRORS

@@ -242,17 +242,21 @@ class OracleHFPacker(OraclePackerMixin, HistoryFreePacker):
     pass
 
 
+#: Oracle's row-lock clause waiting at most some seconds.
+LOCK_WAIT = SQL(' FOR UPDATE WAIT {seconds}')
+
+
 class OracleLocker(Locker):
     """Oracle has no shared row locks: readCurrent rows are locked FOR
     UPDATE too (a reader of the same object then waits for another's
     commit, never longer than commit-lock-timeout)."""
 
     def __init__(self, adapter, mover):
-        super().__init__(adapter, mover)
         self.wait = int(math.ceil(adapter.options.commit_lock_timeout))
         self.exclusive_clause = self.shared_clause = (
-            ' FOR UPDATE WAIT %d' % self.wait if self.wait
+            LOCK_WAIT.format(seconds=str(self.wait)) if self.wait
             else ' FOR UPDATE NOWAIT')
+        super().__init__(adapter, mover)
         lock_id = adapter.options.commit_lock_id % USER_LOCK_IDS
         self.commit_lock_id = lock_id
         self.pack_lock_id = (lock_id + PACK_LOCK_OFFSET) % USER_LOCK_IDS
@@ -352,6 +356,15 @@ class OracleLocker(Locker):
         session.call_status(RELEASE_LOCK, lock_id=self.pack_lock_id)
 
 
+#: Oracle's upsert of the rows of a SELECT: a MERGE on the key.
+MERGE = SQL('MERGE INTO {table} o USING ({select}) t '
+            'ON (o.{key} = t.{key}) '
+            'WHEN MATCHED THEN UPDATE SET {sets} '
+            'WHEN NOT MATCHED THEN INSERT ({cols}) VALUES ({values})')
+MERGE_SET = SQL('o.{col} = t.{col}')
+MERGE_VALUE = SQL('t.{col}')
+
+
 class OracleMoverMixin:
     state_length_clause = 'COALESCE(DBMS_LOB.GETLENGTH(state), 0)'
     chunk_length_clause = 'DBMS_LOB.GETLENGTH(chunk)'
@@ -359,15 +372,11 @@ class OracleMoverMixin:
 
     def upsert_select(self, table, key, cols, select_sql):
         others = [col for col in cols if col != key]
-        return (
-            'MERGE INTO {table} o USING ({select}) t '
-            'ON (o.{key} = t.{key}) '
-            'WHEN MATCHED THEN UPDATE SET {sets} '
-            'WHEN NOT MATCHED THEN INSERT ({cols}) VALUES ({values})'.format(
-                table=table, select=select_sql, key=key,
-                sets=', '.join('o.%s = t.%s' % (col, col) for col in others),
-                cols=', '.join(cols),
-                values=', '.join('t.%s' % col for col in cols)))
+        return MERGE.format(
+            table=table, select=select_sql, key=key,
+            sets=', '.join(MERGE_SET.format(col=col) for col in others),
+            cols=', '.join(cols),
+            values=', '.join(MERGE_VALUE.format(col=col) for col in cols))
 
 
 class OracleHPMover(OracleMoverMixin, HistoryPreservingMover):

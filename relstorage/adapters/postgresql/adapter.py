@@ -41,6 +41,11 @@ log = logging.getLogger(__name__)
 
 TRUNCATE = SQL('TRUNCATE {tables}')
 ANALYZE = SQL('ANALYZE {tables}')
+#: Deletes the revisions in a GARBAGE_RANGE, returning their sizes and
+#: blobs.
+DELETE_GARBAGE_RETURNING = SQL(
+    'DELETE FROM object_state WHERE {range} RETURNING state_size, '
+    'blob_id').format(range=GARBAGE_RANGE)
 
 #: The advisory lock keys used as the commit lock and the pack lock (any
 #: constants will do; these spell "RelS" and "RelP").
@@ -317,9 +322,7 @@ class PostgreSQLPackerMixin:
     def remove_garbage(self, session, oids):
         # The removed rows' sizes and blobs come back from the DELETE.
         bounds = (oids[0], oids[-1]) * 2
-        rows = session.fetchall(
-            'DELETE FROM object_state WHERE %s RETURNING state_size, '
-            'blob_id' % GARBAGE_RANGE, bounds)
+        rows = session.fetchall(DELETE_GARBAGE_RETURNING, bounds)
         self.delete_objects(session, oids, self.object_tables[1:])
         return removed_rows(session, rows)
 

@@ -21,6 +21,7 @@ import stat
 import threading
 
 from ...exceptions import DatabaseUnavailable
+from ..sql import SQL
 from . import errors
 from .checkpoint import retry
 
@@ -82,13 +83,17 @@ def open_lock_file(path):
     return os.open(path, os.O_RDWR)
 
 
+#: Sets a pragma (a pragma takes no parameters: its value is in the text).
+PRAGMA = SQL('PRAGMA {name} = {value}')
+
+
 class _Busy(Exception):
     """Another connection held the file (tried again until the timeout)."""
 
 
 def _pragma(conn, name, value):
     try:
-        conn.execute('PRAGMA %s = %s' % (name, value))
+        conn.execute(PRAGMA.format(name=name, value=str(value)))
     except sqlite3.OperationalError as e:
         if errors.kind(e) == errors.BUSY:
             raise _Busy(e) from None
