@@ -65,7 +65,7 @@ def _safe_iterable(node):
 REVIEWED = {
     # pragma names and values are checked against strict patterns when the
     # adapter is built (an invalid one is a ConfigurationError).
-    ('adapters/sqlite/files.py', "'PRAGMA %s = %s' % (name, value)"),
+    ('adapters/sqlite/files.py', 'PRAGMA.format(name=name, value=str(value))'),
     # a class constant (an int): the store session's page cache, small so
     # that a vote writes what the COMMIT would otherwise write.
     ('adapters/sqlite/adapter.py',
