@@ -18,6 +18,7 @@ Run as a script (``scripts/testdb.sh --replicas``) it starts one pair of
 each kind, prints the server files and a ``<relstorage>`` section to try
 them with, and removes them when interrupted.
 """
+import math
 import os
 import signal
 import sys
@@ -263,14 +264,21 @@ class Pair:
                           '%ss' % (self.replica, self.primary, timeout))
 
     def delay(self, seconds):
-        """Hold back replay on the replica by *seconds* (0: none)."""
+        """Hold back replay on the replica by at least *seconds* (0: none).
+
+        PostgreSQL holds a transaction back by the delay to the
+        millisecond. MariaDB counts ``MASTER_DELAY`` in whole seconds from
+        the event's time, itself kept in whole seconds: a delay of *n*
+        holds a commit back by anything above *n - 1* up to *n* seconds
+        (next to nothing for ``n = 1`` when the commit came late in its
+        second), so it is given one second more than asked for."""
         if self.kind == 'postgresql':
             self.replica.set('recovery_min_apply_delay', '%dms'
                              % int(seconds * 1000))
         else:
+            whole = math.ceil(seconds) + 1 if seconds > 0 else 0
             self.replica.admin('STOP SLAVE',
-                               'CHANGE MASTER TO MASTER_DELAY=%d'
-                               % int(round(seconds)),
+                               'CHANGE MASTER TO MASTER_DELAY=%d' % whole,
                                'START SLAVE')
 
     def promote(self, timeout=CATCH_UP):
