@@ -7,8 +7,35 @@ locked, latest view used while preparing an undo).
 
 from zope.interface import implementer
 
+from .sql import SQL
+
 from .interfaces import IIterator
 from .interfaces import IHistoryPreservingIterator
+
+
+def _ordered(template, **parts):
+    """*template*'s statements by ``(newest first, limited)``, its other
+    slots filled from *parts*."""
+    return {
+        (newest_first, limited): template.format(
+            order=' DESC' if newest_first else '',
+            limit=' LIMIT %s' if limited else '', **parts)
+        for newest_first in (False, True) for limited in (False, True)}
+
+
+#: Transactions between two tids (their metadata), by whether packed
+#: ones are included, then as _ordered.
+TRANSACTIONS = {
+    packed: _ordered(SQL(
+        'SELECT tid, username, description, extension, packed '
+        'FROM transactions WHERE tid >= %s AND tid <= %s{packed} '
+        'ORDER BY tid{order}{limit}'),
+        packed='' if packed else ' AND packed = %s')
+    for packed in (False, True)}
+#: Without history: the tids between two that current revisions have.
+CURRENT_TIDS = _ordered(SQL(
+    'SELECT DISTINCT tid FROM object_state WHERE tid >= %s AND tid <= %s '
+    'AND state IS NOT NULL ORDER BY tid{order}{limit}'))
 
 
 def _b(value):
@@ -73,16 +100,11 @@ class HistoryPreservingIterator(Iterator):
     def transactions(self, session, start, stop, newest_first=False,
                      include_packed=True, limit=None):
         """``[(tid, user, description, extension, packed)]``."""
-        sql = ('SELECT tid, username, description, extension, packed '
-               'FROM transactions WHERE tid >= %s AND tid <= %s')
-        if not include_packed:
-            sql += ' AND packed = %s'
-        sql += ' ORDER BY tid' + (' DESC' if newest_first else '')
+        sql = TRANSACTIONS[include_packed][newest_first, limit is not None]
         params = [start, stop]
         if not include_packed:
             params.append(False)
         if limit is not None:
-            sql += ' LIMIT %s'
             params.append(limit)
         # A database that stores zero bytes as NULL (Oracle) gives None
         # for an empty user or description.
@@ -138,13 +160,9 @@ class HistoryFreeIterator(Iterator):
                      include_packed=True, limit=None):
         # Without history only the tids of current revisions remain; each
         # stands for a packed transaction with no metadata.
-        sql = ('SELECT DISTINCT tid FROM object_state '
-               'WHERE tid >= %s AND tid <= %s AND state IS NOT NULL '
-               'ORDER BY tid'
-               + (' DESC' if newest_first else ''))
+        sql = CURRENT_TIDS[newest_first, limit is not None]
         params = [start, stop]
         if limit is not None:
-            sql += ' LIMIT %s'
             params.append(limit)
         return [(tid, b'', b'', b'', True)
                 for (tid,) in session.fetchall(sql, params)]

@@ -10,8 +10,8 @@ from zope.interface import implementer
 from ..exceptions import CorruptRecord
 from .._util import chunks
 from .session import in_list
-from .session import values_list
 from .sql import SQL
+from .sql import Rows
 
 
 #: One statement (so one consistent view, even outside any transaction)
@@ -224,7 +224,15 @@ class HistoryPreservingMover(Mover):
             'current_object', 'zoid', ('zoid', 'tid'),
             'SELECT zoid, %s AS tid FROM temp_store')
         #: Ends an INSERT of (zoid, tid) rows into current_object.
-        self.upsert_current = self.upsert('zoid', ('tid',))
+        self.upsert_current_clause = self.upsert('zoid', ('tid',))
+        #: _in_place's INSERTs, by the number of rows.
+        self.insert_states = Rows(
+            SQL('INSERT INTO object_state (zoid, tid, prev_tid, state_size, '
+                'state, blob_id) VALUES {rows}'), '(%s, %s, %s, %s, %s, %s)')
+        self.insert_current = Rows(
+            SQL('INSERT INTO current_object (zoid, tid) VALUES '
+                '{rows}{upsert}'), '(%s, %s)',
+            upsert=self.upsert_current_clause)
 
     def committed_probe(self, tid, oid):
         """A statement counting what proves that *tid* committed (its
@@ -263,11 +271,8 @@ class HistoryPreservingMover(Mover):
                        len(state) if state is not None else 0, state, blob_id)
             current += (oid, tid)
         return [
-            ('INSERT INTO object_state '
-             '(zoid, tid, prev_tid, state_size, state, blob_id) VALUES '
-             + values_list(len(rows), 6), states),
-            ('INSERT INTO current_object (zoid, tid) VALUES '
-             + values_list(len(rows), 2) + self.upsert_current, current),
+            (self.insert_states.text(len(rows)), states),
+            (self.insert_current.text(len(rows)), current),
         ]
 
     def add_transaction(self, tid, meta, packed=False, empty=False):
@@ -307,8 +312,11 @@ class HistoryFreeMover(Mover):
                                              tid=tid,
                                              length=self.state_length_clause))
             for own_tids, tid in ((False, '%s'), (True, 'prev_tid'))}
-        #: Ends an INSERT of whole rows into object_state.
-        self.upsert_state = self.upsert('zoid', cols[1:])
+        #: _in_place's INSERT (of whole rows), by the number of rows.
+        self.insert_states = Rows(
+            SQL('INSERT INTO object_state ({cols}) VALUES {rows}{upsert}'),
+            '(%s, %s, %s, %s, %s)', cols=', '.join(cols),
+            upsert=self.upsert('zoid', cols[1:]))
 
     def committed_probe(self, tid, oid):
         # The only trace of a history-free transaction is its rows; one of
@@ -340,11 +348,7 @@ class HistoryFreeMover(Mover):
         for oid, _, state, blob_id in rows:
             params += (oid, tid, len(state) if state is not None else 0,
                        state, blob_id)
-        return [
-            ('INSERT INTO object_state (zoid, tid, state_size, state, '
-             'blob_id) VALUES ' + values_list(len(rows), 5)
-             + self.upsert_state, params),
-        ]
+        return [(self.insert_states.text(len(rows)), params)]
 
     def add_transaction(self, tid, meta, packed=False, empty=False):
         return [('UPDATE last_transaction SET tid = %s WHERE id = 0', (tid,))]

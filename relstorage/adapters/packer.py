@@ -21,6 +21,7 @@ from .blobs import delete_blobs
 from .._util import chunks
 from .session import in_list
 from .sql import SQL
+from .sql import Rows
 from .sql import EMPTY_TABLE
 from .interfaces import IPacker
 
@@ -91,6 +92,16 @@ DELETE_GARBAGE = SQL('DELETE FROM {table} WHERE {range}')
 GARBAGE_SIZES = SQL(
     'SELECT state_size, blob_id FROM object_state WHERE {range}').format(
         range=GARBAGE_RANGE)
+
+
+#: The revisions older than the oldest to keep of each object in a list
+#: of ``(zoid, tid)``: each term is a range of the primary key, which
+#: every database can seek.
+OLDER_THAN = SQL('{what} FROM object_state WHERE {rows}')
+SIZES_OLDER_THAN = Rows(OLDER_THAN, '(zoid = %s AND tid < %s)', ' OR ',
+                        what='SELECT state_size, blob_id')
+DELETE_OLDER_THAN = Rows(OLDER_THAN, '(zoid = %s AND tid < %s)', ' OR ',
+                         what='DELETE')
 
 
 @implementer(IPacker)
@@ -356,24 +367,13 @@ class HistoryPreservingPacker(Packer):
         to keep)]``, and their blobs; return ``(revisions, bytes)``."""
         revisions = size = 0
         for part in chunks(keep, 200):
-            # Each term is a range of the primary key, which every
-            # database can seek.
-            where = ' OR '.join(['(zoid = %s AND tid < %s)'] * len(part))
             params = [value for pair in part for value in pair]
-            part_revisions, part_size = removed_rows(
-                session, self.delete_states(session, where, params))
+            rows = session.fetchall(SIZES_OLDER_THAN.text(len(part)), params)
+            session.execute(DELETE_OLDER_THAN.text(len(part)), params)
+            part_revisions, part_size = removed_rows(session, rows)
             revisions += part_revisions
             size += part_size
         return revisions, size
-
-    def delete_states(self, session, where, params):
-        """Delete the rows of object_state that *where* selects; return
-        their ``(state_size, blob_id)``."""
-        rows = session.fetchall(
-            'SELECT state_size, blob_id FROM object_state WHERE ' + where,
-            params)
-        session.execute('DELETE FROM object_state WHERE ' + where, params)
-        return rows
 
     def finish(self, session, pack_tid):
         """Mark transactions up to *pack_tid* packed and drop those left

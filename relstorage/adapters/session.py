@@ -5,7 +5,6 @@ travel as parameters. Drivers with another paramstyle translate the
 statement once (``Session.translate``) and cache it.
 """
 import contextlib
-import functools
 import logging
 import threading
 
@@ -266,10 +265,3 @@ class Session:
 def in_list(values):
     """``'(%s, %s, ...)'`` with one placeholder per value."""
     return '(' + ', '.join(['%s'] * len(values)) + ')'
-
-
-@functools.lru_cache(maxsize=64)
-def values_list(rows, width):
-    """``'(%s, %s), (%s, %s), ...'``: *rows* rows of *width* placeholders,
-    for a multi-row ``INSERT ... VALUES``."""
-    return ', '.join(['(' + ', '.join(['%s'] * width) + ')'] * rows)

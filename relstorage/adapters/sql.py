@@ -16,6 +16,8 @@ list of values has ``IN %s`` in its text, which ``%`` fills with
 The helpers at the end turn parameters into the spelling a driver wants
 (``?`` for sqlite3, ``$1`` for a server-side PREPARE).
 """
+import functools
+import re
 import string
 
 _FORMATTER = string.Formatter()
@@ -67,6 +69,38 @@ class SQL:
         return 'SQL(%r)' % self.text
 
 
+class Rows:
+    """A statement whose ``{rows}`` slot holds one *group* per row (the
+    row's ``%s`` parameters: a VALUES list, OR-ed key ranges) joined by
+    *separator*; its other slots are filled from *parts* when it is made.
+    ``text(count)`` is the statement for *count* rows (the counts asked
+    most often are kept)."""
+
+    __slots__ = ('head', 'tail', 'group', 'separator', 'text')
+
+    _MARK = '\x00'
+
+    def __init__(self, sql, group, separator=', ', quote=STANDARD_QUOTE,
+                 **parts):
+        self.head, self.tail = sql.format(
+            quote, rows=self._MARK, **parts).split(self._MARK)
+        self.group, self.separator = group, separator
+        self.text = functools.lru_cache(maxsize=64)(self._text)
+
+    def _text(self, count):
+        return (self.head + self.separator.join([self.group] * count)
+                + self.tail)
+
+    def __repr__(self):
+        return 'Rows(%r)' % (self.head + '{rows}' + self.tail)
+
+
+def script(*statements):
+    """*statements* sent as one message, run in order (what a session
+    reads back comes from the last)."""
+    return '; '.join(statements)
+
+
 #: Statements every database spells alike, for the tables of its schema.
 EMPTY_TABLE = SQL('DELETE FROM {table}')
 DROP_TABLE = SQL('DROP TABLE IF EXISTS {table}')
@@ -105,3 +139,30 @@ def without_parameters(script):
     """*script*, taking no parameters, as text for a driver that reads
     ``%`` as the start of one (each ``%`` doubled)."""
     return script.replace('%', '%%')
+
+
+_ORACLE_PLACEHOLDER = re.compile(r'%s|%%|\bLIMIT (%s|\d+)')
+#: The standard spelling of LIMIT (Oracle 12c and later).
+FETCH_FIRST = SQL('FETCH FIRST {rows} ROWS ONLY')
+
+
+@functools.lru_cache(maxsize=4096)
+def named_binds(stmt):
+    """*stmt* as Oracle reads it: each ``%s`` becomes a bind ``:p1``,
+    ``:p2``... (positional ``:1`` binds are legal Oracle too, but named
+    ones read the same to every tool), ``%%`` a ``%``, and ``LIMIT n``
+    FETCH_FIRST. Values are still bound by position."""
+    count = 0
+
+    def replace(match):
+        nonlocal count
+        text = match.group(0)
+        if text == '%%':
+            return '%'
+        limit = match.group(1)
+        if text == '%s' or limit == '%s':
+            count += 1
+            bind = ':p%d' % count
+            return bind if limit is None else FETCH_FIRST.format(rows=bind)
+        return FETCH_FIRST.format(rows=limit)
+    return _ORACLE_PLACEHOLDER.sub(replace, stmt)

@@ -574,6 +574,80 @@ def test_sql_text_is_not_formatted_outside_adapters_sql():
                         'adapters/', skip='adapters/sql.py') == []
 
 
+#: Text that begins a statement or one of its clauses.
+_STATEMENT_START = re.compile(
+    r'^[\s;]*(SELECT|INSERT|UPDATE|DELETE|CREATE|DROP|ALTER|MERGE|SET|'
+    r'LOCK|LISTEN|NOTIFY|COPY|DO|CALL|WITH|FROM|WHERE|JOIN|AND|OR|ORDER|'
+    r'GROUP|LIMIT|FETCH|VALUES|ON|RETURNING|FOR)\b')
+#: Calls giving placeholders only (the IN %s convention).
+_PLACEHOLDER_CALLS = {'in_list'}
+
+
+def _statement_text(node):
+    return (isinstance(node, ast.Constant) and isinstance(node.value, str)
+            and bool(_STATEMENT_START.match(node.value)))
+
+
+def _joined(node):
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
+        return _joined(node.left) + _joined(node.right)
+    return [node]
+
+
+def _placeholders(node):
+    return isinstance(node, ast.Call) and (
+        getattr(node.func, 'id', None)
+        or getattr(node.func, 'attr', None)) in _PLACEHOLDER_CALLS
+
+
+def sql_joins(path):
+    """``(line, what)`` of each statement joined from parts with ``+`` or
+    ``+=`` or filled by ``%`` (but for ``%d``, an int where the database
+    takes no bind, and the IN %s convention) in the module *path*."""
+    tree = ast.parse(path.read_text())
+    inner = {id(child) for node in ast.walk(tree)
+             if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add)
+             for child in (node.left, node.right)}
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
+            parts = _joined(node)
+            if id(node) not in inner and any(map(_statement_text, parts)) \
+                    and not all(isinstance(p, ast.Constant) for p in parts):
+                found.append((node.lineno, 'statement joined with +'))
+        elif (isinstance(node, ast.AugAssign)
+              and isinstance(node.op, ast.Add)
+              and _statement_text(node.value)):
+            found.append((node.lineno, 'statement joined with +='))
+        elif (isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mod)
+              and _statement_text(node.left)
+              and re.search(r'%[^d%]', node.left.value.replace('%%', ''))
+              and not _placeholders(node.right)):
+            found.append((node.lineno, 'statement filled with %'))
+    return found
+
+
+def test_the_sql_join_scan_sees_joins(tmp_path):
+    assert lines_found(
+        sql_joins, tmp_path,
+        "a = 'DELETE FROM object_state WHERE ' + where\n"
+        "b = ('SELECT 1; ' + 'SELECT 2')\n"
+        "sql += ' ORDER BY tid'\n"
+        "c = 'SELECT zoid FROM (%s) p' % inner\n"
+        "d = 'ALTER SEQUENCE s INCREMENT BY %d' % step\n"
+        "e = 'DELETE FROM t WHERE zoid IN %s' % in_list(oids)\n"
+        "f = msg + '; the user needs the CREATE SESSION privilege'\n"
+        "g = 'INSERT INTO t VALUES ' + rows + tail\n") == [1, 3, 4, 8]
+
+
+def test_statements_are_not_joined_from_parts():
+    """A statement's parts meet in the slots of adapters.sql's SQL or
+    Rows, or it is written whole, or several go as one adapters.sql.script:
+    never joined with ``+`` or filled by ``%`` where a call happens to
+    put them."""
+    assert scan_modules(sql_joins, 'adapters/', skip='adapters/sql.py') == []
+
+
 def test_sql_slots_and_quoting():
     from relstorage.adapters.sql import SQL
     from relstorage.adapters.sql import Identifier

@@ -18,7 +18,7 @@ import sqlglot
 from sqlglot import exp
 
 from relstorage.adapters.oracle import adapter as oracle_adapter
-from relstorage.adapters.oracle.adapter import named_binds
+from relstorage.adapters.sql import named_binds
 from relstorage.adapters.session import in_list
 
 from .oracle_statements import RecordingOracleAdapter

@@ -37,7 +37,7 @@ def _safe(node):
     if isinstance(node, ast.Call):
         func = node.func
         name = getattr(func, 'attr', getattr(func, 'id', None))
-        if name in ('in_list', 'values_list'):  # placeholders only
+        if name == 'in_list':  # placeholders only
             return True
         if name == 'join':
             # ', '.join(placeholders or identifiers)

@@ -22,6 +22,7 @@ from .inspect import MySQLStatistics
 from ..schema import Types
 from ..session import Session
 from ..sql import SQL
+from ..sql import Rows
 from .drivers import CONNECT_ERRORS
 from .drivers import DISCONNECT_ERRORS
 from .drivers import error_code
@@ -295,6 +296,15 @@ class MySQLPackerMixin:
 ALONG_PRIMARY_KEY = ' FORCE INDEX (PRIMARY)'
 
 
+#: The revisions older than the oldest one to keep of each object that
+#: pack_keep lists: their sizes and blobs, and their deletion.
+OLDER_THAN_KEPT = SQL('{what} FROM pack_keep k STRAIGHT_JOIN object_state s '
+                      'ON s.zoid = k.zoid AND s.tid < k.tid')
+SIZES_OLDER_THAN_KEPT = OLDER_THAN_KEPT.format(
+    what='SELECT s.state_size, s.blob_id')
+DELETE_OLDER_THAN_KEPT = OLDER_THAN_KEPT.format(what='DELETE s')
+
+
 class MySQLHPPacker(MySQLPackerMixin, HistoryPreservingPacker):
     # By the primary key, in order, so that LIMIT ends the scan: left to
     # itself MariaDB read the tid index's whole range past the last oid,
@@ -324,15 +334,17 @@ class MySQLHPPacker(MySQLPackerMixin, HistoryPreservingPacker):
         session.execute('DELETE FROM pack_keep')
         session.executemany(
             'INSERT INTO pack_keep (zoid, tid) VALUES (%s, %s)', keep)
-        join = ('FROM pack_keep k STRAIGHT_JOIN object_state s ON '
-                's.zoid = k.zoid AND s.tid < k.tid')
-        rows = session.fetchall('SELECT s.state_size, s.blob_id ' + join)
-        session.execute('DELETE s ' + join)
+        rows = session.fetchall(SIZES_OLDER_THAN_KEPT)
+        session.execute(DELETE_OLDER_THAN_KEPT)
         return removed_rows(session, rows)
 
 
 class MySQLHFPacker(MySQLPackerMixin, HistoryFreePacker):
     pass
+
+
+#: Rows of new_oid, each reserving a block of oids.
+NEW_OID_ROWS = Rows(SQL('INSERT INTO new_oid VALUES {rows}'), '()')
 
 
 class MySQLOIDAllocator(OIDAllocator):
@@ -353,8 +365,7 @@ class MySQLOIDAllocator(OIDAllocator):
                 blocks = 1
             # One statement, one commit: the rows get consecutive values,
             # LAST_INSERT_ID() being the first.
-            session.execute('INSERT INTO new_oid VALUES '
-                            + ', '.join(['()'] * blocks))
+            session.execute(NEW_OID_ROWS.text(blocks))
             n = session.scalar('SELECT LAST_INSERT_ID()')
             session.execute('DELETE FROM new_oid WHERE zoid < %s', (n,))
         return [((n - 1) * OID_BLOCK + 1, blocks * OID_BLOCK)]

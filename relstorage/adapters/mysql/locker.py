@@ -3,6 +3,7 @@ pack and schema locks (the commit lock released right after COMMIT and on
 every rollback), and InnoDB's shared row locks spelled per server."""
 from ..locker import Locker
 from ..sql import SQL
+from ..sql import script
 from .drivers import LOCK_ERRORS
 from .drivers import error_code
 
@@ -44,7 +45,7 @@ class MySQLLocker(Locker):
         # (the transaction's first plain read, so its snapshot begins
         # then).
         got, last = session.first_values(
-            GET_COMMIT_LOCK + '; ' + last_tid_sql,
+            script(GET_COMMIT_LOCK, last_tid_sql),
             (timeout,))
         if got != 1:
             raise self.timeout_error()

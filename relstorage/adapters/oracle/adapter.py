@@ -3,10 +3,8 @@ DBMS_LOCK user locks as the commit and pack locks (LOCK TABLE where the
 user may not execute DBMS_LOCK), ``SELECT ... FOR UPDATE WAIT`` row locks,
 MERGE for upserts, a global temporary table for staged rows, BLOB columns,
 and read-only transactions as load snapshots."""
-import functools
 import logging
 import math
-import re
 
 from ...exceptions import CommitLockTimeout
 from ...exceptions import ConfigurationError
@@ -26,6 +24,7 @@ from ..schema import Types
 from ..session import Session
 from ..sql import SQL
 from ..sql import EMPTY_TABLE
+from ..sql import named_binds
 from .drivers import DISCONNECT_ERRORS
 from .drivers import DSN
 from .drivers import LOCK_ERRORS
@@ -94,33 +93,12 @@ RELEASE_LOCK = 'BEGIN :status := DBMS_LOCK.RELEASE(id => :lock_id); END;'
 #: A PL/SQL block that does not compile.
 PLSQL_COMPILATION_ERROR = 'ORA-06550'
 
+#: The commit lock without DBMS_LOCK (WAIT takes whole seconds, no bind).
+LOCK_COMMIT_TABLE = SQL('LOCK TABLE commit_lock IN EXCLUSIVE MODE {wait}')
+
 #: DBMS_LOCK.REQUEST's answers.
 LOCK_GRANTED, LOCK_TIMEOUT, LOCK_DEADLOCK, LOCK_OWNED = 0, 1, 2, 4
 
-_PLACEHOLDER = re.compile(r'%s|%%|\bLIMIT (%s|\d+)')
-
-
-@functools.lru_cache(maxsize=4096)
-def named_binds(stmt):
-    """*stmt* as Oracle reads it: each ``%s`` becomes a bind ``:p1``,
-    ``:p2``... (positional ``:1`` binds are legal Oracle too, but named
-    ones read the same to every tool), ``%%`` a ``%``, and ``LIMIT n``
-    the standard ``FETCH FIRST n ROWS ONLY`` (Oracle 12c and later).
-    Values are still bound by position."""
-    count = 0
-
-    def replace(match):
-        nonlocal count
-        text = match.group(0)
-        if text == '%%':
-            return '%'
-        limit = match.group(1)
-        if text == '%s' or limit == '%s':
-            count += 1
-            bind = ':p%d' % count
-            return bind if limit is None else 'FETCH FIRST %s ROWS ONLY' % bind
-        return 'FETCH FIRST %s ROWS ONLY' % limit
-    return _PLACEHOLDER.sub(replace, stmt)
 
 
 class OracleTypes(Types):
@@ -307,8 +285,8 @@ class OracleLocker(Locker):
         if status is not None:
             return status != LOCK_TIMEOUT
         try:
-            session.execute('LOCK TABLE commit_lock IN EXCLUSIVE MODE '
-                            + ('WAIT %d' % wait if wait else 'NOWAIT'))
+            session.execute(LOCK_COMMIT_TABLE.format(
+                wait='WAIT %d' % wait if wait else 'NOWAIT'))
         except self.adapter.driver.Error as e:
             if self.is_lock_error(e):
                 return False

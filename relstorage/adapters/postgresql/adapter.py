@@ -25,7 +25,9 @@ from ..schema import Schema
 from .inspect import PostgreSQLStatistics
 from ..session import Session
 from ..sql import SQL
+from ..sql import Identifier
 from ..sql import numbered
+from ..sql import script
 from ..sql import without_parameters
 from ..keepalive import Keepalive
 from .dsn import describe_dsn
@@ -55,7 +57,21 @@ SCHEMA_LOCK_KEY = 0x52656c44
 
 #: Every commit notifies this channel (NOTIFY is scoped to the database);
 #: load sessions with a poll-interval listen on it.
-COMMIT_CHANNEL = 'relstorage_commits'
+COMMIT_CHANNEL = Identifier('relstorage_commits')
+LISTEN_COMMITS = SQL('LISTEN {channel}').format(channel=COMMIT_CHANNEL)
+NOTIFY_COMMIT = SQL('NOTIFY {channel}').format(channel=COMMIT_CHANNEL)
+
+#: What every session sets, and a session on a TCP connection too when
+#: network-timeout is set (the server's keepalives; their parameters in
+#: the order of Keepalive's fields).
+SESSION_SETUP = 'SET lock_timeout = %s'
+KEEPALIVE_SETUP = script(
+    SESSION_SETUP, 'SET tcp_keepalives_idle = %s',
+    'SET tcp_keepalives_interval = %s', 'SET tcp_keepalives_count = %s',
+    'SET tcp_user_timeout = %s')
+#: What a load session sets; and with LISTEN.
+LOAD_SETUP = script('SET jit = off', 'SET max_parallel_workers_per_gather = 0')
+LISTENING_LOAD_SETUP = script(LOAD_SETUP, LISTEN_COMMITS)
 
 #: No primary key: the rows of an upload are unique already, and nothing
 #: looks one up (the index cost 1 ms of a 1,000-row COPY's 4).
@@ -181,7 +197,7 @@ class PostgreSQLLocker(Locker):
             # One message; the second statement's snapshot is taken after
             # the lock is granted, so it sees the newest commit.
             return session.scalar(
-                'SELECT pg_advisory_xact_lock(%s); ' + last_tid_sql,
+                script('SELECT pg_advisory_xact_lock(%s)', last_tid_sql),
                 (COMMIT_LOCK_KEY,))
         except self.adapter.driver.errors.LockNotAvailable:
             raise self.timeout_error() from None
@@ -270,10 +286,16 @@ class PostgreSQLHPMover(PostgreSQLMoverMixin, HistoryPreservingMover):
               'state, blob_id) FROM STDIN WITH (FORMAT binary)',
               _binary_copy(rows, tid, with_prev=True))
 
+    def __init__(self, adapter):
+        super().__init__(adapter)
+        #: after_copy's statement.
+        self.current_of_tid_sql = SQL(
+            'INSERT INTO current_object (zoid, tid) SELECT zoid, tid '
+            'FROM object_state WHERE tid = %s{upsert}').format(
+                upsert=self.upsert_current_clause)
+
     def after_copy(self, tid):
-        return [('INSERT INTO current_object (zoid, tid) SELECT zoid, tid '
-                 'FROM object_state WHERE tid = %s'
-                 + self.upsert_current, (tid,))]
+        return [(self.current_of_tid_sql, (tid,))]
 
 
 class PostgreSQLHFMover(PostgreSQLMoverMixin, HistoryFreeMover):
@@ -344,10 +366,11 @@ class PostgreSQLHPPacker(PostgreSQLPackerMixin, HistoryPreservingPacker):
     # each object's newest is kept), so that a first pack of a long
     # history is not sent the whole of it. (The page's last row always
     # comes with its state.)
-    states_at_sql = (
+    states_at_sql = SQL(
         'SELECT zoid, CASE WHEN LEAD(zoid) OVER w = zoid THEN NULL ELSE '
-        'state END, tid FROM (%s) p WINDOW w AS (ORDER BY zoid, tid) '
-        'ORDER BY zoid, tid' % HistoryPreservingPacker.states_at_sql)
+        'state END, tid FROM ({states_at}) p WINDOW w AS (ORDER BY zoid, '
+        'tid) ORDER BY zoid, tid').format(
+            states_at=HistoryPreservingPacker.states_at_sql)
 
     def remove_old_revisions(self, session, keep):
         # One statement for the lot: the pairs go as two arrays, and the
@@ -531,16 +554,13 @@ class PostgreSQLAdapter(Adapter):
                    else PostgreSQLSession)(self, conn)
         session.server = server
         timeout_ms = int(self.options.commit_lock_timeout * 1000)
-        setup, params = 'SET lock_timeout = %s', (timeout_ms,)
+        setup, params = SESSION_SETUP, (timeout_ms,)
         keepalive = self.keepalive
         if keepalive is not None:
             # The server's end too: a session whose client went silent
             # (mid-commit, holding row locks and the commit lock) ends
             # within the bound. (Ignored on a Unix socket.)
-            setup += ('; SET tcp_keepalives_idle = %s'
-                      '; SET tcp_keepalives_interval = %s'
-                      '; SET tcp_keepalives_count = %s'
-                      '; SET tcp_user_timeout = %s')
+            setup = KEEPALIVE_SETUP
             params += (keepalive.idle, keepalive.interval, keepalive.count,
                        keepalive.user_timeout_ms)
         session.execute(setup, params)
@@ -548,20 +568,20 @@ class PostgreSQLAdapter(Adapter):
             # Loads and polls are short index lookups: compiling one, or
             # starting workers for it, is never worth it, even when stale
             # statistics make it look so.
-            setup = 'SET jit = off; SET max_parallel_workers_per_gather = 0'
+            setup = LOAD_SETUP
             if self.options.poll_interval and not (
                     server is not None and server.read_only):
                 # Told of every commit, an instance within its interval
                 # polls only when there is something to see. (Not without
                 # an interval: nothing would read the notifications, which
                 # the driver keeps in a list.)
-                setup += '; LISTEN ' + COMMIT_CHANNEL
+                setup = LISTENING_LOAD_SETUP
             session.execute(setup)
         return session
 
     def announce_commit(self):
         # Sent with the COMMIT; delivered to listeners once it is done.
-        return [('NOTIFY ' + COMMIT_CHANNEL, ())]
+        return [(NOTIFY_COMMIT, ())]
 
     def commits_announced(self, session):
         if not self.options.poll_interval or (
