@@ -34,6 +34,8 @@ ACCOUNTS = 16
 START = 1000
 #: Seconds between faults, drawn uniformly.
 PAUSE = (0.5, 2.0)
+#: Seconds the workers may take to start and open their database.
+STARTUP = 120
 
 
 def _factory(db, keep_history, data_dir, host=None, port=None):
@@ -92,10 +94,12 @@ def replay(transfers, accounts, start):
 # -- the processes -----------------------------------------------------------
 
 def worker(role, kind, keep_history, data_dir, host, port, log_path, seed,
-           deadline):
-    """A writer or reader; logs one line per event to *log_path*:
-    ``C key`` committed, ``U key`` outcome unknown, ``R`` a retry, ``B n``
-    a reader saw total n, ``S seconds`` the longest stall."""
+           stop_path):
+    """A writer or reader, working until the file *stop_path* exists (or,
+    its controller gone, for an hour); logs one line per event to
+    *log_path*: ``O`` its database opened the first time, ``C key``
+    committed, ``U key`` outcome unknown, ``R`` a retry, ``B n`` a reader
+    saw total n, ``S seconds`` the longest stall."""
     import transaction
     import ZODB
     from transaction.interfaces import TransientError
@@ -119,7 +123,9 @@ def worker(role, kind, keep_history, data_dir, host, port, log_path, seed,
     seq = 0
     last_success = time.monotonic()
     longest = 0.0
-    while time.time() < deadline:
+    opened_once = False
+    give_up = time.monotonic() + 3600
+    while not os.path.exists(stop_path) and time.monotonic() < give_up:
         try:
             if db is None:
                 opened = ZODB.DB(_factory(kind, keep_history, data_dir, host,
@@ -132,6 +138,9 @@ def worker(role, kind, keep_history, data_dir, host, port, log_path, seed,
                     opened.close()
                     raise
                 db = opened
+                if not opened_once:
+                    opened_once = True
+                    note('O')
             tm.begin()
             accounts = conn.root()['accounts']
             if role == 'reader':
@@ -234,7 +243,7 @@ class Chaos:
             [sys.executable, '-m', 'relstorage.tests.chaos', '--worker',
              role, self.db, str(self.keep_history),
              os.path.join(self.dir, 'db'), self.host, self.port, log_path,
-             str(self.rng.randrange(1 << 30)), str(self.deadline)],
+             str(self.rng.randrange(1 << 30)), self.stop_path],
             env=dict(child_env(),
                      RELSTORAGE_CHAOS_OPTIONS=json.dumps(self.options)),
             stdout=subprocess.DEVNULL,
@@ -243,15 +252,52 @@ class Chaos:
 
     def run(self):
         self.setup()
-        self.deadline = time.time() + self.seconds
+        self.stop_path = os.path.join(self.dir, 'stop')
         for i in range(self.writers):
             self.start('writer', i)
         for i in range(self.readers):
             self.start('reader', i)
-        self.inject_faults()
+        try:
+            # The run's seconds count from when every worker works:
+            # starting one (Python, ZODB, a driver) can take seconds on a
+            # busy machine, and a fault met before then tests nothing.
+            self.wait_until_working()
+            self.deadline = time.time() + self.seconds
+            self.inject_faults()
+        finally:
+            open(self.stop_path, 'w').close()
         for role, index, proc in list(self.procs.values()):
             proc.wait(timeout=120)
         return self.check()
+
+    def wait_until_working(self, timeout=STARTUP):
+        """Wait until each worker has opened its database (its log's
+        ``O``); RuntimeError, with what the others wrote, after
+        *timeout* seconds."""
+        deadline = time.monotonic() + timeout
+        waiting = set(self.procs)
+        while waiting and time.monotonic() < deadline:
+            waiting = {name for name in waiting
+                       if not self._opened(name)}
+            time.sleep(0.05)
+        if waiting:
+            raise RuntimeError('workers %s did not open the database within '
+                               '%ss: %s' % (sorted(waiting), timeout,
+                                            self._errors(sorted(waiting)[0])))
+
+    def _opened(self, name):
+        try:
+            with open(os.path.join(self.dir, name + '.log')) as f:
+                return f.readline() == 'O\n'
+        except FileNotFoundError:
+            return False
+
+    def _errors(self, name):
+        try:
+            with open(os.path.join(self.dir, name + '.log.err')) as f:
+                return f.read()[-2000:] or '(nothing on stderr)'
+        except FileNotFoundError:
+            return '(nothing on stderr)'
 
     def inject_faults(self):
         faults = ['kill writer', 'pack']
@@ -417,9 +463,9 @@ def main(argv=None):
     args = sys.argv[1:] if argv is None else argv
     if args and args[0] == '--worker':
         role, kind, keep_history, data_dir, host, port, log_path, seed, \
-            deadline = args[1:10]
+            stop_path = args[1:10]
         worker(role, kind, keep_history == 'True', data_dir, host, port,
-               log_path, int(seed), float(deadline))
+               log_path, int(seed), stop_path)
         return 0
     parser = argparse.ArgumentParser(prog='python -m relstorage.tests.chaos',
                                      description=__doc__.split('\n\n')[0])

@@ -410,7 +410,11 @@ class Failover(Chaos):
         return count
 
     def inject_faults(self):
+        # A third of the way in, once the writers have committed a few.
         time.sleep(self.seconds / 3)
+        while (self.committed_so_far() <= 5
+               and time.time() < self.deadline - self.seconds / 2):
+            time.sleep(0.1)
         self.committed_before = self.committed_so_far()
         self.pair.primary.stop()
         self.pair.promote()
