@@ -199,12 +199,11 @@ def environment(contenders):
             continue
         db = c.open()
         try:
-            session = db.storage.adapter.connect(for_store=False)
+            adapter = db.storage.adapter
+            session = adapter.connect(for_store=False)
             try:
-                # The driver knows Oracle's version from the handshake.
-                env['servers'][c.name] = (
-                    'Oracle %s' % session.conn.version if c.kind == 'oracle'
-                    else session.scalar('SELECT version()'))
+                env['servers'][c.name] = adapter.inspector.server_version(
+                    session)
             finally:
                 session.close()
         finally:

@@ -139,7 +139,7 @@ def raw_limit(contender, rows, transactions):
     db = contender.open()
     try:
         storage = db.storage
-        adapter = getattr(storage, '_adapter', None)
+        adapter = getattr(storage, 'adapter', None)
         if adapter is None:
             return None
         session = adapter.connect(for_store=True)

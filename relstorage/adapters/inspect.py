@@ -81,6 +81,9 @@ class Inspector:
         self.records_sql = self.page_sql.format(
             columns='s.tid, s.state, s.state_size, s.blob_id')
 
+    def server_version(self, session):
+        return self.stats.version(session)
+
     def count(self, session, exact, table, count_sql):
         """``(rows, estimated)``: the server's estimate of *table*'s rows
         unless *exact* or there is none, else *count_sql*'s count."""
@@ -96,7 +99,7 @@ class Inspector:
         stats = self.stats
         meta = self.adapter.schema.read_meta(session) or {}
         f = Figures()
-        f['server'] = stats.version(session)
+        f['server'] = self.server_version(session)
         f['schema_version'] = _int(meta.get('schema_version'))
         f['keep_history'] = meta.get('keep_history') == 'true'
         f['database_bytes'] = stats.database_bytes(session)

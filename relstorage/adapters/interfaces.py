@@ -348,6 +348,10 @@ class IStoreSession(IReads):
 
     previous_tid = Attribute(
         "The newest tid before the last commit (set when it chose its tid).")
+    committing = Attribute(
+        "Whether a commit transaction of this session is open (from "
+        "lock_and_read_current to the end of commit() or rollback()); its "
+        "reads then see the commit's own rows.")
 
     def lock_and_read_current(store_oids, read_oids):
         """Begin the commit transaction; lock rows in oid order (exclusive
@@ -798,6 +802,9 @@ class IInspector(Interface):
     """What zodbinfo, zodbcheck and the metrics server read."""
 
     objects_table = Attribute("The table with one row per object.")
+
+    def server_version(session):
+        """The server's name and version (``PostgreSQL 15.19``)."""
 
     def count(session, exact, table, count_sql):
         """``(count, estimated)``: the server's estimate of *table*'s

@@ -236,6 +236,10 @@ class StoreSession(_SessionWrapper):
         #: the other uploaded rows went through temp_store.
         self.direct_rows = ()
 
+    @property
+    def committing(self):
+        return self.session.in_transaction
+
     def _outside_commit(self, func, *args):
         """Like at_boundary, but reconnect only when no commit transaction
         of ours is open (then a lost connection means a lost commit)."""

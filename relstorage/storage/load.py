@@ -189,7 +189,7 @@ class Loader:
         store = self.commit.session
         if (before - 1 <= view or self.view.last_tid <= view
                 or self.view.is_root or store is None
-                or store.session.in_transaction):
+                or store.committing):
             return self.view.session()
         return store
 

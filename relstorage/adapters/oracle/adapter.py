@@ -11,6 +11,7 @@ from ...exceptions import ConfigurationError
 from ...exceptions import RelStorageError
 from ..adapter import OID_BLOCK
 from ..adapter import Adapter
+from ..inspect import ServerStatistics
 from ..keepalive import Keepalive
 from ..locker import Locker
 from ..mover import HistoryFreeMover
@@ -99,6 +100,15 @@ LOCK_COMMIT_TABLE = SQL('LOCK TABLE commit_lock IN EXCLUSIVE MODE {wait}')
 #: DBMS_LOCK.REQUEST's answers.
 LOCK_GRANTED, LOCK_TIMEOUT, LOCK_DEADLOCK, LOCK_OWNED = 0, 1, 2, 4
 
+
+
+class OracleStatistics(ServerStatistics):
+
+    kind = 'Oracle'
+
+    def version(self, session):
+        # The driver has it from the handshake.
+        return '%s %s' % (self.kind, session.conn.version)
 
 
 class OracleTypes(Types):
@@ -404,6 +414,7 @@ class OracleAdapter(Adapter):
 
     types = OracleTypes
     schema_class = OracleSchema
+    statistics_class = OracleStatistics
     database_name = 'Oracle'
 
     @classmethod
