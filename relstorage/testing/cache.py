@@ -5,20 +5,19 @@ XDG_CACHE_HOME is unset), never in the checkout or at fixed paths of the
 temporary directory. Deleting it is always safe: the next run makes
 again what it needs.
 
-What is kept there (the installation page of the documentation lists it
-with its sizes):
+What is kept there (docs/testing.rst lists it with its sizes):
 
-``buildout/``  test_buildout: a virtualenv holding zc.buildout, the eggs
-               buildout installed, and a wheelhouse of the wheels pip
-               built for them (psycopg2, mysqlclient...), so that a
-               second run neither downloads nor compiles.
+``buildout/``  test_buildout: a virtualenv holding zc.buildout and the
+               eggs buildout downloaded and built (psycopg2 and
+               mysqlclient compiled), so that a later run neither
+               downloads nor compiles.
 ``rs4/``       test_relstorage4_upgrade: a virtualenv holding RelStorage
                4.3 from PyPI, which builds the databases to upgrade.
 ``rs4-bench/`` the benchmarks' other side (``--other-venv``): RelStorage
                4.3 and zodbshootout, made only when a benchmark asks.
 
-Two runs sharing the directory (two checkouts, a run and a benchmark)
-take turns through a lock file in each folder.
+Two test runs sharing the directory (from two checkouts, say) take
+turns through a lock file in ``buildout/`` and in ``rs4/``.
 """
 import contextlib
 import fcntl
