@@ -131,3 +131,19 @@ def test_readme_quick_start_commands_are_the_scripts():
     for command in ('bash scripts/demo.sh', 'bash scripts/test.sh'):
         assert command in text
         assert (ROOT / command.split()[1]).exists()
+
+
+def test_defaults_written_in_descriptions_are_the_real_ones():
+    """component.xml's prose may say "default N"; options.py decides.
+    The two must agree, or the reference would contradict itself."""
+    checked = 0
+    for key in configdoc.keys():
+        if key.section != 'relstorage' or key.default == 'unset':
+            continue
+        for said in re.findall(r'default (true|false|[\d.]+)\b', key.meaning):
+            checked += 1
+            if said in ('true', 'false'):
+                assert said == key.default, key
+            else:
+                assert float(said.rstrip('.')) == float(key.default), key
+    assert checked > 10
