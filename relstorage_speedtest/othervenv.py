@@ -16,15 +16,17 @@ import subprocess
 import sys
 import tempfile
 
+from relstorage.testing.cache import cache_root
+
 #: What the other side installs by default.
 RS4 = 'RelStorage[postgresql,mysql]==4.3.0'
 #: What zodbshootout 0.8.0 needs beside it: pyperf 2.4 and later add a
 #: --profile option that clashes with zodbshootout's own, and six is
 #: imported but not declared.
 SHOOTOUT = ('zodbshootout==0.8.0', 'pyperf==2.3.1', 'six')
-#: Where the virtualenv is kept between runs.
-DEFAULT_DIR = os.path.join(os.environ.get('TMPDIR', '/tmp'),
-                           'relstorage-rs4-bench')
+#: Where the virtualenv is kept between runs: the user's cache
+#: directory, beside the tests' (relstorage.testing.cache).
+DEFAULT_DIR = os.path.join(cache_root(), 'rs4-bench')
 
 
 class OtherVenvError(RuntimeError):

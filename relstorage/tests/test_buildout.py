@@ -5,23 +5,30 @@ an external blob cache check), which must get the parent's path: a
 buildout script puts relstorage on ``sys.path`` itself, and a plain
 ``python -m`` child would not find it."""
 import os
+import re
 import shutil
 import textwrap
+import time
 
+from relstorage.testing.cache import cache_dir
+from relstorage.testing.cache import locked
 from relstorage.testing.checkout import copy_checkout
 from relstorage.testing.checkout import make_venv
 from relstorage.testing.checkout import run as _run
 from relstorage.testing.checkout import user_environment
 
-#: Kept between runs on this machine, so that buildout downloads and
-#: builds each egg once (not in the checkout, not committed): the eggs,
-#: and a virtualenv holding zc.buildout and nothing of this project
-#: (buildout run from the test run's own venv would give its scripts that
-#: venv's site-packages, where relstorage is installed, and hide what a
-#: user's buildout meets).
-CACHE = os.path.join(os.environ.get('TMPDIR', '/tmp'), 'relstorage-buildout')
-EGGS = os.path.join(CACHE, 'eggs')
-VENV = os.path.join(CACHE, 'venv')
+#: Kept between runs in the user's cache directory (not in the checkout,
+#: not committed; see relstorage.testing.cache), so that buildout
+#: downloads and builds each egg once: the eggs, and a virtualenv holding
+#: zc.buildout and nothing of this project (buildout run from the test
+#: run's own venv would give its scripts that venv's site-packages, where
+#: relstorage is installed, and hide what a user's buildout meets).
+CACHE_NAME = 'buildout'
+#: How long a run reuses the eggs it finds without asking the index for
+#: newer releases (``buildout:newest=false``): a week. Then one run asks
+#: (``newest=true``, as a user's first buildout does) and the eggs its
+#: scripts no longer use are removed.
+FRESH_FOR = 7 * 24 * 3600
 
 BLOB_CHECK = textwrap.dedent('''
     import os, sys, ZODB
@@ -52,24 +59,64 @@ BLOB_CHECK = textwrap.dedent('''
 ''')
 
 
-def _buildout(env):
+def _buildout(cache, env):
     """The buildout command of a virtualenv of its own."""
-    buildout = os.path.join(VENV, 'bin', 'buildout')
+    venv = os.path.join(cache, 'venv')
+    buildout = os.path.join(venv, 'bin', 'buildout')
     if not os.path.exists(buildout):
-        shutil.rmtree(VENV, ignore_errors=True)
-        pip = os.path.join(make_venv(VENV, env), 'pip')
-        _run([pip, 'install', '-q', 'zc.buildout'], CACHE, 600, env)
+        shutil.rmtree(venv, ignore_errors=True)
+        pip = os.path.join(make_venv(venv, env), 'pip')
+        _run([pip, 'install', '-q', 'zc.buildout'], cache, 600, env)
     return buildout
+
+
+def _stale(stamp):
+    """Whether the eggs were last brought up to date over FRESH_FOR ago."""
+    try:
+        return time.time() - os.path.getmtime(stamp) > FRESH_FOR
+    except OSError:
+        return True
+
+
+def _prune(eggs, bin_dir):
+    """Remove the eggs none of *bin_dir*'s scripts puts on its path
+    (older releases left by an earlier run); zc.recipe.egg, which
+    buildout itself runs, stays."""
+    used = set()
+    for script in bin_dir.iterdir():
+        used.update(re.findall(re.escape(eggs) + r'/([^/\'"]+)',
+                               script.read_text()))
+    if not used:  # scripts laid out otherwise: remove nothing
+        return
+    for name in os.listdir(eggs):
+        if name not in used and not name.startswith('zc.recipe.egg-'):
+            shutil.rmtree(os.path.join(eggs, name), ignore_errors=True)
+
+
+def run_buildout(checkout, env):
+    """Run buildout in *checkout* with the cached eggs (see FRESH_FOR)."""
+    with locked(cache_dir(CACHE_NAME)) as cache:
+        eggs = os.path.join(cache, 'eggs')
+        stamp = os.path.join(cache, 'eggs-brought-up-to-date')
+        newest = _stale(stamp)
+        _run([_buildout(cache, env), '-q',
+              'buildout:eggs-directory=%s' % eggs,
+              'buildout:newest=%s' % ('true' if newest else 'false')],
+             checkout, 1200, env)
+        if newest:
+            # buildout keeps its eggs one level down (eggs/v5).
+            for sub in os.listdir(eggs):
+                if os.path.isdir(os.path.join(eggs, sub)):
+                    _prune(os.path.join(eggs, sub), checkout / 'bin')
+            with open(stamp, 'w'):
+                pass
 
 
 def test_buildout_scripts_work(tmp_path):
     checkout = tmp_path / 'checkout'
     copy_checkout(checkout)
-    os.makedirs(EGGS, exist_ok=True)
     env = user_environment()
-    buildout = _buildout(env)
-    _run([buildout, '-q', 'buildout:eggs-directory=%s' % EGGS],
-         checkout, 1200, env)
+    run_buildout(checkout, env)
     bin_dir = checkout / 'bin'
     assert 'usage: zodbpack' in _run([str(bin_dir / 'zodbpack'), '--help'],
                                      checkout, 60, env)

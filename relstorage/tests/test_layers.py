@@ -131,6 +131,9 @@ ENVIRONMENT_READS = {
     # rather than skipping it.
     ('testing/dbs.py', None),
     ('testing/dbs.py', 'in_ci'),
+    # XDG_CACHE_HOME: where the tests keep what they download between
+    # runs (the established convention for per-user caches).
+    ('testing/cache.py', 'cache_root'),
     # A private test server's environment: the caller's, less the PG*
     # and MYSQL* variables that would point it elsewhere.
     ('testing/processes.py', 'server_env'),

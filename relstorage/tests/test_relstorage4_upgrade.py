@@ -1,7 +1,8 @@
 """Upgrading real RelStorage 4 databases in place (``relstorage-upgrade``).
 
 RelStorage 4.3 from PyPI, in a virtualenv of its own (kept between runs
-in ``$TMPDIR/relstorage-rs4``, never in the checkout), builds each
+in the user's cache directory, ``~/.cache/relstorage-tests/rs4``: see
+relstorage.testing.cache; never in the checkout), builds each
 database with rs4_workload.py and describes what it reads; after the
 upgrade this storage must read exactly the same transactions, records,
 current states and blobs, and go on committing.
@@ -29,6 +30,8 @@ from ZODB.tests.StorageTestBase import StorageTestBase
 from relstorage.config import storage_from_string
 from relstorage.exceptions import RelStorage4Database
 from relstorage.testing import rs4_workload
+from relstorage.testing.cache import cache_dir
+from relstorage.testing.cache import locked
 from relstorage.testing.dbs import DATABASES
 from relstorage.testing.dbs import DatabaseFactory
 from relstorage.testing.dbs import in_ci
@@ -39,8 +42,7 @@ from relstorage.upgrade import main as upgrade_main
 
 from .conformance import make_classes
 
-CACHE = os.path.join(os.environ.get('TMPDIR', '/tmp'), 'relstorage-rs4')
-VENV = os.path.join(CACHE, 'venv')
+CACHE_NAME = 'rs4'
 RS4 = 'RelStorage[postgresql,mysql]==4.3.0'
 _venv_lock = threading.Lock()
 
@@ -48,14 +50,14 @@ _venv_lock = threading.Lock()
 def rs4_python():
     """The Python of a virtualenv holding RelStorage 4.3 and nothing of
     this project."""
-    python = os.path.join(VENV, 'bin', 'python')
-    with _venv_lock:
-        marker = os.path.join(VENV, '.rs4-installed')
+    with _venv_lock, locked(cache_dir(CACHE_NAME)) as cache:
+        venv = os.path.join(cache, 'venv')
+        python = os.path.join(venv, 'bin', 'python')
+        marker = os.path.join(venv, '.rs4-installed')
         if not os.path.exists(marker) or open(marker).read() != RS4:
-            shutil.rmtree(VENV, ignore_errors=True)
-            os.makedirs(CACHE, exist_ok=True)
+            shutil.rmtree(venv, ignore_errors=True)
             base = getattr(sys, '_base_executable', sys.executable)
-            subprocess.run([base, '-m', 'venv', VENV], check=True,
+            subprocess.run([base, '-m', 'venv', venv], check=True,
                            timeout=300)
             done = subprocess.run(
                 [python, '-m', 'pip', 'install', '-q', RS4],

@@ -5,10 +5,10 @@ instance commits once there is room again.
 
 Unlike SQLite's, their finish still writes (the rows are copied into
 place under the short commit lock), so there the failure can come at
-tpc_finish: README says so. The tables live on a small tmpfs of a private
-server (the shared ones are never reconfigured): on PostgreSQL in a
-tablespace there, on MariaDB in a database whose directory is a link to
-it."""
+tpc_finish: docs/architecture.rst says so. The tables live on a small
+tmpfs of a private server (the shared ones are never reconfigured): on
+PostgreSQL in a tablespace there, on MariaDB in a database whose
+directory is a link to it."""
 import contextlib
 import os
 import pwd
@@ -127,7 +127,7 @@ def _fill_and_commit(adapter, mount):
         try:
             outcome = store_all(storage, base[:2] + new, value, serials)
         except DatabaseFull as e:
-            # At finish: the gap README describes.
+            # At finish: the gap docs/architecture.rst describes.
             assert adapter.describe() in str(e)
             outcome = 'finish'
         assert outcome in ('vote', 'finish')
