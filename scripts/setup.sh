@@ -18,7 +18,9 @@ is_root() { [ "$(id -u)" -eq 0 ]; }
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd -P)
 cd "$ROOT"
 
-VENV=$ROOT/.venv
+# RELSTORAGE_VENV: another virtualenv (scripts/other_pythons.sh makes one
+# per supported Python).
+VENV=${RELSTORAGE_VENV:-$ROOT/.venv}
 # One stamp per set of extras, holding the hash of the packaging files.
 STAMP=$VENV/.relstorage-installed${EXTRAS:+-${EXTRAS//,/-}}
 

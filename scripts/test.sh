@@ -54,6 +54,11 @@ if [ "$#" -eq 0 ] && [ "${RELSTORAGE_TEST_SERIAL:-0}" != 1 ]; then
     PYTHONFAULTHANDLER=1 "${guard[@]}" "$VENV/bin/python" -m pytest \
         -p no:cacheprovider "${OWN_SERVERS[@]}" >"$side_log" 2>&1 &
     side=$!
+    # And the other supported Pythons' subset (scripts/other_pythons.sh).
+    others_log=$(mktemp "${TMPDIR:-/tmp}/relstorage-tests-XXXXXX")
+    say "running beside the others (output below, at the end): scripts/other_pythons.sh"
+    "${guard[@]}" bash "$ROOT/scripts/other_pythons.sh" >"$others_log" 2>&1 &
+    others=$!
     ignore=()
     for path in "${OWN_SERVERS[@]}"; do ignore+=("--ignore=$path"); done
     say "running: python -m pytest ${ignore[*]}"
@@ -64,11 +69,19 @@ if [ "$#" -eq 0 ] && [ "${RELSTORAGE_TEST_SERIAL:-0}" != 1 ]; then
     say "the tests on servers of their own (python -m pytest ${OWN_SERVERS[*]}):"
     cat "$side_log"
     rm -f "$side_log"
-    say "exit status: $status, and $side_status for the tests on servers of their own"
+    wait "$others"
+    others_status=$?
+    say "the other supported Pythons (scripts/other_pythons.sh):"
+    cat "$others_log"
+    rm -f "$others_log"
+    say "exit status: $status, $side_status for the tests on servers of their own," \
+        "$others_status for the other Pythons"
     if [ "$status" = 0 ] || [ "$status" = 5 ]; then
-        if [ "$side_status" != 0 ]; then
-            status=$side_status
-        fi
+        for other in "$side_status" "$others_status"; do
+            if [ "$other" != 0 ]; then
+                status=$other
+            fi
+        done
     fi
 else
     say "running: python -m pytest $*"

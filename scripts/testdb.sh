@@ -17,7 +17,8 @@
 # `relstoragetest` and the databases
 #   relstoragetest_hp relstoragetest_hf relstoragetest_hp2
 #   relstoragetest_hf2 relstoragetest_misc
-# owned by / fully granted to that account, and the account
+# (and the same five with relstoragetest_py312_ and relstoragetest_py313_
+# for scripts/other_pythons.sh) owned by / fully granted to that account, and the account
 # `relstoragetest_ro`, which may only read relstoragetest_hp.
 #
 # A server that answers is used as it is: this script never stops,
@@ -50,6 +51,13 @@ RO_USER=relstoragetest_ro  # may only read; its password is its name
 TEST_PASSWORD=relstoragetest
 TEST_DATABASES=(relstoragetest_hp relstoragetest_hf relstoragetest_hp2
                 relstoragetest_hf2 relstoragetest_misc)
+# The runs on the other supported Pythons (scripts/other_pythons.sh), which
+# go on beside the main run, have databases of their own.
+for tag in py312 py313; do
+    for which in hp hf hp2 hf2 misc; do
+        TEST_DATABASES+=("relstoragetest_${tag}_$which")
+    done
+done
 
 PG_HOST=${RELSTORAGE_TEST_PG_HOST:-127.0.0.1}
 PG_PORT=${RELSTORAGE_TEST_PG_PORT:-5432}
