@@ -8,8 +8,10 @@ Usage::
     conn = server.connect('relstoragetest_hp')
     ...
     server.restart()                         # same port, same data
+    pooler = private_pooler('transaction', pool_size=4)   # pgbouncer
 """
 from .mysql_server import MySQLServer
+from .pgbouncer_server import PgBouncer
 from .postgresql_server import PostgreSQLServer
 from .processes import lock
 from .servers import NotInstalled
@@ -51,3 +53,29 @@ def private_server(kind, max_connections=300, also_listen=()):
             _failures[key] = e
             raise
     return server
+
+
+_poolers = {}
+
+
+def private_pooler(pool_mode='transaction', pool_size=4):
+    """The private pgbouncer of this process with *pool_mode* and
+    *pool_size* (its default_pool_size), in front of the private
+    PostgreSQL server (``private_server('postgresql')``): one per
+    process and per (pool_mode, pool_size), removed at exit like the
+    servers. Raises NotInstalled or ServerError as private_server()."""
+    backend = private_server('postgresql')
+    key = ('pgbouncer', pool_mode, pool_size)
+    with lock:
+        if key in _failures:
+            raise _failures[key]
+        pooler = _poolers.get(key)
+        if pooler is None:
+            pooler = _poolers[key] = PgBouncer(backend, pool_mode,
+                                               pool_size)
+        try:
+            pooler.start()
+        except (NotInstalled, ServerError) as e:
+            _failures[key] = e
+            raise
+    return pooler

@@ -1,5 +1,6 @@
 """What PostgreSQL does differently: psycopg2 or psycopg connections,
 advisory locks, a sequence for oids, bulk upload with a binary COPY."""
+import contextlib
 import logging
 import re
 import struct
@@ -35,7 +36,9 @@ from .dsn import dsn_location
 from .dsn import scrub_dsn
 from .drivers import select_driver
 from .dsn import parse_dsn
+from .pooler import pooler_mode
 from .upgrade import PostgreSQLUpgrade
+from . import pooler
 
 log = logging.getLogger(__name__)
 
@@ -58,15 +61,19 @@ SCHEMA_LOCK_KEY = 0x52656c44
 COMMIT_CHANNEL = 'relstorage_commits'
 
 #: No primary key: the rows of an upload are unique already, and nothing
-#: looks one up (the index cost 1 ms of a 1,000-row COPY's 4).
-TEMP_STORE_DDL = """
+#: looks one up (the index cost 1 ms of a 1,000-row COPY's 4). Emptied at
+#: each commit where the session keeps it; dropped there behind a
+#: transaction pooler, where each store transaction creates it.
+TEMP_STORE_TEMPLATE = SQL("""
 CREATE TEMPORARY TABLE IF NOT EXISTS temp_store (
     zoid        BIGINT NOT NULL,
     prev_tid    BIGINT NOT NULL,
     state       BYTEA,
     blob_id     BIGINT
-) ON COMMIT DELETE ROWS
-"""
+) ON COMMIT {end}
+""")
+TEMP_STORE_DDL = TEMP_STORE_TEMPLATE.format(end='DELETE ROWS')
+POOLED_TEMP_STORE_DDL = TEMP_STORE_TEMPLATE.format(end='DROP')
 
 
 class PostgreSQLSession(Session):
@@ -107,7 +114,10 @@ class PostgreSQLSchema(Schema):
     extra_ddl = (
         'CREATE SEQUENCE zoid_seq INCREMENT BY %d START WITH 1' % OID_BLOCK,
     )
-    drop_extra_ddl = ('DROP SEQUENCE IF EXISTS zoid_seq',)
+    # (The pack's scratch tables are the database's behind a transaction
+    # pooler.)
+    drop_extra_ddl = ('DROP SEQUENCE IF EXISTS zoid_seq',
+                      pooler.DROP_SCRATCH)
     # RelStorage 4 keeps each blob chunk in a large object.
     rs4_piece_query = ('SELECT lo_get(chunk, %s - 1, %s) FROM blob_chunk '
                      'WHERE zoid = %s AND tid = %s AND chunk_num = %s')
@@ -243,11 +253,17 @@ class PostgreSQLMoverMixin:
     def fetch_current(self, session, oid):
         # The most frequent statement, planned once per connection (a
         # prepared statement outlives transactions and their rollbacks).
-        if not session.load_prepared:
-            session.execute('PREPARE rs_load_current (bigint) AS '
-                            + numbered(self.load_current_sql))
-            session.load_prepared = True
-        return session.fetchone('EXECUTE rs_load_current (%s)', (oid,))
+        try:
+            if not session.load_prepared:
+                session.execute('PREPARE rs_load_current (bigint) AS '
+                                + numbered(self.load_current_sql))
+                session.load_prepared = True
+            return session.fetchone('EXECUTE rs_load_current (%s)', (oid,))
+        except self.adapter.driver.session_state_errors as e:
+            # Another client's server session, lent by a pooler.
+            raise pooler.transaction_pooler_error(
+                self.adapter, 'prepared statements come and go: %s'
+                % type(e).__name__) from None
 
     def upload(self, session, rows):
         # COPY in PostgreSQL's binary format: one round trip, and the
@@ -427,29 +443,76 @@ class PostgreSQLAdapter(Adapter):
             ('port', uri.port), ('user', uri.user),
             ('password', uri.password)) if value})}
     supports_commit_announcements = True
+    uri_keys = ('driver', 'pooler')
     load_begin_sql = 'BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY'
     store_begin_sql = 'BEGIN ISOLATION LEVEL READ COMMITTED'
+    #: What the session's own BEGIN is (None: BEGIN, the session keeping
+    #: its settings).
+    pooled_begin_sql = None
     #: zap_all truncates the tables larger than this (see empty_tables).
     truncate_above_bytes = 8 << 20
 
-    def __init__(self, dsn='', driver='auto', options=None):
+    def __init__(self, dsn='', driver='auto', options=None, pooler='none'):
         from ...options import Options
         self.dsn = dsn or ''
         self.driver = select_driver(driver)
         self.cooperative = self.driver.cooperative
+        #: none, session or transaction (see pooler).
+        self.pooler = pooler_mode(pooler)
         if not self.driver.can_copy:
             self.hp_mover_class, self.hf_mover_class = (NoCopyHPMover,
                                                         NoCopyHFMover)
             self.hp_packer_class, self.hf_packer_class = (NoCopyHPPacker,
                                                           NoCopyHFPacker)
+        options = options if options is not None else Options()
+        if self.pooler == 'transaction':
+            self._without_sessions(options)
+        #: Whether load sessions LISTEN for commits.
+        self.listens = bool(options.poll_interval) and (
+            self.pooler != 'transaction')
+        #: Whether open() still has to look for a transaction pooler.
+        self.pooler_unchecked = self.pooler == 'none'
         # A misspelt keyword, say: named now, not at the first connect.
         self.check_dsn(self.dsn, 'dsn: ')
-        super().__init__(options if options is not None else Options())
+        super().__init__(options)
         self.keepalive = Keepalive.for_options(self.options)
         #: libpq keywords the dsn leaves to network-timeout.
         given = parse_dsn(self.dsn)
         self.bounds = {key: value for key, value in self.keepalive_keywords()
                        if key not in given}
+
+    def _without_sessions(self, options):
+        """Behind a transaction pooler: classes and statements that leave
+        nothing in a server session (see pooler)."""
+        for name, mixin in (('hp_mover_class', pooler.PooledMoverMixin),
+                            ('hf_mover_class', pooler.PooledMoverMixin),
+                            ('hp_packer_class', pooler.PooledPackerMixin),
+                            ('hf_packer_class', pooler.PooledPackerMixin),
+                            ('locker_class', pooler.PooledLockerMixin)):
+            setattr(self, name, pooler.pooled_class(getattr(self, name),
+                                                    mixin))
+        # A load session's snapshot holds a server connection until it
+        # ends: ended before the vote takes the store session's, each
+        # committing instance needs one at a time, and commits can never
+        # all wait for a connection that only the others' snapshots hold.
+        # (Conflict resolution reads through the store session.)
+        self.requires_snapshot_end_at_vote = True
+        timeout = options.commit_lock_timeout * 1000
+        begin = pooler.begin_statement
+        self.load_begin_sql = begin(self.load_begin_sql, timeout,
+                                    pooler.LOAD_SETTINGS)
+        self.store_begin_sql = begin(self.store_begin_sql, timeout,
+                                     POOLED_TEMP_STORE_DDL.strip())
+        self.scratch_begin_sql = self.pooled_begin_sql = begin(
+            'BEGIN', timeout)
+        if options.poll_interval:
+            # Said once per adapter; polls keep the view for up to the
+            # interval, as on a database that announces nothing.
+            log.info('pooler transaction: no LISTEN through a transaction '
+                     'pooler, so commits to the %s are not announced; '
+                     'instances poll at most every poll-interval (%ss) and '
+                     'may see other processes\' commits that much later',
+                     describe_dsn(self.dsn), options.poll_interval)
 
     def keepalive_keywords(self):
         if self.keepalive is None:
@@ -530,6 +593,10 @@ class PostgreSQLAdapter(Adapter):
         session = (PsycopgSession if driver.results_from_first
                    else PostgreSQLSession)(self, conn)
         session.server = server
+        if self.pooled_begin_sql is not None:
+            # Each transaction makes its own settings.
+            session.begin_sql = self.pooled_begin_sql
+            return session
         timeout_ms = int(self.options.commit_lock_timeout * 1000)
         setup, params = 'SET lock_timeout = %s', (timeout_ms,)
         keepalive = self.keepalive
@@ -549,7 +616,7 @@ class PostgreSQLAdapter(Adapter):
             # starting workers for it, is never worth it, even when stale
             # statistics make it look so.
             setup = 'SET jit = off; SET max_parallel_workers_per_gather = 0'
-            if self.options.poll_interval and not (
+            if self.listens and not (
                     server is not None and server.read_only):
                 # Told of every commit, an instance within its interval
                 # polls only when there is something to see. (Not without
@@ -564,7 +631,7 @@ class PostgreSQLAdapter(Adapter):
         return [('NOTIFY ' + COMMIT_CHANNEL, ())]
 
     def commits_announced(self, session):
-        if not self.options.poll_interval or (
+        if not self.listens or (
                 session.server is not None and session.server.read_only):
             # (A standby takes no LISTEN.)
             return None
@@ -575,7 +642,19 @@ class PostgreSQLAdapter(Adapter):
             return True     # a real poll finds out (and reconnects)
 
     def prepare_store_session(self, session):
-        session.execute(TEMP_STORE_DDL)
+        if self.pooled_begin_sql is None:
+            session.execute(TEMP_STORE_DDL)
+        # (Else each store transaction creates it: see _without_sessions.)
+
+    @contextlib.contextmanager
+    def _schema_transaction(self, may_create):
+        # The first thing an open does: before any statement that a
+        # transaction pooler would break.
+        if self.pooler_unchecked:
+            pooler.check_not_transaction_pooled(self)
+            self.pooler_unchecked = False
+        with super()._schema_transaction(may_create) as session:
+            yield session
 
     def empty_tables(self, session):
         # DELETE leaves the old rows' space behind until a vacuum, and a
