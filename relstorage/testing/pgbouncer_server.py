@@ -104,6 +104,9 @@ class PgBouncer(PrivateServer):
             'server_reset_query': 'DISCARD ALL',
             # Clients wait this long for a server connection.
             'query_wait_timeout': '120',
+            # Idle server connections go soon, leaving the backend's
+            # slots to the other pools.
+            'server_idle_timeout': '10',
             'logfile': self.log_path,
             'pidfile': os.path.join(self.dir, 'pgbouncer.pid'),
             'log_connections': '0',

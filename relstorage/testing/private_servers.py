@@ -56,15 +56,18 @@ def private_server(kind, max_connections=300, also_listen=()):
 
 
 _poolers = {}
+#: The max_connections of the server behind the poolers: room for the
+#: pools of every mode and database at once.
+POOLED_MAX_CONNECTIONS = 500
 
 
 def private_pooler(pool_mode='transaction', pool_size=4):
     """The private pgbouncer of this process with *pool_mode* and
-    *pool_size* (its default_pool_size), in front of the private
-    PostgreSQL server (``private_server('postgresql')``): one per
+    *pool_size* (its default_pool_size), in front of a private
+    PostgreSQL server of its own (POOLED_MAX_CONNECTIONS): one per
     process and per (pool_mode, pool_size), removed at exit like the
     servers. Raises NotInstalled or ServerError as private_server()."""
-    backend = private_server('postgresql')
+    backend = private_server('postgresql', POOLED_MAX_CONNECTIONS)
     key = ('pgbouncer', pool_mode, pool_size)
     with lock:
         if key in _failures:

@@ -5,7 +5,7 @@ between accounts through a private pgbouncer, while the controller reads
 server backends the database gets.
 
     python -m relstorage.tests.pooled_bank --worker DSN HP LOG SEED \\
-        DEADLINE THREADS
+        SECONDS THREADS
 
 is one worker process (the test starts them). Each thread logs ``C key``
 once its transfer committed (``F key`` when the storage said it did not,
@@ -76,7 +76,9 @@ def _transfers(db, note, seed, deadline):
         conn.close()
 
 
-def worker(dsn, keep_history, log_path, seed, deadline, threads):
+def worker(dsn, keep_history, log_path, seed, seconds, threads):
+    """Transfers for *seconds* from when the storage is open (a loaded
+    machine may take seconds to start eight processes)."""
     import ZODB
     lock = threading.Lock()
     log = open(log_path, 'a', buffering=1)
@@ -87,6 +89,7 @@ def worker(dsn, keep_history, log_path, seed, deadline, threads):
             log.flush()
 
     db = ZODB.DB(_storage(dsn, keep_history), pool_size=threads)
+    deadline = time.time() + seconds
     errors = []
 
     def run(index):
@@ -152,7 +155,6 @@ def run_bank(pooler, database, keep_history, workdir, processes=8,
     open_bank(storage, ACCOUNTS, START)
     sampler = Sampler(pooler.backend, pooler, database)
     sampler.start()
-    deadline = time.time() + seconds
     procs = []
     try:
         for index in range(processes):
@@ -160,10 +162,10 @@ def run_bank(pooler, database, keep_history, workdir, processes=8,
             procs.append((log_path, subprocess.Popen(
                 [sys.executable, '-m', 'relstorage.tests.pooled_bank',
                  '--worker', dsn, str(keep_history), log_path,
-                 str(1000 + index), str(deadline), str(threads)],
+                 str(1000 + index), str(seconds), str(threads)],
                 env=child_env(), stdout=subprocess.DEVNULL,
                 stderr=open(log_path + '.err', 'w'))))
-        statuses = [proc.wait(timeout=seconds + 300) for _, proc in procs]
+        statuses = [proc.wait(timeout=seconds + 600) for _, proc in procs]
     finally:
         for _, proc in procs:
             if proc.poll() is None:
@@ -181,7 +183,7 @@ def run_bank(pooler, database, keep_history, workdir, processes=8,
         db.close()
     return {'statuses': statuses, 'lines': lines, 'accounts': accounts,
             'transfers': transfers, 'backends': sampler.backends,
-            'clients': sampler.clients,
+            'clients': sampler.clients, 'processes': processes,
             'errors': [line for line in lines if line.startswith('X ')]}
 
 
@@ -194,8 +196,11 @@ def check_bank(result):
         keyed.setdefault(kind, []).append(key)
     committed = keyed.get('C', [])
     transfers = result['transfers']
-    if not committed:
-        problems.append('nothing was committed')
+    # Every process committed (keys are seed.thread-seq).
+    committers = {key.split('.', 1)[0] for key in committed}
+    if len(committers) < result['processes']:
+        problems.append('%d of %d processes committed nothing' % (
+            result['processes'] - len(committers), result['processes']))
     if len(committed) != len(set(committed)):
         problems.append('a transfer was acknowledged twice')
     missing = set(committed) - set(transfers)
@@ -223,7 +228,7 @@ def check_bank(result):
 if __name__ == '__main__':
     if sys.argv[1:2] != ['--worker']:
         sys.exit('usage: python -m relstorage.tests.pooled_bank --worker '
-                 'DSN HP LOG SEED DEADLINE THREADS')
-    _dsn, _hp, _log, _seed, _deadline, _threads = sys.argv[2:8]
-    sys.exit(worker(_dsn, _hp == 'True', _log, int(_seed), float(_deadline),
+                 'DSN HP LOG SEED SECONDS THREADS')
+    _dsn, _hp, _log, _seed, _seconds, _threads = sys.argv[2:8]
+    sys.exit(worker(_dsn, _hp == 'True', _log, int(_seed), float(_seconds),
                     int(_threads)))

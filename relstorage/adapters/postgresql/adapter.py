@@ -74,6 +74,8 @@ CREATE TEMPORARY TABLE IF NOT EXISTS temp_store (
 """)
 TEMP_STORE_DDL = TEMP_STORE_TEMPLATE.format(end='DELETE ROWS')
 POOLED_TEMP_STORE_DDL = TEMP_STORE_TEMPLATE.format(end='DROP')
+#: A pooled snapshot may take new oids (see _without_sessions).
+POOLED_LOAD_BEGIN = 'BEGIN ISOLATION LEVEL REPEATABLE READ'
 
 
 class PostgreSQLSession(Session):
@@ -497,9 +499,12 @@ class PostgreSQLAdapter(Adapter):
         # all wait for a connection that only the others' snapshots hold.
         # (Conflict resolution reads through the store session.)
         self.requires_snapshot_end_at_vote = True
+        # For the same reason, new oids come from the snapshot's
+        # transaction (nextval, which a READ ONLY one refuses).
+        self.oids_from_load_session = True
         timeout = options.commit_lock_timeout * 1000
         begin = pooler.begin_statement
-        self.load_begin_sql = begin(self.load_begin_sql, timeout,
+        self.load_begin_sql = begin(POOLED_LOAD_BEGIN, timeout,
                                     pooler.LOAD_SETTINGS)
         self.store_begin_sql = begin(self.store_begin_sql, timeout,
                                      POOLED_TEMP_STORE_DDL.strip())
