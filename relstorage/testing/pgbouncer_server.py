@@ -40,7 +40,7 @@ class PgBouncer(PrivateServer):
     admin_user = 'postgres'
 
     def __init__(self, backend, pool_mode='transaction', pool_size=4,
-                 max_clients=1000, **kwargs):
+                 max_clients=1000, server_password=None, **kwargs):
         if pool_mode not in POOL_MODES:
             raise ValueError('pool_mode must be one of %s, not %r'
                              % (', '.join(POOL_MODES), pool_mode))
@@ -48,6 +48,9 @@ class PgBouncer(PrivateServer):
         self.backend = backend
         self.pool_mode = pool_mode
         self.pool_size = pool_size
+        #: The password pgbouncer logs in to the backend with (None: the
+        #: backend trusts it, as a private server does).
+        self.server_password = server_password
         self._program_path = None
 
     def __repr__(self):
@@ -115,9 +118,16 @@ class PgBouncer(PrivateServer):
 
     def _launch(self):
         self.backend.start()
-        with open(self.ini_path, 'w') as f:
-            f.write('[databases]\n* = host=%s port=%d\n\n[pgbouncer]\n'
-                    % (self.backend.host, self.backend.port))
+        target = 'host=%s port=%d' % (self.backend.host, self.backend.port)
+        if self.server_password:
+            target += ' password=%s' % self.server_password
+        # Readable by the pooler's account alone: it may hold a password.
+        fd = os.open(self.ini_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC,
+                     0o600)
+        if self._as_root():
+            os.fchown(fd, *self._system_ids())
+        with os.fdopen(fd, 'w') as f:
+            f.write('[databases]\n* = %s\n\n[pgbouncer]\n' % target)
             for name, value in self._settings().items():
                 f.write('%s = %s\n' % (name, value))
         self._run([self._program_path, '-d', self.ini_path],
@@ -179,3 +189,18 @@ class PgBouncer(PrivateServer):
     def connect(self, database=DATABASES[0]):
         import psycopg2
         return psycopg2.connect(self.dsn(database), connect_timeout=10)
+
+
+class RunningServer:
+    """A PostgreSQL server that runs already (the machine's, say), as
+    a PgBouncer's backend: nothing of it is started or changed."""
+
+    def __init__(self, host, port):
+        self.host = host
+        self.port = int(port)
+
+    def start(self):
+        """It runs already."""
+
+    def __repr__(self):
+        return '<RunningServer %s:%s>' % (self.host, self.port)
