@@ -17,6 +17,7 @@ import shutil
 import signal
 import time
 
+from .postgresql_server import admin_connection
 from .processes import alive
 from .processes import cmdline
 from .processes import read_pid
@@ -156,12 +157,7 @@ class PgBouncer(PrivateServer):
             time.sleep(0.05)
 
     def _admin_connect(self, database='pgbouncer'):
-        import psycopg2
-        conn = psycopg2.connect(host=self.host, port=self.port,
-                                user=self.admin_user, dbname=database,
-                                connect_timeout=5)
-        conn.autocommit = True
-        return conn
+        return admin_connection(self, database)
 
     def _setup(self):
         """The account and databases are the backend's."""

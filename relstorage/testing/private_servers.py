@@ -39,14 +39,19 @@ def private_server(kind, max_connections=300, also_listen=()):
     except KeyError:
         raise ValueError('kind must be one of %s, not %r'
                          % (', '.join(sorted(_KINDS)), kind))
-    key = (kind, max_connections, tuple(also_listen))
+    return _start_once(_servers, (kind, max_connections, tuple(also_listen)),
+                       lambda: cls(max_connections, also_listen=also_listen))
+
+
+def _start_once(registry, key, make):
+    """The server *registry* holds under *key* (made by *make()* the
+    first time), started; a failure to start is remembered."""
     with lock:
         if key in _failures:
             raise _failures[key]
-        server = _servers.get(key)
+        server = registry.get(key)
         if server is None:
-            server = _servers[key] = cls(max_connections,
-                                         also_listen=also_listen)
+            server = registry[key] = make()
         try:
             server.start()
         except (NotInstalled, ServerError) as e:
@@ -68,17 +73,5 @@ def private_pooler(pool_mode='transaction', pool_size=4):
     process and per (pool_mode, pool_size), removed at exit like the
     servers. Raises NotInstalled or ServerError as private_server()."""
     backend = private_server('postgresql', POOLED_MAX_CONNECTIONS)
-    key = ('pgbouncer', pool_mode, pool_size)
-    with lock:
-        if key in _failures:
-            raise _failures[key]
-        pooler = _poolers.get(key)
-        if pooler is None:
-            pooler = _poolers[key] = PgBouncer(backend, pool_mode,
-                                               pool_size)
-        try:
-            pooler.start()
-        except (NotInstalled, ServerError) as e:
-            _failures[key] = e
-            raise
-    return pooler
+    return _start_once(_poolers, ('pgbouncer', pool_mode, pool_size),
+                       lambda: PgBouncer(backend, pool_mode, pool_size))

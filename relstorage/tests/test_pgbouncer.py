@@ -145,26 +145,38 @@ def test_no_temporary_table_or_session_setting_outlives_a_transaction():
         storage.zap_all()
         _commit_some(storage, 10)
         storage.pack(time.time() + 1, referencesf)
-        # Every server session the pool has, now idle: no temporary table
-        # left in any (pg_class of the database), none LISTENs, and the
-        # lock timeout is the server's default in each.
+        # Loads by clients of their own, each from the database.
+        for _ in range(3):
+            other = _storage(pooler, HF_DB, keep_history=False)
+            try:
+                assert other.load(b'\0' * 8)[1]
+            finally:
+                other.close()
+        # Every server session of the pool, each held by a transaction of
+        # its own: no temporary table (pg_class of the whole database),
+        # no prepared statement, no LISTEN, and the server's default lock
+        # timeout in each.
         temps = _backend_rows(
             pooler, "SELECT count(*) FROM pg_class WHERE relpersistence "
             "= 't'", database=HF_DB)[0][0]
         assert temps == 0
-        listening = _backend_rows(
-            pooler, "SELECT count(*) FROM pg_stat_activity WHERE datname "
-            "= %s AND query ILIKE 'LISTEN%%'", (HF_DB,))[0][0]
-        assert listening == 0
-        conn = pooler.connect(HF_DB)
+        held = [pooler.connect(HF_DB) for _ in range(pooler.pool_size)]
         try:
-            conn.autocommit = True
-            cur = conn.cursor()
-            for _ in range(4):
-                cur.execute('SHOW lock_timeout')
-                assert cur.fetchone()[0] == '0'
+            pids = set()
+            for conn in held:
+                cur = conn.cursor()   # (psycopg2 begins a transaction)
+                cur.execute(
+                    'SELECT pg_backend_pid(), (SELECT count(*) FROM '
+                    'pg_prepared_statements), (SELECT count(*) FROM '
+                    "pg_listening_channels()), current_setting("
+                    "'lock_timeout')")
+                pid, prepared, channels, timeout = cur.fetchone()
+                pids.add(pid)
+                assert (prepared, channels, timeout) == (0, 0, '0')
+            assert len(pids) == pooler.pool_size
         finally:
-            conn.close()
+            for conn in held:
+                conn.close()
     finally:
         storage.close()
 
@@ -206,6 +218,44 @@ def test_one_pack_at_a_time_through_the_pooler():
     finally:
         first.close()
         second.close()
+
+
+@pytest.mark.parametrize('keep_history', [True, False], ids=['HP', 'HF'])
+def test_a_pack_with_its_graph_in_the_database(keep_history):
+    # The scratch tables are unlogged tables of the database, filled in
+    # one transaction and read in the batches' others (each perhaps on
+    # another server session), and emptied when the pack ends.
+    pooler = require_pooler('transaction', pool_size=2)
+    database = HP_DB if keep_history else HF_DB
+    storage = _storage(pooler, database, keep_history, pack_graph_mb=0,
+                       pack_batch_timeout=0.0001)
+    try:
+        storage.zap_all()
+        db = ZODB.DB(storage)
+        with db.transaction() as conn:
+            for i in range(30):
+                conn.root()['o%d' % i] = PersistentMapping(i=i)
+        with db.transaction() as conn:
+            for i in range(0, 30, 2):
+                del conn.root()['o%d' % i]
+        result = storage.pack_with_result(time.time() + 1, referencesf)
+        assert result['prepack_graph'] == 'database'
+        assert result['objects_removed'] == 15
+        assert result['batches'] > 1
+        with db.transaction() as conn:
+            assert sorted(conn.root().keys()) == sorted(
+                'o%d' % i for i in range(1, 30, 2))
+        db.close()
+        rows = _backend_rows(
+            pooler, "SELECT c.relname, c.relpersistence, (SELECT count(*) "
+            "FROM pack_gc) FROM pg_class c WHERE c.relname = 'pack_gc'",
+            database=database)
+        assert rows == [('pack_gc', 'u', 0)]
+        assert _backend_rows(pooler, "SELECT count(*) FROM relstorage_meta "
+                             "WHERE name = 'pack_lock'",
+                             database=database) == [(0,)]
+    finally:
+        storage.close()
 
 
 # -- the bank workload --------------------------------------------------------
