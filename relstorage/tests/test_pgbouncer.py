@@ -26,10 +26,14 @@ HP_DB, HF_DB = 'relstoragetest_hp', 'relstoragetest_hf'
 
 
 def _storage(pooler, database=HP_DB, keep_history=True, told='transaction',
-             **options):
+             driver='auto', **options):
     return RelStorage(PostgreSQLAdapter(
-        pooler.dsn(database), pooler=told,
+        pooler.dsn(database), pooler=told, driver=driver,
         options=Options(keep_history=keep_history, **options)))
+
+
+#: Both drivers (a script of statements comes back differently).
+DRIVERS = pytest.mark.parametrize('driver', ['psycopg2', 'psycopg'])
 
 
 def _backend_rows(pooler, sql, params=(), database='postgres'):
@@ -96,10 +100,11 @@ def test_the_pooler_option_in_a_config_and_a_uri():
         storage.close()
 
 
-def test_not_told_of_a_transaction_pooler_is_refused_at_open():
+@DRIVERS
+def test_not_told_of_a_transaction_pooler_is_refused_at_open(driver):
     pooler = require_pooler('transaction')
     with pytest.raises(ConfigurationError) as raised:
-        _storage(pooler, told='none')
+        _storage(pooler, told='none', driver=driver)
     message = str(raised.value)
     assert 'transaction mode' in message and 'pooler transaction' in message
     assert 'password' not in message
@@ -138,16 +143,20 @@ def test_prepared_statements_met_in_a_lent_session_name_the_pooler():
 
 # -- nothing outlives a transaction -------------------------------------------
 
-def test_no_temporary_table_or_session_setting_outlives_a_transaction():
+@DRIVERS
+def test_no_temporary_table_or_session_setting_outlives_a_transaction(
+        driver):
     pooler = require_pooler('transaction', pool_size=2)
-    storage = _storage(pooler, HF_DB, keep_history=False, poll_interval=5)
+    storage = _storage(pooler, HF_DB, keep_history=False, poll_interval=5,
+                       driver=driver)
     try:
         storage.zap_all()
         _commit_some(storage, 10)
         storage.pack(time.time() + 1, referencesf)
         # Loads by clients of their own, each from the database.
         for _ in range(3):
-            other = _storage(pooler, HF_DB, keep_history=False)
+            other = _storage(pooler, HF_DB, keep_history=False,
+                             driver=driver)
             try:
                 assert other.load(b'\0' * 8)[1]
             finally:
