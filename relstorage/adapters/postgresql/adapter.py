@@ -37,6 +37,7 @@ from .dsn import scrub_dsn
 from .drivers import select_driver
 from .dsn import parse_dsn
 from .pooler import pooler_mode
+from .pooler import without_sessions
 from .upgrade import PostgreSQLUpgrade
 from . import pooler
 
@@ -74,8 +75,6 @@ CREATE TEMPORARY TABLE IF NOT EXISTS temp_store (
 """)
 TEMP_STORE_DDL = TEMP_STORE_TEMPLATE.format(end='DELETE ROWS')
 POOLED_TEMP_STORE_DDL = TEMP_STORE_TEMPLATE.format(end='DROP')
-#: A pooled snapshot may take new oids (see _without_sessions).
-POOLED_LOAD_BEGIN = 'BEGIN ISOLATION LEVEL REPEATABLE READ'
 
 
 class PostgreSQLSession(Session):
@@ -468,7 +467,7 @@ class PostgreSQLAdapter(Adapter):
                                                           NoCopyHFPacker)
         options = options if options is not None else Options()
         if self.pooler == 'transaction':
-            self._without_sessions(options)
+            without_sessions(self, options, POOLED_TEMP_STORE_DDL)
         #: Whether load sessions LISTEN for commits.
         self.listens = bool(options.poll_interval) and (
             self.pooler != 'transaction')
@@ -482,42 +481,6 @@ class PostgreSQLAdapter(Adapter):
         given = parse_dsn(self.dsn)
         self.bounds = {key: value for key, value in self.keepalive_keywords()
                        if key not in given}
-
-    def _without_sessions(self, options):
-        """Behind a transaction pooler: classes and statements that leave
-        nothing in a server session (see pooler)."""
-        for name, mixin in (('hp_mover_class', pooler.PooledMoverMixin),
-                            ('hf_mover_class', pooler.PooledMoverMixin),
-                            ('hp_packer_class', pooler.PooledPackerMixin),
-                            ('hf_packer_class', pooler.PooledPackerMixin),
-                            ('locker_class', pooler.PooledLockerMixin)):
-            setattr(self, name, pooler.pooled_class(getattr(self, name),
-                                                    mixin))
-        # A load session's snapshot holds a server connection until it
-        # ends: ended before the vote takes the store session's, each
-        # committing instance needs one at a time, and commits can never
-        # all wait for a connection that only the others' snapshots hold.
-        # (Conflict resolution reads through the store session.)
-        self.requires_snapshot_end_at_vote = True
-        # For the same reason, new oids come from the snapshot's
-        # transaction (nextval, which a READ ONLY one refuses).
-        self.oids_from_load_session = True
-        timeout = options.commit_lock_timeout * 1000
-        begin = pooler.begin_statement
-        self.load_begin_sql = begin(POOLED_LOAD_BEGIN, timeout,
-                                    pooler.LOAD_SETTINGS)
-        self.store_begin_sql = begin(self.store_begin_sql, timeout,
-                                     POOLED_TEMP_STORE_DDL.strip())
-        self.scratch_begin_sql = self.pooled_begin_sql = begin(
-            'BEGIN', timeout)
-        if options.poll_interval:
-            # Said once per adapter; polls keep the view for up to the
-            # interval, as on a database that announces nothing.
-            log.info('pooler transaction: no LISTEN through a transaction '
-                     'pooler, so commits to the %s are not announced; '
-                     'instances poll at most every poll-interval (%ss) and '
-                     'may see other processes\' commits that much later',
-                     describe_dsn(self.dsn), options.poll_interval)
 
     def keepalive_keywords(self):
         if self.keepalive is None:
@@ -653,13 +616,18 @@ class PostgreSQLAdapter(Adapter):
 
     @contextlib.contextmanager
     def _schema_transaction(self, may_create):
-        # The first thing an open does: before any statement that a
-        # transaction pooler would break.
-        if self.pooler_unchecked:
-            pooler.check_not_transaction_pooled(self)
-            self.pooler_unchecked = False
+        # The first thing an open does, before any statement that a
+        # transaction pooler would break: one more round trip, and two
+        # more connections only where a pooler answered.
+        pooled = False
         with super()._schema_transaction(may_create) as session:
+            if self.pooler_unchecked:
+                pooled = pooler.behind_a_pooler(self, session)
             yield session
+        if self.pooler_unchecked:
+            if pooled:
+                pooler.check_not_transaction_pooled(self)
+            self.pooler_unchecked = False
 
     def empty_tables(self, session):
         # DELETE leaves the old rows' space behind until a vacuum, and a

@@ -87,6 +87,47 @@ def pooled_class(cls, mixin):
     return type('Pooled' + cls.__name__, (mixin, cls), {})
 
 
+#: A pooled snapshot may take new oids (nextval, which a READ ONLY
+#: transaction refuses).
+LOAD_BEGIN = 'BEGIN ISOLATION LEVEL REPEATABLE READ'
+
+
+def without_sessions(adapter, options, temp_store_ddl):
+    """Make *adapter* leave nothing in a server session (behind a
+    transaction pooler): the pooled classes, and statements that begin
+    each transaction with its settings (a store transaction with
+    *temp_store_ddl*, a temp_store dropped at its end)."""
+    for name, mixin in (('hp_mover_class', PooledMoverMixin),
+                        ('hf_mover_class', PooledMoverMixin),
+                        ('hp_packer_class', PooledPackerMixin),
+                        ('hf_packer_class', PooledPackerMixin),
+                        ('locker_class', PooledLockerMixin)):
+        setattr(adapter, name, pooled_class(getattr(adapter, name), mixin))
+    # A load session's snapshot holds a server session until it ends:
+    # ended before the vote takes the store session's, and new oids taken
+    # in the snapshot's transaction, each committing instance needs one
+    # at a time, and commits never all wait for a server session that only
+    # the others' snapshots hold. (Conflict resolution reads through the
+    # store session.)
+    adapter.requires_snapshot_end_at_vote = True
+    adapter.oids_from_load_session = True
+    timeout = options.commit_lock_timeout * 1000
+    adapter.load_begin_sql = begin_statement(LOAD_BEGIN, timeout,
+                                             LOAD_SETTINGS)
+    adapter.store_begin_sql = begin_statement(
+        adapter.store_begin_sql, timeout, temp_store_ddl.strip())
+    adapter.scratch_begin_sql = adapter.pooled_begin_sql = begin_statement(
+        'BEGIN', timeout)
+    if options.poll_interval:
+        # Said once per adapter; polls keep the view for up to the
+        # interval, as on a database that announces nothing.
+        log.info('pooler transaction: no LISTEN through a transaction '
+                 'pooler, so commits to the %s are not announced; instances '
+                 'poll at most every poll-interval (%ss) and may see other '
+                 "processes' commits that much later",
+                 adapter.describe(), options.poll_interval)
+
+
 # The pack lock as a lease: a relstorage_meta row holding the holder's
 # random token and the server time (epoch seconds) it expires at.
 
@@ -180,22 +221,27 @@ class PooledLockerMixin:
         session.execute(DROP_LEASE, (LEASE_NAME, keeper.token))
 
 
+def behind_a_pooler(adapter, session):
+    """Whether *session* reaches the server through a pooler: a pooler
+    answers a connection with a backend key of its own, so the process
+    id libpq was given is not the server's."""
+    return (session.scalar('SELECT pg_backend_pid()')
+            != adapter.driver.backend_pid(session.conn))
+
+
 def check_not_transaction_pooled(adapter):
     """Refuse to go on, naming the mode, when the adapter (told of no
-    pooler) reaches the server through a pooler in transaction mode.
-
-    A pooler answers a connection with a backend key of its own: the
-    process id libpq was given is not the server's. Only then are two
-    connections compared: behind a transaction pooler the second one's
-    transaction runs on the server session the first one used a moment
-    before, or the first one's next statement runs on another, neither
-    of which can happen with sessions of their own."""
+    pooler, and found behind one) reaches the server through a pooler in
+    transaction mode: two connections are compared, outside any
+    transaction of ours (a pool of one must be free for them). Behind a
+    transaction pooler the second one's transaction runs on the server
+    session the first one used a moment before, or the first one's next
+    statement runs on another, neither of which can happen with sessions
+    of their own."""
     first = adapter.connect(for_store=True)
     second = None
     try:
         server_pid = first.scalar('SELECT pg_backend_pid()')
-        if server_pid == adapter.driver.backend_pid(first.conn):
-            return
         second = adapter.connect(for_store=True)
         second.begin()
         shared = second.scalar('SELECT pg_backend_pid()') == server_pid
