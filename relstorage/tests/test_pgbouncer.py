@@ -278,9 +278,19 @@ def test_bank_through_a_transaction_pooler(keep_history, tmp_path):
     4: the total is conserved, each acknowledged transfer is there once,
     and the database never has more than 4 server backends."""
     pooler = require_pooler('transaction', pool_size=POOL)
-    result = pooled_bank.run_bank(
-        pooler, HP_DB if keep_history else HF_DB, keep_history,
-        str(tmp_path), processes=8, threads=3, seconds=12)
+    # A database of its own: the server connections other pools of the
+    # run keep to the test databases do not count.
+    database = 'relstoragetest_bank_%s' % ('hp' if keep_history else 'hf')
+    conn = pooler.backend._admin_connect()
+    try:
+        cur = conn.cursor()
+        cur.execute('DROP DATABASE IF EXISTS %s' % database)
+        cur.execute('CREATE DATABASE %s OWNER relstoragetest' % database)
+    finally:
+        conn.close()
+    result = pooled_bank.run_bank(pooler, database, keep_history,
+                                  str(tmp_path), processes=8, threads=3,
+                                  seconds=12)
     assert pooled_bank.check_bank(result) == []
     committed = sum(1 for line in result['lines'] if line.startswith('C '))
     backends = result['backends']
