@@ -335,7 +335,8 @@ class PostgreSQLAdapterFactory(_AdapterFactory):
         from relstorage.adapters.postgresql import PostgreSQLAdapter
         return PostgreSQLAdapter(dsn=self._get('dsn', ''),
                                  driver=self.driver,
-                                 options=options)
+                                 options=options,
+                                 pooler=self._get('pooler', 'none'))
 
 
 class MySQLAdapterFactory(_AdapterFactory):

@@ -8,7 +8,7 @@ the rounds, and the state of each server.
         [--databases sqlite,postgresql,mysql]
         [--modes hf,hp] [--concurrency 1,2] [--rounds 3] [--objects 1000]
         [--tests add,update,cold,warm,hot,tpc] [--filestorage]
-        [--other-venv DIR] [--json FILE]
+        [--pgbouncer] [--other-venv DIR] [--json FILE]
 
 Start it from outside any checkout: ``python -m`` puts the working
 directory first on ``sys.path``. The other side always runs in a
@@ -19,7 +19,10 @@ Each contender writes to databases of its own, ``PREFIX_ours_hf`` and so on,
 created when missing through the admin connections (``--pg-admin``,
 ``--mysql-admin``); SQLite and FileStorage files go to a temporary directory.
 zodbshootout empties them (``--zap force``) before each run. With
-``--filestorage``, FileStorage joins the SQLite rows at c=1. RelStorage 4.3 is
+``--filestorage``, FileStorage joins the SQLite rows at c=1. With
+``--pgbouncer``, this storage also runs through a private pgbouncer
+(pool_mode = transaction, ``pooler transaction``) in front of the
+``--pg-dsn`` server, taking turns with the others on PostgreSQL. RelStorage 4.3 is
 made to create its schema on MariaDB by a start-up module in its virtualenv
 (see relstorage_speedtest.othervenv). Not a test: nothing here asserts on time.
 """
@@ -42,7 +45,10 @@ from . import serverstate
 TESTS = {'add': 'add', 'update': 'update', 'cold': 'read %d cold',
          'warm': 'write/read', 'hot': 'read %d hot', 'tpc': 'tpc'}
 NAMES = {'ours': 'this storage', 'other': 'RelStorage 4.3',
-         'filestorage': 'FileStorage'}
+         'filestorage': 'FileStorage',
+         'pooled': 'this storage through pgbouncer'}
+#: The sides whose times are set against ours, round by round.
+COMPARED = ('other', 'filestorage', 'pooled')
 
 
 def parse_args(argv):
@@ -67,6 +73,11 @@ def parse_args(argv):
         help="pyperf's values per worker (%(default)s)")
     add('--filestorage', action='store_true',
         help='FileStorage as a third contender beside SQLite, at c=1')
+    add('--pgbouncer', action='store_true',
+        help='this storage through a private pgbouncer in transaction '
+             'pooling mode as a third contender on PostgreSQL')
+    add('--pool-size', type=int, default=20,
+        help="the pgbouncer's default_pool_size (%(default)s)")
     add('--other-venv', default=othervenv.DEFAULT_DIR,
         help='the virtualenv of the other side, made when missing '
              '(%(default)s)')
@@ -96,9 +107,16 @@ def server_arguments(add):
              '(%(default)s)')
 
 
-def adapter_section(args, database, name, sqlite_dir):
+def adapter_section(args, database, name, sqlite_dir, pooler=None):
     """The adapter section for database *name* on the server of
-    *database* (as *args* connect to it), or SQLite in *sqlite_dir*."""
+    *database* (as *args* connect to it; through *pooler*, a PgBouncer,
+    if given), or SQLite in *sqlite_dir*."""
+    if database == 'postgresql' and pooler is not None:
+        dsn = dict(_keywords(args.pg_dsn), host=pooler.host,
+                   port=pooler.port)
+        return ('<postgresql>\n dsn %s dbname=%s\n pooler transaction\n'
+                '</postgresql>' % (' '.join('%s=%s' % item for item
+                                            in dsn.items()), name))
     if database == 'postgresql':
         return '<postgresql>\n dsn %s dbname=%s\n</postgresql>' % (
             args.pg_dsn, name)
@@ -109,6 +127,21 @@ def adapter_section(args, database, name, sqlite_dir):
     return '<sqlite3>\n data-dir %s\n</sqlite3>' % sqlite_dir
 
 
+def start_pooler(args):
+    """A private pgbouncer in transaction pooling mode in front of the
+    --pg-dsn server (removed at exit, if not before)."""
+    from relstorage.testing.pgbouncer_server import PgBouncer
+    from relstorage.testing.pgbouncer_server import RunningServer
+    keywords = _keywords(args.pg_dsn)
+    pooler = PgBouncer(RunningServer(keywords.get('host', '127.0.0.1'),
+                                     keywords.get('port', 5432)),
+                       'transaction', args.pool_size,
+                       server_password=keywords.get('password'))
+    pooler.user = keywords.get('user', pooler.user)
+    pooler.start()
+    return pooler
+
+
 def _keywords(text):
     return dict(part.split('=', 1) for part in text.split())
 
@@ -117,12 +150,18 @@ class Contender:
     """One side: the Python it runs zodbshootout with and its config
     for each database and mode."""
 
-    def __init__(self, name, python, args, workdir, env=None):
+    def __init__(self, name, python, args, workdir, env=None,
+                 pooler=None):
         self.name = name
         self.python = python
         self.args = args
         self.workdir = workdir
         self.env = env or othervenv.neutral_env()
+        #: The PgBouncer it reaches PostgreSQL through, if any.
+        self.pooler = pooler
+
+    def runs_on(self, database):
+        return self.pooler is None or database == 'postgresql'
 
     def database(self, mode):
         return '%s_%s_%s' % (self.args.prefix, self.name, mode)
@@ -135,7 +174,8 @@ class Contender:
                     % os.path.join(path, 'Data.fs'))
         adapter = adapter_section(
             self.args, database, self.database(mode), os.path.join(
-                self.workdir, 'sqlite-%s-%s' % (self.name, mode)))
+                self.workdir, 'sqlite-%s-%s' % (self.name, mode)),
+            self.pooler)
         return ('<relstorage>\n keep-history %s\n%s\n</relstorage>'
                 % ('true' if mode == 'hp' else 'false', adapter))
 
@@ -154,7 +194,10 @@ class Contender:
                 '-p', str(self.args.processes), '-n', str(self.args.values),
                 '-w', '1', '--object-counts', str(self.args.objects),
                 '-c', str(concurrency), '--include-mapping', 'no',
-                '--inherit-environ', othervenv.MARIADB_SHIM_VAR,
+                # (PYTHONPATH: pyperf's workers import what this side
+                # imports; the other side's environment has none.)
+                '--inherit-environ',
+                othervenv.MARIADB_SHIM_VAR + ',PYTHONPATH',
                 '-o', out]
         if self.name != 'filestorage':
             argv += ['--zap', 'force']
@@ -261,7 +304,7 @@ def summarise(rows, tests):
                     line['sides'][name] = (statistics.median(values),
                                            min(values), max(values))
             ours = [r.get(test) for r in by_name.get('ours', ())]
-            for name in ('other', 'filestorage'):
+            for name in COMPARED:
                 theirs = [r.get(test) for r in by_name.get(name, ())]
                 ratios = [t / o for o, t in zip(ours, theirs) if o and t]
                 if ratios:
@@ -272,10 +315,10 @@ def summarise(rows, tests):
 
 
 def print_table(table, file=sys.stdout):
-    print('%-22s %-7s %22s %22s %20s %20s' % (
+    print('%-22s %-7s %22s %22s %20s %20s %20s' % (
         'database mode c', 'test', 'ours ms med [min-max]',
-        'RS 4.3 ms med [range]', 'RS4/ours [range]', 'FS/ours [range]'),
-        file=file)
+        'RS 4.3 ms med [range]', 'RS4/ours [range]', 'FS/ours [range]',
+        'pooled/ours [range]'), file=file)
     for line in table:
         def side(name):
             s = line['sides'].get(name)
@@ -284,9 +327,10 @@ def print_table(table, file=sys.stdout):
         def ratio(name):
             r = line.get(name)
             return '%.2fx [%.2f-%.2f]' % r if r else '-'
-        print('%-22s %-7s %22s %22s %20s %20s' % (
+        print('%-22s %-7s %22s %22s %20s %20s %20s' % (
             ' '.join(map(str, line['key'])), line['test'], side('ours'),
-            side('other'), ratio('other'), ratio('filestorage')), file=file)
+            side('other'), ratio('other'), ratio('filestorage'),
+            ratio('pooled')), file=file)
 
 
 def main(argv=None):
@@ -318,6 +362,11 @@ def main(argv=None):
     contenders = [Contender('ours', sys.executable, args, workdir, ours_env),
                   Contender('other', os.path.join(venv, 'bin', 'python'),
                             args, workdir)]
+    pooler = None
+    if args.pgbouncer and 'postgresql' in databases:
+        pooler = start_pooler(args)
+        contenders.append(Contender('pooled', sys.executable, args,
+                                    workdir, ours_env, pooler))
     names = [c.database(m) for c in contenders for m in modes]
     _create_databases(args, databases, names)
     print('other side: RelStorage %s from %s' % (other['version'],
@@ -337,6 +386,8 @@ def main(argv=None):
                             'filestorage', sys.executable, args, workdir,
                             ours_env)]
                     for contender in order:
+                        if not contender.runs_on(database):
+                            continue
                         result = contender.run(database, mode, level, tests)
                         rows.setdefault(key, {}).setdefault(
                             contender.name, []).append(result)
@@ -366,6 +417,8 @@ def main(argv=None):
                                 for k, v in rows.items()],
                        'summary': table}, f, indent=1)
     shutil.rmtree(workdir, ignore_errors=True)
+    if pooler is not None:
+        pooler.remove()
     errors = [r for by in rows.values() for runs in by.values()
               for r in runs if 'error' in r]
     return 1 if errors else 0

@@ -45,6 +45,9 @@ fi
 # RELSTORAGE_TEST_SERIAL=1 runs everything in one process.
 OWN_SERVERS=(relstorage/tests/test_conformance_replicas.py
              relstorage/tests/test_replicas.py
+             relstorage/tests/test_conformance_pgbouncer.py
+             relstorage/tests/test_pgbouncer.py
+             relstorage/tests/test_autofailover.py
              relstorage/tests/test_chaos.py
              relstorage/tests/test_silent_network.py)
 set +e

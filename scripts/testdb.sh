@@ -533,11 +533,26 @@ fi
 
 # The server programs themselves, for the private servers some tests
 # start (relstorage/testing/private_servers.py), wherever the shared
-# servers are.
+# servers are; and pgbouncer, which the tests start in front of a private
+# PostgreSQL (the package's own service is left alone).
 private_server_programs() {
     if [ "$want_pg" = 1 ] && ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then
         apt_install postgresql || problem "$explicit" \
             "the PostgreSQL server programs (initdb) are not installed; the tests that need a private server cannot run"
+    fi
+    if [ "$want_pg" = 1 ] && ! have pgbouncer && [ ! -x /usr/sbin/pgbouncer ]; then
+        apt_install pgbouncer || problem "$explicit" \
+            "pgbouncer is not installed; the tests through a connection pooler cannot run"
+    fi
+    # pg_auto_failover for the newest PostgreSQL installed (the private
+    # formations of test_autofailover run on it).
+    local newest
+    newest=$(ls /usr/lib/postgresql 2>/dev/null | sort -V | tail -n 1)
+    if [ "$want_pg" = 1 ] && [ -n "$newest" ] && { ! have pg_autoctl ||
+            [ ! -e "/usr/lib/postgresql/$newest/lib/pgautofailover.so" ]; }; then
+        apt_install pg-auto-failover-cli "postgresql-$newest-auto-failover" ||
+            problem "$explicit" \
+                "pg_auto_failover is not installed; the failover manager tests cannot run"
     fi
     if [ "$want_my" = 1 ] && { ! my_daemon >/dev/null || ! have mariadb-install-db; }; then
         apt_install mariadb-server || problem "$explicit" \

@@ -96,6 +96,8 @@ class Adapter:
     #: only when no reader holds an older snapshot): vote then ends the
     #: instance's snapshot before it waits to become the writer.
     requires_snapshot_end_at_vote = False
+    #: Whether new oids come through the load session (see the interface).
+    oids_from_load_session = False
     #: Whether load sessions are told of commits (commits_announced), so
     #: that poll-interval delays nobody's view of a commit.
     supports_commit_announcements = False

@@ -64,6 +64,12 @@ class IRelStorageAdapter(Interface):
         what commits wrote (SQLite's WAL restarts only when no reader
         holds an older snapshot): vote then ends the instance's snapshot
         before it waits to become the writer.""")
+    oids_from_load_session = Attribute(
+        """Whether new oids are taken on the instance's load session
+        (ILoadSession.new_oid_blocks) rather than its store session: an
+        instance in a transaction then needs one connection until vote,
+        where a pooler lends each a server session only while its
+        transaction lasts.""")
     supports_replicas = Attribute(
         "Whether replica-conf and ro-replica-conf apply.")
 
@@ -308,6 +314,10 @@ class ILoadSession(IReads):
         """Whether the database announced a commit since the last call,
         told without a round trip (see supports_commit_announcements);
         None where it cannot tell."""
+
+    def new_oid_blocks(blocks):
+        """``[(first, count)]``: *blocks* blocks of fresh oids, taken in
+        the snapshot (see IRelStorageAdapter.oids_from_load_session)."""
 
     def changes(after_tid, upto_tid):
         """``[(oid, tid)]`` naming every object changed in (after, upto],

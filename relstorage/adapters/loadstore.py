@@ -193,6 +193,9 @@ class LoadSession(_SessionWrapper):
     def load_many(self, oids):
         return self._read(self.mover.load_many, oids)
 
+    def new_oid_blocks(self, blocks):
+        return self._read(self.adapter.oids.new_blocks, blocks)
+
     # What zodbinfo, zodbcheck and the metrics server read (see
     # ILoadSession).
 

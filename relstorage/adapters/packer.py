@@ -64,16 +64,21 @@ STILL_DELETED = SQL(
     'SELECT zoid FROM current_object WHERE tid <= %s AND '
     'zoid IN {oids} ORDER BY zoid')
 PACK_TABLES = ('pack_root', 'pack_ref', 'pack_reached', 'pack_gc')
-PACK_TABLES_DDL = (
-    'CREATE TEMPORARY TABLE IF NOT EXISTS pack_root '
-    '(zoid BIGINT NOT NULL PRIMARY KEY)',
-    'CREATE TEMPORARY TABLE IF NOT EXISTS pack_ref (zoid BIGINT NOT NULL, '
-    'to_zoid BIGINT NOT NULL, PRIMARY KEY (zoid, to_zoid))',
-    'CREATE TEMPORARY TABLE IF NOT EXISTS pack_reached '
-    '(zoid BIGINT NOT NULL PRIMARY KEY)',
-    'CREATE TEMPORARY TABLE IF NOT EXISTS pack_gc '
-    '(zoid BIGINT NOT NULL PRIMARY KEY)',
+#: The scratch tables, with a slot for their {kind}: TEMPORARY (the
+#: removing session's own), or UNLOGGED where no session outlives a
+#: transaction (behind a transaction pooler: adapters.postgresql.pooler).
+PACK_TABLES_TEMPLATE = (
+    SQL('CREATE {kind} TABLE IF NOT EXISTS pack_root '
+        '(zoid BIGINT NOT NULL PRIMARY KEY)'),
+    SQL('CREATE {kind} TABLE IF NOT EXISTS pack_ref (zoid BIGINT NOT NULL, '
+        'to_zoid BIGINT NOT NULL, PRIMARY KEY (zoid, to_zoid))'),
+    SQL('CREATE {kind} TABLE IF NOT EXISTS pack_reached '
+        '(zoid BIGINT NOT NULL PRIMARY KEY)'),
+    SQL('CREATE {kind} TABLE IF NOT EXISTS pack_gc '
+        '(zoid BIGINT NOT NULL PRIMARY KEY)'),
 )
+PACK_TABLES_DDL = tuple(ddl.format(kind='TEMPORARY')
+                        for ddl in PACK_TABLES_TEMPLATE)
 
 #: pack_gc's oids from the first to the last of a run taken in order
 #: (a range of the primary key, which every database can seek).
@@ -107,6 +112,9 @@ DELETE_OLDER_THAN = Rows(OLDER_THAN, '(zoid = %s AND tid < %s)', ' OR ',
 @implementer(IPacker)
 class Packer:
 
+    #: Creates the scratch tables (if they do not exist).
+    scratch_ddl = PACK_TABLES_DDL
+
     def __init__(self, adapter):
         self.adapter = adapter
 
@@ -136,7 +144,7 @@ class Packer:
     def start_graph(self, session):
         """Create (or empty) the scratch tables, in the transaction open
         on *session*."""
-        for ddl in PACK_TABLES_DDL:
+        for ddl in self.scratch_ddl:
             session.execute(ddl)
         for table in PACK_TABLES:
             session.execute(EMPTY_TABLE.format(table=table))

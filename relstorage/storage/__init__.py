@@ -257,8 +257,10 @@ class RelStorage(ConflictResolvingStorage):
 
     def _more_oids(self):
         self._commit.check_writable()
-        ranges = self._adapter.new_oid_blocks(self._commit.store_session(),
-                                              self._oid_blocks)
+        adapter = self._adapter
+        ranges = adapter.new_oid_blocks(
+            self._view.session() if adapter.oids_from_load_session
+            else self._commit.store_session(), self._oid_blocks)
         # An instance that keeps running out asks for more at once (an
         # unused rest is lost when it closes: oids are many).
         self._oid_blocks = min(self._oid_blocks * 2, MAX_OID_BLOCKS)

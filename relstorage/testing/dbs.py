@@ -163,6 +163,33 @@ def require_pair(db):
         raise unittest.SkipTest('no %s replica pair: %s' % (db, e))
 
 
+#: pgbouncer's default_pool_size for the suites through it, by pool
+#: mode: in session mode each client connection holds a server connection
+#: as long as it is open; in transaction mode only while a transaction
+#: runs, but ZODB's race tests run 64 at once, each holding a snapshot
+#: until the others let it go on. (The bank workload of test_pgbouncer
+#: runs through a pool of 4.)
+POOL_SIZES = {'transaction': 100, 'session': 200}
+#: The adapter's ``pooler`` option through each pool mode: told of a
+#: transaction pooler; not told of a session pooler (which then passes
+#: the check made at open).
+POOLER_OPTIONS = {'transaction': 'transaction', 'session': 'none'}
+
+
+def require_pooler(pool_mode, pool_size=None):
+    """The private pgbouncer with *pool_mode* (and *pool_size*, by default
+    POOL_SIZES') in front of the private PostgreSQL server; skip when its
+    programs are missing, or under CI fail."""
+    from .servers import NotInstalled
+    from .private_servers import private_pooler
+    try:
+        return private_pooler(pool_mode, pool_size or POOL_SIZES[pool_mode])
+    except NotInstalled as e:
+        if in_ci():
+            raise AssertionError('CI=true and no pgbouncer: %s' % e)
+        raise unittest.SkipTest('no pgbouncer: %s' % e)
+
+
 def _probe(db):
     if db == 'postgresql':
         try:
@@ -231,8 +258,11 @@ class DatabaseFactory:
     """Builds adapters and storages for one database and history mode."""
 
     def __init__(self, db, keep_history, child=False, server=None,
-                 driver=None, options=None):
+                 driver=None, options=None, pooler=None):
         self.db = db
+        #: The PostgreSQL adapter's pooler option (None: its default),
+        #: for a *server* that is a pgbouncer.
+        self.pooler = pooler
         #: Options every adapter it builds gets (ro_replica_conf, say).
         self.options = dict(options or {})
         self.keep_history = keep_history
@@ -284,7 +314,8 @@ class DatabaseFactory:
         from relstorage.adapters.postgresql import PostgreSQLAdapter
         return PostgreSQLAdapter(pg_dsn(self.keep_history, which,
                                         self.server),
-                                 driver=self.driver or 'auto', options=opts)
+                                 driver=self.driver or 'auto', options=opts,
+                                 pooler=self.pooler or 'none')
 
     def storage(self, which='main', zap=False, **options):
         from relstorage.storage import RelStorage

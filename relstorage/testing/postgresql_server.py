@@ -16,6 +16,17 @@ from .servers import PrivateServer
 from .servers import ServerError
 
 
+def admin_connection(server, database):
+    """A psycopg2 connection in autocommit mode to *database* of
+    *server* (a private PostgreSQL server or pooler) as its admin_user."""
+    import psycopg2
+    conn = psycopg2.connect(host=server.host, port=server.port,
+                            user=server.admin_user, dbname=database,
+                            connect_timeout=5)
+    conn.autocommit = True
+    return conn
+
+
 def _version_key(path):
     return [int(n) for n in re.findall(r'\d+', path)]
 
@@ -150,12 +161,7 @@ class PostgreSQLServer(PrivateServer):
             conn.close()
 
     def _admin_connect(self, database='postgres'):
-        import psycopg2
-        conn = psycopg2.connect(host=self.host, port=self.port,
-                                user=self.admin_user, dbname=database,
-                                connect_timeout=5)
-        conn.autocommit = True
-        return conn
+        return admin_connection(self, database)
 
     def connect(self, database=DATABASES[0]):
         import psycopg2

@@ -100,7 +100,8 @@ def sweep_leftovers():
             if owner is None or owner == os.getpid() or alive(owner):
                 continue
             for name, sig in (('data/postmaster.pid', signal.SIGQUIT),
-                              ('mysqld.pid', signal.SIGKILL)):
+                              ('mysqld.pid', signal.SIGKILL),
+                              ('pgbouncer.pid', signal.SIGKILL)):
                 pid = read_pid(os.path.join(path, name))
                 if pid is None or not alive(pid) \
                         or path + '/' not in cmdline(pid):

@@ -15,7 +15,9 @@ import pytest
 from ZODB.tests.PackableStorage import IExternalGC_suite
 from ZODB.tests.testblob import storage_reusable_suite
 
+from relstorage.testing.dbs import POOLER_OPTIONS
 from relstorage.testing.dbs import DatabaseFactory
+from relstorage.testing.dbs import require_pooler
 
 #: Names the suite gives its storages -> our test database.
 WHICH = {'data': 'main', '1': 'main', '2': 'dst', 'dest': 'dst'}
@@ -32,9 +34,19 @@ def _flatten(suite):
             yield test
 
 
-def make_suite(database, keep_history, shared):
+def _factory(database, keep_history, pooler=None):
+    """A DatabaseFactory, through a private pgbouncer in the pool mode
+    *pooler* if given (started when the first test needs it)."""
+    if pooler is None:
+        return DatabaseFactory(database, keep_history)
+    return DatabaseFactory(database, keep_history,
+                           server=require_pooler(pooler),
+                           pooler=POOLER_OPTIONS[pooler])
+
+
+def make_suite(database, keep_history, shared, pooler=None):
     def create(name, blob_dir):
-        factory = DatabaseFactory(database, keep_history)
+        factory = _factory(database, keep_history, pooler)
         return factory.storage(WHICH.get(name, 'main'), zap=True,
                                blob_dir=blob_dir, shared_blob_dir=shared)
     mode = 'HP' if keep_history else 'HF'
@@ -46,30 +58,32 @@ def make_suite(database, keep_history, shared):
         test_undo=keep_history)
 
 
-def external_gc_suite(database, keep_history):
+def external_gc_suite(database, keep_history, pooler=None):
     """The IExternalGC doctest: deleteObject, then a pack without GC
     removes what was deleted (the suite's storage packs with pack-gc
     off and keeps blobs in the database)."""
     def create():
-        factory = DatabaseFactory(database, keep_history)
+        factory = _factory(database, keep_history, pooler)
         # The doctest's setUp has made a fresh temporary working directory.
         return factory.storage('main', zap=True, pack_gc=False,
                                blob_dir=os.path.abspath('blobs'))
     return IExternalGC_suite(create)
 
 
-def blob_cases(database):
+def blob_cases(database, pooler=None):
     """pytest params: every test of the blob suite, per history mode and
     blob mode, and the external-GC doctest per history mode, each marked
-    with the key the conformance summary counts."""
+    with the key the conformance summary counts (through a pgbouncer in
+    the pool mode *pooler*, if given)."""
     params = []
+    label = database + ('-pgbouncer-' + pooler if pooler else '')
     for keep_history in (True, False):
         mode = 'HP' if keep_history else 'HF'
-        suites = [('%s-%s-%s' % (database, mode, suffix),
-                   make_suite(database, keep_history, shared))
+        suites = [('%s-%s-%s' % (label, mode, suffix),
+                   make_suite(database, keep_history, shared, pooler))
                   for suffix, shared in MODES.items()]
-        suites.append(('%s-%s-external-gc' % (database, mode),
-                       external_gc_suite(database, keep_history)))
+        suites.append(('%s-%s-external-gc' % (label, mode),
+                       external_gc_suite(database, keep_history, pooler)))
         for key, suite in suites:
             for test in _flatten(suite):
                 name = test.id().replace('ZODB.tests.testblob.', '')
@@ -80,9 +94,9 @@ def blob_cases(database):
     return params
 
 
-def count_blob_cases(database):
+def count_blob_cases(database, pooler=None):
     counts = {}
-    for param in blob_cases(database):
+    for param in blob_cases(database, pooler):
         key = param.marks[0].args[0]
         counts[key] = counts.get(key, 0) + 1
     return counts

@@ -26,7 +26,9 @@ from ZODB.tests.StorageTestBase import StorageTestBase
 from relstorage.testing.dbs import ALL_DATABASES
 from relstorage.testing.dbs import DatabaseFactory
 from relstorage.testing.dbs import require
+from relstorage.testing.dbs import POOLER_OPTIONS
 from relstorage.testing.dbs import require_pair
+from relstorage.testing.dbs import require_pooler
 from relstorage.testing.private_servers import private_server
 
 NO_HISTORY = 'needs earlier revisions, which a history-free storage drops'
@@ -94,6 +96,9 @@ class RelStorageTestBase(StorageTestBase):
     #: Whether every load goes to a streaming replica (ro-replica-conf)
     #: of a private primary (replica_pairs).
     replicas = False
+    #: The pool_mode of a private pgbouncer every connection goes
+    #: through (in front of the private PostgreSQL server), or None.
+    pooler = None
     keep_history = True
     use_extension_bytes = True
 
@@ -114,16 +119,19 @@ class RelStorageTestBase(StorageTestBase):
             pair = require_pair(self.database)
             server = pair.primary
             options['ro_replica_conf'] = pair.server_file(pair.replica)
+        elif self.pooler:
+            server = require_pooler(self.pooler)
         elif not private:
             # Before the base's setUp, which enters a temporary directory
             # that only its tearDown leaves (not run after a skip here).
             require(self.database)
         super().setUp()
-        if not self.replicas:
+        if not (self.replicas or self.pooler):
             server = private_server(self.database) if private else None
         self.factory = DatabaseFactory(self.database, self.keep_history,
                                        server=server, driver=self.driver,
-                                       options=options)
+                                       options=options,
+                                       pooler=POOLER_OPTIONS.get(self.pooler))
         self._storage = self.factory.storage(zap=True)
         self._clients = []
 
@@ -223,24 +231,29 @@ def _apply_skips(cls, skips):
 VARIANTS = [(db, None) for db in ALL_DATABASES] + [('postgresql', 'psycopg')]
 #: The databases the suites also run on with every load from a replica.
 REPLICA_DATABASES = ('postgresql', 'mysql')
+#: The pgbouncer pool modes the PostgreSQL suites also run through.
+POOL_MODES = ('transaction', 'session')
 
 
-def make_classes(database, driver=None, replicas=False):
+def make_classes(database, driver=None, replicas=False, pooler=None):
     """``{class_name: TestCase}`` for *database* in both history modes
     (through *driver*, when not the adapter's default; with *replicas*,
-    loading from a replica of the primary it writes to)."""
+    loading from a replica of the primary it writes to; with *pooler*,
+    through a pgbouncer in that pool mode)."""
     classes = {}
     title = {'sqlite': 'SQLite', 'postgresql': 'PostgreSQL',
              'mysql': 'MySQL', 'oracle': 'Oracle'}[database] + (
-                 driver or '').title() + ('RoReplica' if replicas else '')
+                 driver or '').title() + ('RoReplica' if replicas else '') + (
+                     'Pgbouncer' + pooler.title() if pooler else '')
     label = (database + ('-' + driver if driver else '')
-             + ('-ro-replica' if replicas else ''))
+             + ('-ro-replica' if replicas else '')
+             + ('-pgbouncer-' + pooler if pooler else ''))
     for keep_history, mixins, skips in (
             (True, HISTORY_PRESERVING_MIXINS, {}),
             (False, HISTORY_FREE_MIXINS, SKIP_HISTORY_FREE)):
         mode = 'HP' if keep_history else 'HF'
         attrs = {'database': database, 'keep_history': keep_history,
-                 'driver': driver, 'replicas': replicas,
+                 'driver': driver, 'replicas': replicas, 'pooler': pooler,
                  'conformance_key': '%s-%s' % (label, mode)}
         name = '%s%sConformance' % (title, mode)
         cls = type(name, (RelStorageTestBase,) + mixins, attrs)

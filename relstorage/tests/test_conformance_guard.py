@@ -10,6 +10,7 @@ from relstorage.testing.dbs import ORACLE_NOT_CONFIGURED
 
 from .blob_conformance import count_blob_cases
 from .conformance import count_tests
+from .conformance import POOL_MODES
 from .conformance import REPLICA_DATABASES
 from .conformance import VARIANTS
 from .conformance import make_classes
@@ -28,6 +29,10 @@ def current_counts():
             counts[cls.conformance_key] += count_tests(cls)
     for db in REPLICA_DATABASES:
         for cls in make_classes(db, replicas=True).values():
+            counts[cls.conformance_key] += count_tests(cls)
+    for pool_mode in POOL_MODES:
+        counts.update(count_blob_cases('postgresql', pool_mode))
+        for cls in make_classes('postgresql', pooler=pool_mode).values():
             counts[cls.conformance_key] += count_tests(cls)
     return dict(counts)
 

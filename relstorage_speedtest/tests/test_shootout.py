@@ -61,3 +61,38 @@ def test_the_other_side_may_not_import_this_checkout():
     with pytest.raises(othervenv.OtherVenvError,
                        match='imports this checkout'):
         othervenv.check(sys.prefix)
+
+
+def test_this_side_through_pgbouncer(tmp_path):
+    """The --pgbouncer contender: a zodbshootout run through a private
+    pgbouncer in transaction mode (in front of a private server)."""
+    from relstorage.testing.dbs import require_pooler
+    pooler = require_pooler('transaction')
+    backend = pooler.backend
+    args = _args(pg_dsn='host=%s port=%s user=%s password=%s' % (
+        backend.host, backend.port, backend.user, backend.password),
+        prefix='rsshoot_test', pgbouncer=True)
+    # zodbshootout runs from a directory of its own: this checkout's
+    # relstorage, whatever the virtualenv's is.
+    import relstorage
+    env = dict(os.environ, PYTHONPATH=os.path.dirname(
+        os.path.dirname(os.path.abspath(relstorage.__file__))))
+    contender = shootout.Contender('pooled', sys.executable, args,
+                                   str(tmp_path), env, pooler)
+    assert contender.runs_on('postgresql')
+    assert not contender.runs_on('sqlite')
+    section = contender.section('postgresql', 'hf')
+    assert 'pooler transaction' in section
+    assert 'port=%s ' % pooler.port in section
+    assert 'dbname=rsshoot_test_pooled_hf' in section
+    conn = backend._admin_connect()
+    try:
+        cur = conn.cursor()
+        cur.execute('DROP DATABASE IF EXISTS rsshoot_test_pooled_hf')
+        cur.execute('CREATE DATABASE rsshoot_test_pooled_hf OWNER %s'
+                    % backend.user)
+    finally:
+        conn.close()
+    result = contender.run('postgresql', 'hf', 1, ['add', 'tpc'])
+    assert 'error' not in result, result
+    assert result['add'] > 0 and result['tpc'] > 0

@@ -1,5 +1,6 @@
 """What PostgreSQL does differently: psycopg2 or psycopg connections,
 advisory locks, a sequence for oids, bulk upload with a binary COPY."""
+import contextlib
 import logging
 import re
 import struct
@@ -37,7 +38,10 @@ from .dsn import dsn_location
 from .dsn import scrub_dsn
 from .drivers import select_driver
 from .dsn import parse_dsn
+from .pooler import pooler_mode
+from .pooler import without_sessions
 from .upgrade import PostgreSQLUpgrade
+from . import pooler
 
 log = logging.getLogger(__name__)
 
@@ -74,15 +78,19 @@ LOAD_SETUP = script('SET jit = off', 'SET max_parallel_workers_per_gather = 0')
 LISTENING_LOAD_SETUP = script(LOAD_SETUP, LISTEN_COMMITS)
 
 #: No primary key: the rows of an upload are unique already, and nothing
-#: looks one up (the index cost 1 ms of a 1,000-row COPY's 4).
-TEMP_STORE_DDL = """
+#: looks one up (the index cost 1 ms of a 1,000-row COPY's 4). Emptied at
+#: each commit where the session keeps it; dropped there behind a
+#: transaction pooler, where each store transaction creates it.
+TEMP_STORE_TEMPLATE = SQL("""
 CREATE TEMPORARY TABLE IF NOT EXISTS temp_store (
     zoid        BIGINT NOT NULL,
     prev_tid    BIGINT NOT NULL,
     state       BYTEA,
     blob_id     BIGINT
-) ON COMMIT DELETE ROWS
-"""
+) ON COMMIT {end}
+""")
+TEMP_STORE_DDL = TEMP_STORE_TEMPLATE.format(end='DELETE ROWS')
+POOLED_TEMP_STORE_DDL = TEMP_STORE_TEMPLATE.format(end='DROP')
 
 
 class PostgreSQLSession(Session):
@@ -123,7 +131,10 @@ class PostgreSQLSchema(Schema):
     extra_ddl = (
         'CREATE SEQUENCE zoid_seq INCREMENT BY %d START WITH 1' % OID_BLOCK,
     )
-    drop_extra_ddl = ('DROP SEQUENCE IF EXISTS zoid_seq',)
+    # (The pack's scratch tables are the database's behind a transaction
+    # pooler.)
+    drop_extra_ddl = ('DROP SEQUENCE IF EXISTS zoid_seq',
+                      pooler.DROP_SCRATCH)
     # RelStorage 4 keeps each blob chunk in a large object.
     rs4_piece_query = ('SELECT lo_get(chunk, %s - 1, %s) FROM blob_chunk '
                      'WHERE zoid = %s AND tid = %s AND chunk_num = %s')
@@ -259,11 +270,17 @@ class PostgreSQLMoverMixin:
     def fetch_current(self, session, oid):
         # The most frequent statement, planned once per connection (a
         # prepared statement outlives transactions and their rollbacks).
-        if not session.load_prepared:
-            session.execute('PREPARE rs_load_current (bigint) AS '
-                            + numbered(self.load_current_sql))
-            session.load_prepared = True
-        return session.fetchone('EXECUTE rs_load_current (%s)', (oid,))
+        try:
+            if not session.load_prepared:
+                session.execute('PREPARE rs_load_current (bigint) AS '
+                                + numbered(self.load_current_sql))
+                session.load_prepared = True
+            return session.fetchone('EXECUTE rs_load_current (%s)', (oid,))
+        except self.adapter.driver.session_state_errors as e:
+            # Another client's server session, lent by a pooler.
+            raise pooler.transaction_pooler_error(
+                self.adapter, 'prepared statements come and go: %s'
+                % type(e).__name__) from None
 
     def upload(self, session, rows):
         # COPY in PostgreSQL's binary format: one round trip, and the
@@ -450,24 +467,38 @@ class PostgreSQLAdapter(Adapter):
             ('port', uri.port), ('user', uri.user),
             ('password', uri.password)) if value})}
     supports_commit_announcements = True
+    uri_keys = ('driver', 'pooler')
     load_begin_sql = 'BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY'
     store_begin_sql = 'BEGIN ISOLATION LEVEL READ COMMITTED'
+    #: What the session's own BEGIN is (None: BEGIN, the session keeping
+    #: its settings).
+    pooled_begin_sql = None
     #: zap_all truncates the tables larger than this (see empty_tables).
     truncate_above_bytes = 8 << 20
 
-    def __init__(self, dsn='', driver='auto', options=None):
+    def __init__(self, dsn='', driver='auto', options=None, pooler='none'):
         from ...options import Options
         self.dsn = dsn or ''
         self.driver = select_driver(driver)
         self.cooperative = self.driver.cooperative
+        #: none, session or transaction (see pooler).
+        self.pooler = pooler_mode(pooler)
         if not self.driver.can_copy:
             self.hp_mover_class, self.hf_mover_class = (NoCopyHPMover,
                                                         NoCopyHFMover)
             self.hp_packer_class, self.hf_packer_class = (NoCopyHPPacker,
                                                           NoCopyHFPacker)
+        options = options if options is not None else Options()
+        if self.pooler == 'transaction':
+            without_sessions(self, options, POOLED_TEMP_STORE_DDL)
+        #: Whether load sessions LISTEN for commits.
+        self.listens = bool(options.poll_interval) and (
+            self.pooler != 'transaction')
+        #: Whether open() still has to look for a transaction pooler.
+        self.pooler_unchecked = self.pooler == 'none'
         # A misspelt keyword, say: named now, not at the first connect.
         self.check_dsn(self.dsn, 'dsn: ')
-        super().__init__(options if options is not None else Options())
+        super().__init__(options)
         self.keepalive = Keepalive.for_options(self.options)
         #: libpq keywords the dsn leaves to network-timeout.
         given = parse_dsn(self.dsn)
@@ -553,6 +584,10 @@ class PostgreSQLAdapter(Adapter):
         session = (PsycopgSession if driver.results_from_first
                    else PostgreSQLSession)(self, conn)
         session.server = server
+        if self.pooled_begin_sql is not None:
+            # Each transaction makes its own settings.
+            session.begin_sql = self.pooled_begin_sql
+            return session
         timeout_ms = int(self.options.commit_lock_timeout * 1000)
         setup, params = SESSION_SETUP, (timeout_ms,)
         keepalive = self.keepalive
@@ -569,7 +604,7 @@ class PostgreSQLAdapter(Adapter):
             # starting workers for it, is never worth it, even when stale
             # statistics make it look so.
             setup = LOAD_SETUP
-            if self.options.poll_interval and not (
+            if self.listens and not (
                     server is not None and server.read_only):
                 # Told of every commit, an instance within its interval
                 # polls only when there is something to see. (Not without
@@ -584,7 +619,7 @@ class PostgreSQLAdapter(Adapter):
         return [(NOTIFY_COMMIT, ())]
 
     def commits_announced(self, session):
-        if not self.options.poll_interval or (
+        if not self.listens or (
                 session.server is not None and session.server.read_only):
             # (A standby takes no LISTEN.)
             return None
@@ -595,7 +630,24 @@ class PostgreSQLAdapter(Adapter):
             return True     # a real poll finds out (and reconnects)
 
     def prepare_store_session(self, session):
-        session.execute(TEMP_STORE_DDL)
+        if self.pooled_begin_sql is None:
+            session.execute(TEMP_STORE_DDL)
+        # (Else each store transaction creates it: see _without_sessions.)
+
+    @contextlib.contextmanager
+    def _schema_transaction(self, may_create):
+        # The first thing an open does, before any statement that a
+        # transaction pooler would break: one more round trip, and two
+        # more connections only where a pooler answered.
+        pooled = False
+        with super()._schema_transaction(may_create) as session:
+            if self.pooler_unchecked:
+                pooled = pooler.behind_a_pooler(self, session)
+            yield session
+        if self.pooler_unchecked:
+            if pooled:
+                pooler.check_not_transaction_pooled(self)
+            self.pooler_unchecked = False
 
     def empty_tables(self, session):
         # DELETE leaves the old rows' space behind until a vacuum, and a

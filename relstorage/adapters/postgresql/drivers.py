@@ -31,6 +31,17 @@ class Driver:
         self.InterfaceError = module.InterfaceError
         self.ProgrammingError = module.ProgrammingError
         self.errors = module.errors
+        #: What a statement meets when the server session it runs in is
+        #: not the one the connection had before (behind a transaction
+        #: pooler): a prepared statement there already, or not there.
+        self.session_state_errors = (
+            module.errors.DuplicatePreparedStatement,
+            module.errors.InvalidSqlStatementName)
+
+    def backend_pid(self, conn):
+        """The server process id libpq was told at connect (a pooler
+        gives its own)."""
+        return conn.info.backend_pid
 
     def cooperate(self):
         """Make this driver's waits yield to other greenlets."""

@@ -1,0 +1,271 @@
+"""PostgreSQL behind a connection pooler (pgbouncer, pgpool-II).
+
+``pooler`` in ``<postgresql>`` says what stands between the storage and
+the server:
+
+* ``none`` (the default): a server session per connection, as direct.
+  The storage prepares its most frequent statement, sets its timeouts
+  once per connection, keeps its scratch tables as temporary tables and
+  listens for commits. At open it checks that this holds (see
+  ``check_not_transaction_pooled``): a pooler in transaction mode that
+  the storage was not told of is refused with an error naming it.
+* ``session``: a session pooler (pgbouncer ``pool_mode = session``),
+  which gives each client a server session of its own for as long as it
+  is connected: the same as direct.
+* ``transaction``: a transaction pooler (pgbouncer ``pool_mode =
+  transaction``), which lends a server session for one transaction only.
+  Nothing then depends on a session surviving a transaction's end: no
+  prepared statement, no session setting (each transaction sets its own
+  with SET LOCAL, in the message that begins it), temp_store created by
+  the transaction that uses it and dropped at its end, the pack's
+  scratch tables unlogged tables of the database (one pack at a time, by
+  the pack lock), the pack lock a lease row in relstorage_meta kept
+  alive by a thread of the pack's process instead of a session advisory
+  lock, and no LISTEN (instances poll; said once in the log).
+"""
+import logging
+import secrets
+import threading
+
+from ...exceptions import ConfigurationError
+from ..mover import Mover
+from ..packer import PACK_TABLES
+from ..packer import PACK_TABLES_TEMPLATE
+from ..sql import DROP_TABLE
+from ..sql import SQL
+
+log = logging.getLogger(__name__)
+
+POOLER_MODES = ('none', 'session', 'transaction')
+
+
+def pooler_mode(value):
+    """The ``pooler`` option's value, checked: none, session or
+    transaction (any case; empty means none)."""
+    mode = str(value or 'none').strip().lower()
+    if mode not in POOLER_MODES:
+        raise ConfigurationError(
+            'pooler: %r is not one of %s (what stands between the storage '
+            'and PostgreSQL: nothing, a session pooler, or a transaction '
+            'pooler such as pgbouncer with pool_mode = transaction)'
+            % (value, ', '.join(POOLER_MODES)))
+    return mode
+
+
+#: What each pooled transaction sets for itself, in the message that
+#: begins it.
+LOCK_TIMEOUT = SQL('SET LOCAL lock_timeout = {ms}')
+#: Loads and polls are short index lookups (see open_connection).
+LOAD_SETTINGS = ('SET LOCAL jit = off; '
+                 'SET LOCAL max_parallel_workers_per_gather = 0')
+
+
+def begin_statement(begin, lock_timeout_ms, *more):
+    """*begin* followed by the settings of a pooled transaction."""
+    return '; '.join((begin, LOCK_TIMEOUT.format(
+        ms=str(int(lock_timeout_ms)))) + more)
+
+
+class PooledMoverMixin:
+    """Loads without the prepared statement (a server session of
+    another client may have it, or not)."""
+
+    fetch_current = Mover.fetch_current
+
+
+class PooledPackerMixin:
+    """The scratch tables are the database's, unlogged: a temporary
+    table would be gone, or be another client's, in the next
+    transaction. Only the holder of the pack lock uses them."""
+
+    scratch_ddl = tuple(ddl.format(kind='UNLOGGED')
+                        for ddl in PACK_TABLES_TEMPLATE)
+
+
+def pooled_class(cls, mixin):
+    """*cls* with *mixin* in front."""
+    return type('Pooled' + cls.__name__, (mixin, cls), {})
+
+
+#: A pooled snapshot may take new oids (nextval, which a READ ONLY
+#: transaction refuses).
+LOAD_BEGIN = 'BEGIN ISOLATION LEVEL REPEATABLE READ'
+
+
+def without_sessions(adapter, options, temp_store_ddl):
+    """Make *adapter* leave nothing in a server session (behind a
+    transaction pooler): the pooled classes, and statements that begin
+    each transaction with its settings (a store transaction with
+    *temp_store_ddl*, a temp_store dropped at its end)."""
+    for name, mixin in (('hp_mover_class', PooledMoverMixin),
+                        ('hf_mover_class', PooledMoverMixin),
+                        ('hp_packer_class', PooledPackerMixin),
+                        ('hf_packer_class', PooledPackerMixin),
+                        ('locker_class', PooledLockerMixin)):
+        setattr(adapter, name, pooled_class(getattr(adapter, name), mixin))
+    # A load session's snapshot holds a server session until it ends:
+    # ended before the vote takes the store session's, and new oids taken
+    # in the snapshot's transaction, each committing instance needs one
+    # at a time, and commits never all wait for a server session that only
+    # the others' snapshots hold. (Conflict resolution reads through the
+    # store session.)
+    adapter.requires_snapshot_end_at_vote = True
+    adapter.oids_from_load_session = True
+    timeout = options.commit_lock_timeout * 1000
+    adapter.load_begin_sql = begin_statement(LOAD_BEGIN, timeout,
+                                             LOAD_SETTINGS)
+    adapter.store_begin_sql = begin_statement(
+        adapter.store_begin_sql, timeout, temp_store_ddl.strip())
+    adapter.scratch_begin_sql = adapter.pooled_begin_sql = begin_statement(
+        'BEGIN', timeout)
+    if options.poll_interval:
+        # Said once per adapter; polls keep the view for up to the
+        # interval, as on a database that announces nothing.
+        log.info('pooler transaction: no LISTEN through a transaction '
+                 'pooler, so commits to the %s are not announced; instances '
+                 'poll at most every poll-interval (%ss) and may see other '
+                 "processes' commits that much later",
+                 adapter.describe(), options.poll_interval)
+
+
+# The pack lock as a lease: a relstorage_meta row holding the holder's
+# random token and the server time (epoch seconds) it expires at.
+
+LEASE_NAME = 'pack_lock'
+#: Seconds a lease lasts unless renewed, and between renewals.
+LEASE_SECONDS = 30
+RENEW_SECONDS = 5
+_EXPIRY = ("%s || ' ' || (extract(epoch FROM clock_timestamp()) + %s)"
+           "::text")
+#: Takes the lease unless someone else's is alive; a row when taken.
+TAKE_LEASE = SQL(
+    'INSERT INTO relstorage_meta (name, value) VALUES (%s, {expiry}) '
+    'ON CONFLICT (name) DO UPDATE SET value = EXCLUDED.value WHERE '
+    "split_part(relstorage_meta.value, ' ', 2)::float8 < "
+    'extract(epoch FROM clock_timestamp()) RETURNING 1').format(
+        expiry=_EXPIRY)
+RENEW_LEASE = SQL(
+    'UPDATE relstorage_meta SET value = {expiry} WHERE name = %s '
+    "AND split_part(value, ' ', 1) = %s").format(expiry=_EXPIRY)
+DROP_LEASE = ("DELETE FROM relstorage_meta WHERE name = %s AND "
+              "split_part(value, ' ', 1) = %s")
+#: Empties the scratch tables when a pack ends (they are nobody's
+#: session's, so nothing else would).
+EMPTY_SCRATCH = SQL('TRUNCATE {tables}').format(tables=', '.join(PACK_TABLES))
+#: Drops them with the schema.
+DROP_SCRATCH = DROP_TABLE.format(table=', '.join(PACK_TABLES))
+
+
+class LeaseKeeper(threading.Thread):
+    """Renews a pack lease every RENEW_SECONDS, on a connection of its
+    own, until stopped; a process that dies stops renewing it, and the
+    lease lapses LEASE_SECONDS later."""
+
+    def __init__(self, adapter, token):
+        super().__init__(name='relstorage pack lease', daemon=True)
+        self.adapter = adapter
+        self.token = token
+        self.stopping = threading.Event()
+        self.lost = False
+
+    def run(self):
+        session = None
+        while not self.stopping.wait(RENEW_SECONDS):
+            try:
+                if session is None or session.closed:
+                    session = self.adapter.open_connection(True)
+                cursor = session.execute(RENEW_LEASE, (
+                    self.token, LEASE_SECONDS, LEASE_NAME, self.token))
+                if cursor.rowcount == 0:
+                    self.lost = True
+                    log.error('the pack lock of the %s was taken from this '
+                              'pack (its lease lapsed)',
+                              self.adapter.describe())
+                    break
+            except Exception as e:  # noqa: BLE001 -- retried at the next
+                log.warning('could not renew the pack lock of the %s: %s',
+                            self.adapter.describe(), e)
+                if session is not None:
+                    session.close()
+                session = None
+        if session is not None:
+            session.close()
+
+    def stop(self):
+        self.stopping.set()
+        self.join(RENEW_SECONDS * 2)
+
+
+class PooledLockerMixin:
+    """The pack lock as a lease (see the module's docstring): a session
+    advisory lock would stay with whichever server session the pooler
+    ran the statement on."""
+
+    def try_pack_lock(self, session):
+        token = secrets.token_hex(8)
+        taken = session.fetchone(TAKE_LEASE, (LEASE_NAME, token,
+                                              LEASE_SECONDS))
+        if taken is None:
+            return False
+        keeper = session.pack_lease = LeaseKeeper(self.adapter, token)
+        keeper.start()
+        return True
+
+    def release_pack_lock(self, session):
+        keeper = getattr(session, 'pack_lease', None)
+        if keeper is None:
+            return
+        keeper.stop()
+        session.pack_lease = None
+        if session.table_exists('pack_gc'):
+            session.execute(EMPTY_SCRATCH)
+        session.execute(DROP_LEASE, (LEASE_NAME, keeper.token))
+
+
+def behind_a_pooler(adapter, session):
+    """Whether *session* reaches the server through a pooler: a pooler
+    answers a connection with a backend key of its own, so the process
+    id libpq was given is not the server's."""
+    return (session.scalar('SELECT pg_backend_pid()')
+            != adapter.driver.backend_pid(session.conn))
+
+
+def check_not_transaction_pooled(adapter):
+    """Refuse to go on, naming the mode, when the adapter (told of no
+    pooler, and found behind one) reaches the server through a pooler in
+    transaction mode: two connections are compared, outside any
+    transaction of ours (a pool of one must be free for them). Behind a
+    transaction pooler the second one's transaction runs on the server
+    session the first one used a moment before, or the first one's next
+    statement runs on another, neither of which can happen with sessions
+    of their own."""
+    first = adapter.connect(for_store=True)
+    second = None
+    try:
+        server_pid = first.scalar('SELECT pg_backend_pid()')
+        second = adapter.connect(for_store=True)
+        second.begin()
+        shared = second.scalar('SELECT pg_backend_pid()') == server_pid
+        moved = shared or (first.scalar('SELECT pg_backend_pid()')
+                           != server_pid)
+        second.rollback()
+    finally:
+        first.close()
+        if second is not None:
+            second.close()
+    if moved:
+        raise transaction_pooler_error(
+            adapter, 'server sessions change between transactions')
+    log.info('the %s is reached through a connection pooler that keeps '
+             'sessions (session mode); "pooler session" in <postgresql> '
+             'says so and skips this check', adapter.describe())
+
+
+def transaction_pooler_error(adapter, why):
+    """The error for a pooler in transaction mode that the adapter was
+    not told of; *why* says how it showed."""
+    return ConfigurationError(
+        'pooler: the %s is reached through a connection pooler in '
+        'transaction mode, such as pgbouncer with pool_mode = transaction '
+        '(%s), and the <postgresql> section does not say so; add "pooler '
+        'transaction" to it' % (adapter.describe(), why))

@@ -1,0 +1,260 @@
+"""A private pg_auto_failover formation for the tests: a monitor and two
+data nodes (Debian's postgresql-15-auto-failover and pg-auto-failover-cli),
+each a PostgreSQL cluster in one temporary directory, on free ports of
+127.0.0.1, trust authentication, no TLS; one ``pg_autoctl run`` process
+per node keeps it in its assigned state. The machine's own servers are
+never touched; ``remove()`` (run at exit for every formation started)
+stops the keepers and their servers and deletes the directory.
+
+The storage reaches the formation as ``pg_autoctl show uri`` prints it:
+every node's host and port, ``target_session_attrs=read-write``.
+"""
+import json
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+
+from .postgresql_server import PostgreSQLServer
+from .processes import PREFIX
+from .processes import alive
+from .processes import free_port
+from .processes import read_pid
+from .processes import remember
+from .processes import server_env
+from .servers import DATABASES
+from .servers import TEST_PASSWORD
+from .servers import TEST_USER
+from .servers import NotInstalled
+from .servers import ServerError
+
+#: Seconds a formation may take to reach its states.
+TIMEOUT = 120
+
+
+class Formation:
+    """The monitor and *nodes* data nodes of one formation ('default')."""
+
+    kind = 'pg_auto_failover'
+    host = '127.0.0.1'
+    system_user = 'postgres'
+    user = TEST_USER
+    password = TEST_PASSWORD
+
+    def __init__(self, nodes=2, timeout=TIMEOUT):
+        self.node_count = nodes
+        self.timeout = timeout
+        self.dir = None
+        self.ports = {}
+        self.keepers = {}
+        self._owner = os.getpid()
+        self._bindir = None
+
+    # -- start ---------------------------------------------------------------
+
+    def _find_programs(self):
+        if not shutil.which('pg_autoctl'):
+            raise NotInstalled('pg_autoctl was not found (Debian: apt-get '
+                               'install pg-auto-failover-cli '
+                               'postgresql-15-auto-failover)')
+        self._bindir = PostgreSQLServer()._find_bindir()
+        if self._bindir is None or not os.path.exists(os.path.join(
+                os.path.dirname(self._bindir), 'lib', 'pgautofailover.so')):
+            raise NotInstalled('the pgautofailover extension of the newest '
+                               'PostgreSQL (%s) is not installed (Debian: '
+                               'apt-get install postgresql-15-auto-failover)'
+                               % self._bindir)
+
+    def _env(self):
+        env = server_env()
+        env.update(XDG_CONFIG_HOME=os.path.join(self.dir, 'config'),
+                   XDG_DATA_HOME=os.path.join(self.dir, 'share'),
+                   PATH=self._bindir + os.pathsep + env.get('PATH', ''))
+        return env
+
+    def _command(self, args):
+        if os.geteuid() == 0:
+            return ['runuser', '-u', self.system_user, '--',
+                    'env'] + ['%s=%s' % item for item in self._env().items()
+                              if item[0] in ('XDG_CONFIG_HOME',
+                                             'XDG_DATA_HOME', 'PATH',
+                                             'LC_ALL')] + list(args)
+        return list(args)
+
+    def autoctl(self, *args, timeout=None):
+        """Run ``pg_autoctl args`` to completion; its output."""
+        done = subprocess.run(
+            self._command(['pg_autoctl'] + list(args)), cwd=self.dir,
+            env=self._env(), stdin=subprocess.DEVNULL, capture_output=True,
+            text=True, timeout=timeout or self.timeout)
+        if done.returncode != 0:
+            raise ServerError('pg_autoctl %s failed (%s):\n%s' % (
+                ' '.join(args), done.returncode, done.stderr[-3000:]))
+        return done.stdout
+
+    def pgdata(self, name):
+        return os.path.join(self.dir, name)
+
+    def _run_keeper(self, name):
+        log = open(os.path.join(self.dir, name + '.log'), 'ab')
+        self.keepers[name] = subprocess.Popen(
+            self._command(['pg_autoctl', 'run', '--pgdata',
+                           self.pgdata(name)]),
+            cwd=self.dir, env=self._env(), stdin=subprocess.DEVNULL,
+            stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+
+    def start(self):
+        self._find_programs()
+        parent = '/tmp' if os.geteuid() == 0 else None
+        self.dir = tempfile.mkdtemp(prefix=PREFIX + 'autofailover-',
+                                    dir=parent)
+        os.chmod(self.dir, 0o755)
+        with open(os.path.join(self.dir, 'owner.pid'), 'w') as f:
+            f.write('%d\n' % os.getpid())
+        if os.geteuid() == 0:
+            import pwd
+            entry = pwd.getpwnam(self.system_user)
+            os.chown(self.dir, entry.pw_uid, entry.pw_gid)
+        remember(self)
+        try:
+            self._create()
+        except BaseException:
+            self.remove()
+            raise
+
+    def _create(self):
+        common = ['--hostname', self.host, '--auth', 'trust', '--no-ssl']
+        self.ports['monitor'] = free_port()
+        self.autoctl('create', 'monitor', '--pgdata', self.pgdata('monitor'),
+                     '--pgport', str(self.ports['monitor']), *common)
+        self._run_keeper('monitor')
+        monitor = 'postgres://autoctl_node@%s:%d/pg_auto_failover' \
+            '?sslmode=disable' % (self.host, self.ports['monitor'])
+        for index in range(1, self.node_count + 1):
+            name = 'node%d' % index
+            self.ports[name] = free_port()
+            self.autoctl('create', 'postgres', '--pgdata', self.pgdata(name),
+                         '--pgport', str(self.ports[name]), '--name', name,
+                         '--monitor', monitor, *common)
+            self._run_keeper(name)
+            self.wait_for(lambda: len(self.settled()) == index)
+        self._setup()
+
+    def _setup(self):
+        import psycopg2
+        conn = psycopg2.connect(self.dsn('postgres', user='postgres'),
+                                connect_timeout=10)
+        conn.autocommit = True
+        try:
+            cur = conn.cursor()
+            cur.execute('CREATE ROLE %s LOGIN PASSWORD %%s' % self.user,
+                        (self.password,))
+            for db in DATABASES:
+                cur.execute("CREATE DATABASE %s OWNER %s ENCODING 'UTF8' "
+                            "TEMPLATE template0" % (db, self.user))
+        finally:
+            conn.close()
+
+    # -- what it is now ------------------------------------------------------
+
+    def state(self):
+        """``[{node: ..., reported: ..., assigned: ...}]`` of the data
+        nodes, as the monitor knows them."""
+        out = self.autoctl('show', 'state', '--json', '--pgdata',
+                           self.pgdata('monitor'))
+        return [{'name': node['nodename'], 'port': node['nodeport'],
+                 'reported': node['current_group_state'],
+                 'assigned': node['assigned_group_state'],
+                 'lsn': node['reported_lsn'], 'tli': node['reported_tli']}
+                for node in json.loads(out)]
+
+    def settled(self):
+        """The nodes whose reported state is their assigned one and is
+        single (a formation of one), primary or secondary."""
+        return [node for node in self.state()
+                if node['reported'] == node['assigned']
+                and node['reported'] in ('single', 'primary', 'secondary')]
+
+    def primary(self):
+        """The name of the node the monitor has as primary, or None."""
+        for node in self.state():
+            if node['assigned'] in ('primary', 'wait_primary') and \
+                    node['reported'] in ('primary', 'wait_primary'):
+                return node['name']
+        return None
+
+    def wait_for(self, predicate, timeout=None):
+        deadline = time.monotonic() + (timeout or self.timeout)
+        while True:
+            try:
+                if predicate():
+                    return
+            except ServerError:
+                pass    # the monitor restarting, say
+            if time.monotonic() > deadline:
+                raise ServerError('the formation in %s did not settle within '
+                                  '%ss: %s' % (self.dir, timeout or
+                                               self.timeout, self.state()))
+            time.sleep(0.5)
+
+    def uri(self):
+        """What ``pg_autoctl show uri --formation default`` prints."""
+        return self.autoctl('show', 'uri', '--formation', 'default',
+                            '--pgdata', self.pgdata('monitor')).strip()
+
+    def dsn(self, database=DATABASES[0], user=None):
+        """A libpq connection string to *database* on whichever node is
+        the primary (every node, target_session_attrs=read-write)."""
+        nodes = sorted(name for name in self.ports if name != 'monitor')
+        dsn = ('host=%s port=%s dbname=%s user=%s '
+               'target_session_attrs=read-write connect_timeout=5' % (
+                   ','.join([self.host] * len(nodes)),
+                   ','.join(str(self.ports[name]) for name in nodes),
+                   database, user or self.user))
+        if user is None:
+            dsn += ' password=%s' % self.password
+        return dsn
+
+    # -- faults --------------------------------------------------------------
+
+    def failover(self):
+        """``pg_autoctl perform failover``: returns once the monitor has
+        a new primary."""
+        self.autoctl('perform', 'failover', '--pgdata',
+                     self.pgdata('monitor'))
+
+    def postmaster_pid(self, name):
+        return read_pid(os.path.join(self.pgdata(name), 'postmaster.pid'))
+
+    def kill_postmaster(self, name):
+        """SIGKILL the postmaster of node *name*."""
+        pid = self.postmaster_pid(name)
+        if pid is not None and alive(pid):
+            os.kill(pid, signal.SIGKILL)
+        return pid
+
+    # -- the end ---------------------------------------------------------------
+
+    def remove(self):
+        """Stop the keepers (each stops its server) and delete the
+        directory."""
+        for name in sorted(self.keepers, reverse=True):
+            proc = self.keepers[name]
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGTERM)
+        for name, proc in self.keepers.items():
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(10)
+        if self.dir is not None:
+            for name in self.ports:
+                pid = self.postmaster_pid(name)
+                if pid is not None and alive(pid):
+                    os.kill(pid, signal.SIGQUIT)
+            shutil.rmtree(self.dir, ignore_errors=True)
+        self.keepers = {}
+        self.dir = None
