@@ -65,7 +65,8 @@ _TEXT_TYPES = {
     'choice': 'string',
 }
 
-# Typed keys of the adapter sections and their stock ZConfig datatype.
+# Typed keys of the adapter sections (and of zodburi URIs) and their stock
+# ZConfig datatype.
 _ADAPTER_KEY_TYPES = {
     'port': 'port-number',
     'connect_timeout': 'integer',
@@ -73,6 +74,10 @@ _ADAPTER_KEY_TYPES = {
     'write_timeout': 'integer',
     'compress': 'boolean',
     'named_pipe': 'boolean',
+    'client_flag': 'integer',
+    'load_infile': 'boolean',
+    'demostorage': 'boolean',
+    'twophase': 'boolean',
 }
 
 
@@ -345,8 +350,10 @@ class MySQLAdapterFactory(_AdapterFactory):
     param_names = {name: name for name in (
         'host', 'user', 'passwd', 'db', 'port', 'unix_socket',
         'connect_timeout', 'read_timeout', 'write_timeout', 'compress',
-        'named_pipe',
-        'read_default_file', 'read_default_group')}
+        'named_pipe', 'init_command', 'client_flag', 'load_infile',
+        'read_default_file', 'read_default_group',
+        'ssl_mode', 'ssl_ca', 'ssl_capath', 'ssl_cert', 'ssl_key',
+        'ssl_cipher')}
 
     default_location_hint = (
         'a <mysql> section without db uses the server\'s default; give '

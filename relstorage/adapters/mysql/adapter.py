@@ -26,6 +26,7 @@ from .drivers import CONNECT_ERRORS
 from .drivers import DISCONNECT_ERRORS
 from .drivers import error_code
 from .drivers import select_driver
+from .drivers import TLS_KEYS
 from .locker import MySQLLocker
 from .upgrade import MySQLUpgrade
 
@@ -383,7 +384,9 @@ class MySQLAdapter(Adapter):
     upgrade_class = MySQLUpgrade
     database_name = 'MySQL'
     uri_keys = ('driver', 'unix_socket', 'connect_timeout', 'read_timeout',
-                'write_timeout', 'compress')
+                'write_timeout', 'compress', 'named_pipe', 'init_command',
+                'client_flag', 'load_infile', 'read_default_file',
+                'read_default_group') + TLS_KEYS
 
     @classmethod
     def section_from_uri(cls, uri):

@@ -30,6 +30,8 @@ from ..sql import without_parameters
 from ..keepalive import Keepalive
 from .dsn import describe_dsn
 from .dsn import make_dsn
+from .dsn import RELSTORAGE4_KEYWORDS
+from .dsn import TLS_KEYWORDS
 from ..replicas import split_host_port
 from .dsn import dsn_location
 from .dsn import scrub_dsn
@@ -419,13 +421,21 @@ class PostgreSQLAdapter(Adapter):
     upgrade_class = PostgreSQLUpgrade
     database_name = 'PostgreSQL'
 
+    uri_keys = ('driver',) + TLS_KEYWORDS + tuple(RELSTORAGE4_KEYWORDS)
+
     @classmethod
     def section_from_uri(cls, uri):
-        """``postgresql://user:password@host:port/dbname``: a dsn."""
-        return {'dsn': make_dsn({name: value for name, value in (
+        """``postgresql://user:password@host:port/dbname?sslmode=...``: a
+        dsn, with the query's libpq keywords (RelStorage 4's ``ssl_mode``
+        and ``connect_timeout`` among them)."""
+        keywords = {name: value for name, value in (
             ('dbname', uri.path.lstrip('/')), ('host', uri.host),
             ('port', uri.port), ('user', uri.user),
-            ('password', uri.password)) if value})}
+            ('password', uri.password)) if value}
+        for key, value in uri.keys.items():
+            if key != 'driver':
+                keywords[RELSTORAGE4_KEYWORDS.get(key, key)] = value
+        return {'dsn': make_dsn(keywords)}
     supports_commit_announcements = True
     load_begin_sql = 'BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY'
     store_begin_sql = 'BEGIN ISOLATION LEVEL READ COMMITTED'
