@@ -122,7 +122,8 @@ def pack_one(name, section, days, check_only, out, prepack_only=False,
              use_prepack_state=False, workers=None):
     storage = section.open()
     try:
-        print('%s (%s):' % (name, storage.getName()), file=out)
+        print('%s (%s):' % (name, getattr(storage, 'describe',
+                                          storage.getName)()), file=out)
         if check_only:
             return EXIT_DANGLING if check_refs(storage, out) else 0
         t = time.time() - days * 86400

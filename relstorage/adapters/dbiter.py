@@ -48,7 +48,13 @@ class Iterator:
         return session.scalar(self.object_count_sql) or 0
 
     def size_in_bytes(self, session):
-        """The bytes of object state kept, all revisions included."""
+        """Bytes the database takes on disk where its server can tell
+        without reading the tables; else those of the object state kept
+        (all revisions: a scan)."""
+        stats = self.adapter.statistics_class(self.adapter)
+        size = stats.database_bytes(session)
+        if size is not None:
+            return size
         return int(session.scalar(
             'SELECT COALESCE(SUM(state_size), 0) FROM object_state') or 0)
 

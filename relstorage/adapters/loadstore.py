@@ -59,11 +59,18 @@ class _SessionWrapper:
         try:
             return func(*args)
         except DatabaseDisconnected as e:
-            log.info('%s; reconnecting', e)
-            self.adapter.reconnects += 1  # read by relstorage.metrics
             self.session.close()
             self._open()
+            self.reconnected(e)
             return func(*args)
+
+    def reconnected(self, error):
+        """Say, once, that the connection was lost (*error* names the
+        server and what happened) and that a new one is open."""
+        self.adapter.reconnects += 1  # read by relstorage.metrics
+        log.warning('%s; reconnected%s', error,
+                    '' if self.session.server is None
+                    else ' (to the %s)' % self.session.describe())
 
     def _read(self, func, *args):
         """Run a reading *func(session, *args)*; load sessions begin

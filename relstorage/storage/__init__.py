@@ -221,7 +221,12 @@ class RelStorage(ConflictResolvingStorage):
         return self._adapter
 
     def getName(self):
-        return self._name
+        """The storage's name and the database it is (server and
+        database, never a password): what Zope's Database page shows."""
+        described = self._adapter.describe()
+        if self._name == described:
+            return described
+        return '%s (%s)' % (self._name, described)
 
     def describe(self):
         """Which database this is, in words (never a password)."""
@@ -239,6 +244,8 @@ class RelStorage(ConflictResolvingStorage):
         return self._view.read(lambda session: session.object_count())
 
     def getSize(self):
+        """Bytes the database takes on disk, as its server tells them
+        without reading the tables (see IReads.size_in_bytes)."""
         return self._view.read(lambda session: session.size_in_bytes())
 
     def __repr__(self):
