@@ -265,7 +265,7 @@ class _OpenedDatabases:
                 raise ConfigurationError(
                     'two storage sections of this process would open the '
                     'same database, the %s (already opened for storage '
-                    '%r): %s' % (adapter.describe(), alive[0][0].getName(),
+                    '%r): %s' % (adapter.describe(), alive[0][0].label(),
                                  factory.default_location_hint))
             storage = make()
             self._open.setdefault(location, []).append(

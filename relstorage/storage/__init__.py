@@ -220,6 +220,11 @@ class RelStorage(ConflictResolvingStorage):
         directly (relstorage-metrics' figures, speedtest)."""
         return self._adapter
 
+    def label(self):
+        """The storage's own name: its section's, or, unnamed, its
+        database's description (what metrics label it by)."""
+        return self._name
+
     def getName(self):
         """The storage's name and the database it is (server and
         database, never a password): what Zope's Database page shows."""
