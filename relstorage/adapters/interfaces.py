@@ -359,6 +359,15 @@ class IStoreSession(IReads):
         for *store_oids*, shared for *read_oids*); return
         ``{oid: current_tid}`` for those that exist."""
 
+    def lock_commit_and_read_current(oids):
+        """Begin the commit transaction holding the commit lock, its tid
+        chosen now; return ``{oid: current_tid}`` of *oids*, locking no
+        row. For a transaction that creates the root object, the one
+        object processes may create at once: under the commit lock none
+        of them is midway through creating it, and a process updating
+        it, which holds its row while it waits for the commit lock, is
+        not waited for. upload() then writes the rows in place."""
+
     def new_oid_blocks(blocks):
         """``[(first, count)]``: *blocks* blocks of fresh oids (see
         IRelStorageAdapter.new_oid_blocks, which also notes them)."""

@@ -263,6 +263,15 @@ class StoreSession(_SessionWrapper):
             self.session.begin(self.adapter.store_begin_sql)
         return self.locker.lock_rows(self.session, store_oids, read_oids)
 
+    def lock_commit_and_read_current(self, oids):
+        return self._outside_commit(self._lock_commit, oids)
+
+    def _lock_commit(self, oids):
+        if not self.session.in_transaction:
+            self.session.begin(self.adapter.store_begin_sql)
+        self.previous_tid, self.chosen_tid = self._choose_tid()
+        return self.mover.current_tids(self.session, list(oids))
+
     def new_oid_blocks(self, blocks):
         return self._outside_commit(
             lambda: self.adapter.oids.new_blocks(self.session, blocks))
@@ -278,13 +287,18 @@ class StoreSession(_SessionWrapper):
         database whose commit transaction is already the only writer
         (SQLite) chooses it now and writes the rows in place, sparing
         their copy through temp_store."""
-        self.chosen_tid = None
+        chosen, self.chosen_tid = self.chosen_tid, None
         self.uploaded = rows
         self.direct_rows = ()
-        if tid_free and rows and self.adapter.supports_prepare_at_vote:
+        if chosen is None and tid_free and rows \
+                and self.adapter.supports_prepare_at_vote:
             # Nobody can commit before this transaction does now.
-            self.previous_tid, self.chosen_tid = self._choose_tid()
-            self.mover.write_in_place(self.session, rows, self.chosen_tid)
+            self.previous_tid, chosen = self._choose_tid()
+        if chosen is not None:
+            # (Or the commit lock was taken with the tid chosen already:
+            # lock_commit_and_read_current.)
+            self.chosen_tid = chosen
+            self.mover.write_in_place(self.session, rows, chosen)
             return
         if tid_free:
             self.direct_rows, rows = self.mover.split_direct(rows)
