@@ -48,13 +48,7 @@ class Iterator:
         return session.scalar(self.object_count_sql) or 0
 
     def size_in_bytes(self, session):
-        """Bytes the database takes on disk where its server can tell
-        without reading the tables; else those of the object state kept
-        (all revisions: a scan)."""
-        stats = self.adapter.statistics_class(self.adapter)
-        size = stats.database_bytes(session)
-        if size is not None:
-            return size
+        """The bytes of object state kept, all revisions included."""
         return int(session.scalar(
             'SELECT COALESCE(SUM(state_size), 0) FROM object_state') or 0)
 

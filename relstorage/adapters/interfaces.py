@@ -276,12 +276,14 @@ class IReads(Interface):
         """How many objects exist."""
 
     def size_in_bytes():
+        """The bytes of object state kept, all revisions included."""
+
+    def database_size():
         """The bytes the database takes on disk, as its server tells them
         without reading the tables (PostgreSQL: pg_database_size; MySQL:
         information_schema's data and index lengths of the schema's
         tables; SQLite: page_count times page_size); where the server
-        cannot tell, the bytes of object state kept, all revisions
-        included (a scan)."""
+        cannot tell, size_in_bytes() (a scan)."""
 
     def close():
         """Close the connection; never raises."""

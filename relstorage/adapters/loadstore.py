@@ -124,6 +124,16 @@ class _SessionWrapper:
     def size_in_bytes(self):
         return self._read(self.adapter.iterator.size_in_bytes)
 
+    def database_size(self):
+        return self._read(self._database_size)
+
+    def _database_size(self, session):
+        stats = self.adapter.statistics_class(self.adapter)
+        size = stats.database_bytes(session)
+        if size is None:
+            size = self.adapter.iterator.size_in_bytes(session)
+        return size
+
     def close(self):
         self.session.close()
 

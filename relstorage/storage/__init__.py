@@ -250,8 +250,8 @@ class RelStorage(ConflictResolvingStorage):
 
     def getSize(self):
         """Bytes the database takes on disk, as its server tells them
-        without reading the tables (see IReads.size_in_bytes)."""
-        return self._view.read(lambda session: session.size_in_bytes())
+        without reading the tables (see IReads.database_size)."""
+        return self._view.read(lambda session: session.database_size())
 
     def __repr__(self):
         return '<%s %s>' % (type(self).__name__, self._name)

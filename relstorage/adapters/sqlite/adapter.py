@@ -549,10 +549,13 @@ class SQLiteAdapter(Adapter):
                     raise DatabaseMissing(
                         'the %s does not exist (no %s there)'
                         % (self.describe(), MAIN_FILE))
+                conn = files.connect_read_only(
+                    path, self.options.commit_lock_timeout,
+                    self.pragmas.items())
             else:
                 files.make_data_dir(self.data_dir)
-            conn = files.connect(path, self.options.commit_lock_timeout,
-                                 self.pragmas.items())
+                conn = files.connect(path, self.options.commit_lock_timeout,
+                                     self.pragmas.items())
             if self.yield_interval:
                 conn.set_progress_handler(cooperative.sqlite_yielder(),
                                           self.yield_interval)
