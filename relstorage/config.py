@@ -351,7 +351,7 @@ class MySQLAdapterFactory(_AdapterFactory):
         'host', 'user', 'passwd', 'db', 'port', 'unix_socket',
         'connect_timeout', 'read_timeout', 'write_timeout', 'compress',
         'named_pipe', 'init_command', 'client_flag', 'load_infile',
-        'read_default_file', 'read_default_group',
+        'read_default_file', 'read_default_group', 'password_command',
         'ssl_mode', 'ssl_ca', 'ssl_capath', 'ssl_cert', 'ssl_key',
         'ssl_cipher')}
 

@@ -78,6 +78,16 @@ class Driver:
         """The file descriptor of *conn*'s socket."""
         return conn.fileno()
 
+    def encrypted(self, conn):
+        """Whether the connection *conn* is encrypted (TLS)."""
+        cursor = conn.cursor()
+        try:
+            cursor.execute("SHOW SESSION STATUS LIKE 'Ssl_cipher'")
+            row = cursor.fetchone()
+        finally:
+            cursor.close()
+        return bool(row and row[1])
+
 
 class MySQLdbDriver(Driver):
     name = 'MySQLdb'
