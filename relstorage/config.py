@@ -340,7 +340,9 @@ class PostgreSQLAdapterFactory(_AdapterFactory):
         from relstorage.adapters.postgresql import PostgreSQLAdapter
         return PostgreSQLAdapter(dsn=self._get('dsn', ''),
                                  driver=self.driver,
-                                 options=options)
+                                 options=options,
+                                 password_command=self._get(
+                                     'password_command'))
 
 
 class MySQLAdapterFactory(_AdapterFactory):

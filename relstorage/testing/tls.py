@@ -1,10 +1,12 @@
-"""Certificates made with openssl for the TLS tests, and a private
-MariaDB server that speaks TLS and has a user that must use it."""
+"""For the TLS and credential tests: certificates made with openssl, a
+private MariaDB server that speaks TLS and has a user that must use it,
+and a private PostgreSQL server that checks one user's password."""
 import os
 import shutil
 import subprocess
 
 from .mysql_server import MySQLServer
+from .postgresql_server import PostgreSQLServer
 from .servers import NotInstalled
 
 #: The user of TLSMySQLServer who must connect over TLS, and its password.
@@ -86,5 +88,46 @@ class TLSMySQLServer(MySQLServer):
                             % (TLS_USER, host, TLS_PASSWORD))
                 cur.execute("GRANT ALL PRIVILEGES ON `relstoragetest_hp`.* "
                             "TO '%s'@'%s'" % (TLS_USER, host))
+        finally:
+            conn.close()
+
+
+#: The PostgreSQL user whose password PasswordPostgreSQLServer checks.
+CHECKED_USER = 'relstoragechecked'
+
+
+class PasswordPostgreSQLServer(PostgreSQLServer):
+    """A private PostgreSQL server that checks CHECKED_USER's password
+    (scram-sha-256) over TCP; set it with set_password()."""
+
+    prefix = 'relstorage-private-password-'
+
+    def _initialise(self):
+        super()._initialise()
+        hba = os.path.join(self.data_dir, 'pg_hba.conf')
+        with open(hba) as f:
+            rules = f.read()
+        # The first matching line counts: this one before initdb's trust.
+        with open(hba, 'w') as f:
+            f.write('host all %s 127.0.0.1/32 scram-sha-256\n%s'
+                    % (CHECKED_USER, rules))
+
+    def set_password(self, password, database='relstoragetest_hp'):
+        conn = self._admin_connect()
+        try:
+            cur = conn.cursor()
+            cur.execute('SELECT 1 FROM pg_roles WHERE rolname = %s',
+                        (CHECKED_USER,))
+            verb = 'ALTER' if cur.fetchone() else 'CREATE'
+            cur.execute('%s ROLE %s LOGIN PASSWORD %%s' % (verb, CHECKED_USER),
+                        (password,))
+            cur.execute('GRANT ALL ON DATABASE %s TO %s'
+                        % (database, CHECKED_USER))
+        finally:
+            conn.close()
+        conn = self._admin_connect(database)
+        try:
+            conn.cursor().execute('GRANT ALL ON SCHEMA public TO %s'
+                                  % CHECKED_USER)
         finally:
             conn.close()

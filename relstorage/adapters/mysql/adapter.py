@@ -28,6 +28,7 @@ from .drivers import error_code
 from .drivers import select_driver
 from .drivers import TLS_KEYS
 from .drivers import requires_tls
+from ..credentials import command_argv
 from ..credentials import run_password_command
 from .locker import MySQLLocker
 from .upgrade import MySQLUpgrade
@@ -407,6 +408,8 @@ class MySQLAdapter(Adapter):
         self.cooperative = self.driver.cooperative
         self.params = {k: v for k, v in params.items() if v is not None}
         self.driver.translate(self.params)  # refuse unsupported options now
+        if 'password_command' in self.params:
+            command_argv(self.params['password_command'])
         self.server = None
         options = options if options is not None else Options()
         self.options = options

@@ -35,6 +35,9 @@ from .dsn import TLS_KEYWORDS
 from ..replicas import split_host_port
 from .dsn import dsn_location
 from .dsn import scrub_dsn
+from ..credentials import command_argv
+from ..credentials import run_password_command
+from ..redact import scrub
 from .drivers import select_driver
 from .dsn import parse_dsn
 from .upgrade import PostgreSQLUpgrade
@@ -442,9 +445,14 @@ class PostgreSQLAdapter(Adapter):
     #: zap_all truncates the tables larger than this (see empty_tables).
     truncate_above_bytes = 8 << 20
 
-    def __init__(self, dsn='', driver='auto', options=None):
+    def __init__(self, dsn='', driver='auto', options=None,
+                 password_command=None):
         from ...options import Options
         self.dsn = dsn or ''
+        #: Run for each new connection: its output is the password.
+        self.password_command = password_command
+        if password_command is not None:
+            command_argv(password_command)  # refused now if unusable
         self.driver = select_driver(driver)
         self.cooperative = self.driver.cooperative
         if not self.driver.can_copy:
@@ -528,10 +536,14 @@ class PostgreSQLAdapter(Adapter):
             bounds = {key: value for key, value in self.keepalive_keywords()
                       if key not in given}
         problem = None
+        secrets = []
+        if self.password_command is not None:
+            secrets.append(run_password_command(self.password_command))
+            bounds = dict(bounds, password=secrets[0])
         try:
             conn = driver.connect(dsn, **bounds)
         except driver.OperationalError as e:
-            problem = scrub_dsn(str(e).strip(), dsn)
+            problem = scrub(scrub_dsn(str(e).strip(), dsn), secrets)
         if problem is not None:
             # (Raised outside the handler: the driver's error, which may
             # quote the connection string, is not its context.)

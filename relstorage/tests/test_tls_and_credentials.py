@@ -1,7 +1,8 @@
 """TLS in the ``<mysql>`` section, with both drivers, against a private
 MariaDB server that speaks TLS and a user it admits only over TLS
-(REQUIRE SSL); and ``password-command``, run for each new connection,
-against a private server whose password is changed between them."""
+(REQUIRE SSL); and ``password-command`` of ``<mysql>`` and
+``<postgresql>``, run for each new connection, against private servers
+whose password is changed between them."""
 import logging
 import textwrap
 
@@ -15,7 +16,9 @@ from relstorage.testing.dbs import in_ci
 from relstorage.testing.private_servers import private_server
 from relstorage.testing.servers import NotInstalled
 from relstorage.testing.servers import ServerError
+from relstorage.testing.tls import CHECKED_USER
 from relstorage.testing.tls import OTHER_ADDRESS
+from relstorage.testing.tls import PasswordPostgreSQLServer
 from relstorage.testing.tls import TLS_PASSWORD
 from relstorage.testing.tls import TLS_USER
 from relstorage.testing.tls import TLSMySQLServer
@@ -212,4 +215,44 @@ def test_password_command_is_run_for_each_connection(plain_server, driver,
             exc.value)
     logged = '\n'.join(r.getMessage() for r in caplog.records)
     for password in (first, second, 'wrong-Pw'):
+        assert password not in logged
+
+
+@pytest.fixture(scope='module')
+def checking_pg():
+    server = PasswordPostgreSQLServer()
+    try:
+        server.start()
+    except (NotInstalled, ServerError) as e:
+        _unavailable(str(e))
+    yield server
+    server.remove()
+
+
+def test_postgresql_password_command(checking_pg, tmp_path, caplog):
+    secret = tmp_path / 'password'
+    first, second = 'first-Pg-Pw', 'second-Pg-Pw'
+    checking_pg.set_password(first)
+    secret.write_text(first + '\n')
+    text = textwrap.dedent('''\
+        %%import relstorage
+        <relstorage>
+          <postgresql>
+            dsn dbname=relstoragetest_hp host=127.0.0.1 port=%d user=%s
+            password-command cat %s
+          </postgresql>
+        </relstorage>
+        ''') % (checking_pg.port, CHECKED_USER, secret)
+    with caplog.at_level(logging.DEBUG):
+        _round_trip(storage_from_string(text), 1)
+        checking_pg.set_password(second)
+        secret.write_text(second + '\n')
+        _round_trip(storage_from_string(text), 2)
+        secret.write_text('wrong-Pg-Pw\n')
+        with pytest.raises(DatabaseUnavailable) as exc:
+            storage_from_string(text)
+        assert 'password authentication failed' in str(exc.value)
+        assert 'wrong-Pg-Pw' not in str(exc.value)
+    logged = '\n'.join(r.getMessage() for r in caplog.records)
+    for password in (first, second, 'wrong-Pg-Pw'):
         assert password not in logged
