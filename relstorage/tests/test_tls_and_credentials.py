@@ -33,15 +33,19 @@ def _unavailable(why):
     pytest.skip(why)
 
 
-@pytest.fixture(scope='module')
-def server():
-    server = TLSMySQLServer()
+def _started(server):
+    """*server* started for the module's tests, removed after them."""
     try:
         server.start()
     except (NotInstalled, ServerError) as e:
         _unavailable(str(e))
     yield server
     server.remove()
+
+
+@pytest.fixture(scope='module')
+def server():
+    yield from _started(TLSMySQLServer())
 
 
 def _config(server, driver, host='127.0.0.1', user=TLS_USER,
@@ -220,13 +224,7 @@ def test_password_command_is_run_for_each_connection(plain_server, driver,
 
 @pytest.fixture(scope='module')
 def checking_pg():
-    server = PasswordPostgreSQLServer()
-    try:
-        server.start()
-    except (NotInstalled, ServerError) as e:
-        _unavailable(str(e))
-    yield server
-    server.remove()
+    yield from _started(PasswordPostgreSQLServer())
 
 
 def test_postgresql_password_command(checking_pg, tmp_path, caplog):
