@@ -254,3 +254,21 @@ def test_postgresql_password_command(checking_pg, tmp_path, caplog):
     logged = '\n'.join(r.getMessage() for r in caplog.records)
     for password in (first, second, 'wrong-Pg-Pw'):
         assert password not in logged
+
+
+@pytest.mark.parametrize('driver', DRIVERS)
+def test_required_tls_from_a_server_without_it(plain_server, driver):
+    """A server that offers no TLS: ssl-mode REQUIRED refuses it, with
+    either driver (the driver says so, or, where a PyMySQL would go on in
+    the clear, the storage's check once connected)."""
+    text = _config(plain_server, driver, user=plain_server.user,
+                   password=plain_server.password)
+    with pytest.raises(DatabaseUnavailable) as exc:
+        storage_from_string(text.replace(
+            '  </mysql>', '    ssl-mode REQUIRED\n  </mysql>'))
+    message = str(exc.value)
+    assert message.startswith('cannot connect to the ')
+    assert ('SSL is required' in message
+            or 'the connection is not encrypted' in message), message
+    # Without it, the same section connects.
+    storage_from_string(text).close()
