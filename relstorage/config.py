@@ -65,7 +65,8 @@ _TEXT_TYPES = {
     'choice': 'string',
 }
 
-# Typed keys of the adapter sections and their stock ZConfig datatype.
+# Typed keys of the adapter sections (and of zodburi URIs) and their stock
+# ZConfig datatype.
 _ADAPTER_KEY_TYPES = {
     'port': 'port-number',
     'connect_timeout': 'integer',
@@ -73,6 +74,10 @@ _ADAPTER_KEY_TYPES = {
     'write_timeout': 'integer',
     'compress': 'boolean',
     'named_pipe': 'boolean',
+    'client_flag': 'integer',
+    'load_infile': 'boolean',
+    'demostorage': 'boolean',
+    'twophase': 'boolean',
 }
 
 
@@ -260,7 +265,7 @@ class _OpenedDatabases:
                 raise ConfigurationError(
                     'two storage sections of this process would open the '
                     'same database, the %s (already opened for storage '
-                    '%r): %s' % (adapter.describe(), alive[0][0].getName(),
+                    '%r): %s' % (adapter.describe(), alive[0][0].label(),
                                  factory.default_location_hint))
             storage = make()
             self._open.setdefault(location, []).append(
@@ -336,7 +341,9 @@ class PostgreSQLAdapterFactory(_AdapterFactory):
         return PostgreSQLAdapter(dsn=self._get('dsn', ''),
                                  driver=self.driver,
                                  options=options,
-                                 pooler=self._get('pooler', 'none'))
+                                 pooler=self._get('pooler', 'none'),
+                                 password_command=self._get(
+                                     'password_command'))
 
 
 class MySQLAdapterFactory(_AdapterFactory):
@@ -346,8 +353,10 @@ class MySQLAdapterFactory(_AdapterFactory):
     param_names = {name: name for name in (
         'host', 'user', 'passwd', 'db', 'port', 'unix_socket',
         'connect_timeout', 'read_timeout', 'write_timeout', 'compress',
-        'named_pipe',
-        'read_default_file', 'read_default_group')}
+        'named_pipe', 'init_command', 'client_flag', 'load_infile',
+        'read_default_file', 'read_default_group', 'password_command',
+        'ssl_mode', 'ssl_ca', 'ssl_capath', 'ssl_cert', 'ssl_key',
+        'ssl_cipher')}
 
     default_location_hint = (
         'a <mysql> section without db uses the server\'s default; give '

@@ -1,8 +1,10 @@
 """``relstorage-upgrade``: convert a RelStorage 4 database in place.
 
-    relstorage-upgrade [--dry-run] [--drop-old] config.conf
+    relstorage-upgrade [--dry-run] [--drop-old] [--database NAME] config.conf
 
-The config file is the one the site uses, unchanged: each ``<relstorage>``
+The config file is the one the site uses, unchanged (bare storage
+sections, ``<zodb>`` sections or a zope.conf; ``--database`` picks some
+of its databases): each ``<relstorage>``
 section whose database holds RelStorage 4's tables is converted to this
 storage's schema inside the same database, with set-based SQL. Stop every
 RelStorage 4 process first; the upgrade refuses to start while one holds
@@ -26,6 +28,8 @@ from .config import RelStorageFactory
 from .config import options_from_section
 from .exceptions import UpgradeRefused
 from .helptext import help_text
+from .siteconfig import add_database_argument
+from .siteconfig import chosen
 from .zodbpack import run_sections
 
 def upgrade_of(adapter, say):
@@ -97,14 +101,17 @@ def main(argv=None, out=None):
     parser.add_argument('--drop-old', action='store_true',
                         help="remove RelStorage 4's tables after a finished "
                              'upgrade (no way back to RelStorage 4 then)')
-    parser.add_argument('config', help='the config file the site uses')
+    add_database_argument(parser)
+    parser.add_argument('config', help='the config file the site uses '
+                        '(storage sections, <zodb> sections or zope.conf)')
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format='%(message)s')
     if args.dry_run and args.drop_old:
         parser.error('--dry-run and --drop-old exclude each other')
     return run_sections('relstorage-upgrade', args.config,
                         lambda name, section: upgrade_one(name, section,
-                                                          args, out))
+                                                          args, out),
+                        chosen(args))
 
 if __name__ == '__main__':
     sys.exit(main())

@@ -49,10 +49,12 @@ IGNORED = {
 
 class URI:
     """The parts of a zodburi URI that name the database, for an
-    adapter's section_from_uri."""
+    adapter's section_from_uri; *keys*: the query's values of the
+    adapter's uri_keys, converted."""
 
-    def __init__(self, uri):
+    def __init__(self, uri, keys=None):
         parts = urlsplit(uri)
+        self.keys = dict(keys or {})
         self.netloc = parts.netloc
         self.redacted = redact_uri(uri)
         self.host = parts.hostname
@@ -65,12 +67,21 @@ class URI:
             raise ConfigurationError('%s: %s' % (self.redacted, e)) from None
 
 
+#: RelStorage 4's URIs wrote booleans as 1 and 0 too.
+_BOOLEAN_DIGITS = {'1': 'true', '0': 'false'}
+
+
 def _convert(attr, text):
     try:
         convert = getattr(checked, attr)
     except AttributeError:
         return text  # a string key (driver, unix_socket)
-    return convert(text)
+    try:
+        return convert(text)
+    except ConfigurationError:
+        if text not in _BOOLEAN_DIGITS:
+            raise
+        return convert(_BOOLEAN_DIGITS[text])
 
 
 def _split_query(uri_keys, query):
@@ -93,21 +104,31 @@ def _split_query(uri_keys, query):
 def _resolve(adapter_class, factory_class, text):
     options, keys, dbkw = _split_query(adapter_class.uri_keys,
                                        urlsplit(text).query)
-    section = adapter_class.section_from_uri(URI(text))
-    factory = factory_class(types.SimpleNamespace(**section, **keys))
-    return StorageFactory(factory, Options(**options)), dbkw
+    demo = dbkw.pop('demostorage', None)
+    section = adapter_class.section_from_uri(URI(text, keys))
+    factory = factory_class(types.SimpleNamespace(**dict(keys, **section)))
+    return StorageFactory(factory, Options(**options),
+                          demo is not None and _convert('demostorage', demo)
+                          ), dbkw
 
 
 class StorageFactory:
     """What a resolver returns for zodburi: called, it opens the storage
-    (as the equivalent ``<relstorage>`` section would)."""
+    (as the equivalent ``<relstorage>`` section would); *demo*: under a
+    DemoStorage (RelStorage 4's ``demostorage`` argument), whose changes
+    are kept in memory and dropped at close."""
 
-    def __init__(self, adapter_factory, options):
+    def __init__(self, adapter_factory, options, demo=False):
         self.adapter_factory = adapter_factory
         self.options = options
+        self.demo = demo
 
     def __call__(self):
-        return open_configured(self.adapter_factory, self.options)
+        storage = open_configured(self.adapter_factory, self.options)
+        if self.demo:
+            from ZODB.DemoStorage import DemoStorage
+            storage = DemoStorage(base=storage, close_base_on_close=True)
+        return storage
 
 
 def postgresql(uri):

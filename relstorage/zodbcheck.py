@@ -1,9 +1,12 @@
 """``zodbcheck``: check a relstorage database for damage before a user
 meets it.
 
-    zodbcheck [--unreachable] [--limit N] [--json] config.conf
+    zodbcheck [--unreachable] [--limit N] [--json] [--database NAME]
+              config.conf
 
-For each ``<relstorage>`` section of the file, walks everything reachable
+For each ``<relstorage>`` section of the file (bare, in ``<zodb>``
+sections or in a zope.conf's ``<zodb_db NAME>`` sections; ``--database``
+picks some), walks everything reachable
 from the root through one snapshot (read-only: writers go on) and
 reports references to objects that do not exist (naming the referring
 object and its class), states that do not unpickle, current revisions
@@ -141,8 +144,8 @@ def main(argv=None, out=None, err=None):
         result['broken'] = result.broken
         return result
 
-    results, failed = each_section('zodbcheck', args.config, check_one,
-                                   render, args.json, out, err)
+    results, failed = each_section('zodbcheck', args, check_one,
+                                   render, out, err)
     if results is None:
         return EXIT_USAGE
     if any(result['broken'] for result in results):

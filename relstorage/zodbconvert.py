@@ -42,22 +42,25 @@ from .exceptions import NoSchema
 from .exceptions import RelStorage4Database
 from .exceptions import UsageError
 from .helptext import help_text
+from .siteconfig import select
 from .storage import RelStorage
 from .storage.copy import copy_transactions
 from .storage.copy import is_empty
 from .storage.copy import resume_point
-from .zodbpack import load_storage_configs
 from .zodbpack import setup_logging
 
 log = logging.getLogger('zodbconvert')
+
+#: RelStorage 4's level below DEBUG, which its --trace turned on.
+TRACE = 5
 
 EXIT_FAILED = 1
 EXIT_USAGE = 2
 
 
 def find_sections(path):
-    sections = {getattr(s, 'name', None): s
-                for s in load_storage_configs(path, required=False)}
+    sections = {entry.name: entry.storage
+                for entry in select(path, required=False)}
     missing = [n for n in ('source', 'destination') if n not in sections]
     if missing:
         raise UsageError(
@@ -234,10 +237,17 @@ def main(argv=None, out=None):
     parser.add_argument('--incremental', action='store_true',
                         help="copy only what is newer than the "
                              "destination's last transaction")
+    parser.add_argument('--debug', action='store_const', dest='log_level',
+                        const=logging.DEBUG, default=logging.INFO,
+                        help='log debugging details (and the traceback of '
+                             'a failure)')
+    parser.add_argument('--trace', action='store_const', dest='log_level',
+                        const=TRACE, help='log even more than --debug '
+                                          '(as RelStorage 4)')
     parser.add_argument('config', help='file with <... source> and '
                                        '<... destination> storage sections')
     args = parser.parse_args(argv)
-    setup_logging()
+    setup_logging(args.log_level)
     if args.clear and args.incremental:
         parser.error('--clear and --incremental exclude each other')
     try:

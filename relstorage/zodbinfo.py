@@ -1,8 +1,11 @@
 """``zodbinfo``: what a relstorage database holds, and how much of it.
 
-    zodbinfo [--exact] [--classes [--top N]] [--json] config.conf
+    zodbinfo [--exact] [--classes [--top N]] [--json] [--database NAME]
+             config.conf
 
-For each ``<relstorage>`` section of the file: the database and its
+For each ``<relstorage>`` section of the file (bare, in ``<zodb>``
+sections or in a zope.conf's ``<zodb_db NAME>`` sections; ``--database``
+picks some): the database and its
 server version, the history mode and schema version, objects, revisions
 and transactions with the time they span, current and historical state
 bytes, blobs (in the database or the shared blob directory) and the last
@@ -28,9 +31,12 @@ from .blobs.cachesize import cache_files
 from .config import RelStorageFactory
 from .config import options_from_section
 from .exceptions import HistoryModeMismatch
+from .exceptions import UsageError
 from .helptext import help_text
+from .siteconfig import add_database_argument
+from .siteconfig import chosen
+from .siteconfig import select
 from .storage.classes import class_statistics
-from .zodbpack import load_storage_configs
 from .zodbpack import setup_logging
 
 log = logging.getLogger('zodbinfo')
@@ -60,12 +66,12 @@ def open_adapter(section):
             raise
 
 
-def relstorage_sections(path):
+def relstorage_sections(path, names=None):
     """``[(name, section)]``: the ``<relstorage>`` sections of the file
-    (other storage sections are named and left out)."""
+    (of the databases *names*, default all; other storage sections are
+    named and left out)."""
     found = []
-    for index, section in enumerate(load_storage_configs(path)):
-        name = getattr(section, 'name', None) or 'storage %d' % (index + 1)
+    for name, section, _, _ in select(path, names):
         if isinstance(section, RelStorageFactory):
             found.append((name, section))
         else:
@@ -77,21 +83,25 @@ def tool_parser(prog, doc, json_help):
     """The command line both inspection tools start from: the config
     file and ``--json``."""
     parser = argparse.ArgumentParser(prog=prog, description=help_text(doc))
-    parser.add_argument('config', help='file of <relstorage> sections')
+    parser.add_argument('config', help='file of <relstorage> sections: '
+                        'bare, in <zodb> sections or a zope.conf')
     parser.add_argument('--json', action='store_true', help=json_help)
+    add_database_argument(parser)
     return parser
 
 
-def each_section(prog, path, gather_one, render, as_json, out, err):
-    """Report on every ``<relstorage>`` section of the file at *path*:
+def each_section(prog, args, gather_one, render, out, err):
+    """Report on every ``<relstorage>`` section of the file ``args.config``
+    (of the databases ``--database`` names):
     ``gather_one(section)`` makes a report (a dict), printed by
-    ``render(name, report, out)`` or, with *as_json*, all together as
+    ``render(name, report, out)`` or, with ``--json``, all together as
     JSON. A section that fails is named on *err* and skipped. Returns
     ``(reports, whether any failed)``; reports is None when the file
     cannot be read."""
+    path, as_json = args.config, args.json
     try:
-        sections = relstorage_sections(path)
-    except (ZConfig.ConfigurationError, OSError) as e:
+        sections = relstorage_sections(path, chosen(args))
+    except (ZConfig.ConfigurationError, UsageError, OSError) as e:
         print('%s: %s' % (prog, e), file=err)
         return None, True
     if not sections:
@@ -258,10 +268,10 @@ def main(argv=None, out=None):
     if args.top < 1:
         parser.error('--top takes a positive number')
     reports, failed = each_section(
-        'zodbinfo', args.config,
+        'zodbinfo', args,
         lambda section: gather(section, args.exact,
                                args.top if args.classes else None),
-        render, args.json, out, sys.stderr)
+        render, out, sys.stderr)
     if reports is None:
         return EXIT_USAGE
     return EXIT_FAILED if failed else 0

@@ -1,15 +1,19 @@
 """``zodbpack``: pack the storages of a config file, for cron.
 
-    zodbpack [-d DAYS] [--prepack] [--use-prepack-state] [--check-refs-only]
-             config.conf
+    zodbpack [-v] [-d DAYS] [--database NAME] [--prepack]
+             [--use-prepack-state] [--check-refs-only] config.conf
 
 The file holds one or more storage sections (``<relstorage>`` with any
-adapter, ``<filestorage>``, ...). Each is packed to DAYS days ago, one
-after the other: the default, 1, keeps a day of history, as RelStorage
-4's zodbpack did, so that a carried-over cron line keeps what it kept;
-``-d 0``, or any negative number (RelStorage 4's ``-d -1``), packs to
-now. A summary of what went is printed; any failure is reported by name
-and the exit status is non-zero.
+adapter, ``<filestorage>``, ...): at its top level, in ``<zodb>``
+sections, or in the ``<zodb_db NAME>`` sections of a Zope zope.conf
+(``--database NAME`` picks some; default all). Each is packed to DAYS
+days ago, one after the other: the default, 1, keeps a day of history,
+as RelStorage 4's zodbpack did, so that a carried-over cron line keeps
+what it kept; ``-d 0``, or any negative number (RelStorage 4's ``-d
+-1``), packs to now; a time before the last pack is nothing to pack,
+not a failure. Nothing is printed on success (``-v`` prints a summary of
+each pack); any failure is reported by name and the exit status is
+non-zero.
 
 ``--prepack`` only finds the garbage (the long, lock-free part) and keeps
 the finding in the database; a later ``--use-prepack-state`` run removes
@@ -29,38 +33,18 @@ from ZODB.serialize import referencesf
 from ZODB.utils import oid_repr
 
 from .exceptions import PackedFurtherAlready
+from .exceptions import UsageError
 from .helptext import help_text
+from .siteconfig import add_database_argument
+from .siteconfig import chosen
+from .siteconfig import select
 from .storage import RelStorage
 
 log = logging.getLogger('zodbpack')
 
-SCHEMA = """
-<schema>
-  <import package="ZODB"/>
-  <import package="relstorage"/>
-  <multisection type="ZODB.storage" attribute="storages" name="*"/>
-  <multisection type="ZODB.database" attribute="databases" name="*"/>
-</schema>
-"""
-
 EXIT_FAILED = 1
 EXIT_USAGE = 2
 EXIT_DANGLING = 3
-
-
-def load_storage_configs(path, required=True):
-    """The storage sections of the config file at *path* (ZConfig
-    factories, each with ``.name`` and ``.open()``): those at its top
-    level and those of its ``<zodb>`` sections, so that the tools read
-    the file a site opens with ZODB.config.databaseFromFile."""
-    schema = ZConfig.loadSchemaFile(io.StringIO(SCHEMA))
-    config, _ = ZConfig.loadConfig(schema, path)
-    storages = list(config.storages) + [
-        database.config.storage for database in config.databases]
-    if required and not storages:
-        raise ZConfig.ConfigurationError(
-            '%s holds no storage section' % path)
-    return storages
 
 
 def check_refs(storage, out):
@@ -127,10 +111,10 @@ def workers_text(count):
     return ' with %d worker process%s' % (count, 'es' if count > 1 else '')
 
 
-def setup_logging():
-    """What the command-line tools log: INFO and up, to stderr."""
+def setup_logging(level=logging.INFO):
+    """What the command-line tools log: *level* and up, to stderr."""
     logging.basicConfig(
-        level=logging.INFO, stream=sys.stderr,
+        level=level, stream=sys.stderr,
         format='%(asctime)s %(levelname)s %(name)s: %(message)s')
 
 
@@ -138,7 +122,8 @@ def pack_one(name, section, days, check_only, out, prepack_only=False,
              use_prepack_state=False, workers=None):
     storage = section.open()
     try:
-        print('%s (%s):' % (name, storage.getName()), file=out)
+        print('%s (%s):' % (name, getattr(storage, 'describe',
+                                          storage.getName)()), file=out)
         if check_only:
             return EXIT_DANGLING if check_refs(storage, out) else 0
         t = time.time() - days * 86400
@@ -210,9 +195,14 @@ def main(argv=None, out=None):
                              'references in (default: the pack-workers '
                              'option of each storage, else the CPUs, at '
                              'most 4; 0: none)')
-    parser.add_argument('config', help='file of storage sections')
+    parser.add_argument('-v', '--verbose', action='store_true',
+                        help='print a summary of each pack (by default '
+                             'only failures are printed, for cron)')
+    add_database_argument(parser)
+    parser.add_argument('config', help='file of storage sections: bare, '
+                        'in <zodb> sections or a zope.conf')
     args = parser.parse_args(argv)
-    setup_logging()
+    setup_logging(logging.INFO if args.verbose else logging.WARNING)
     if not math.isfinite(args.days):
         parser.error('--days must be a number of days')
     # RelStorage 4 read a negative number as "pack to now".
@@ -224,24 +214,27 @@ def main(argv=None, out=None):
     if args.check_refs_only and (args.prepack or args.use_prepack_state):
         parser.error('--check-refs-only packs nothing: it excludes '
                      '--prepack and --use-prepack-state')
+    if not (args.verbose or args.check_refs_only):
+        out = io.StringIO()  # quiet on success: failures go to stderr
     return run_sections('zodbpack', args.config, lambda name, section:
                         pack_one(name, section, days,
                                  args.check_refs_only, out, args.prepack,
-                                 args.use_prepack_state, args.workers))
+                                 args.use_prepack_state, args.workers),
+                        chosen(args))
 
 
-def run_sections(prog, path, run_one):
+def run_sections(prog, path, run_one, names=None):
     """``run_one(name, section)`` for each storage section of the config
-    file at *path*, one after the other; a failure is reported by name
-    and the others still run. Returns the exit status (the worst)."""
+    file at *path* (of the databases *names*, default all), one after the
+    other; a failure is reported by name and the others still run.
+    Returns the exit status (the worst)."""
     try:
-        sections = load_storage_configs(path)
-    except (ZConfig.ConfigurationError, OSError) as e:
+        sections = select(path, names)
+    except (ZConfig.ConfigurationError, UsageError, OSError) as e:
         print('%s: %s' % (prog, e), file=sys.stderr)
         return EXIT_USAGE
     status = 0
-    for index, section in enumerate(sections):
-        name = getattr(section, 'name', None) or 'storage %d' % (index + 1)
+    for name, section, _, _ in sections:
         try:
             status = max(status, run_one(name, section))
         except Exception as e:  # noqa: BLE001 -- reported, then exit 1

@@ -265,6 +265,9 @@ def main(argv=None):
     parser.add_argument('-q', '--quiet', action='store_true',
                         help='no progress lines')
     args = parser.parse_args(argv)
+    if args.charts and not report.can_chart():
+        parser.error('--charts needs matplotlib, which cannot be imported '
+                     'here (pip install matplotlib); nothing was run')
 
     quick = args.quick
     sizes = [int(x) for x in (args.objects or

@@ -105,6 +105,15 @@ def print_growth(results):
     print(flush=True)
 
 
+def can_chart():
+    """Whether matplotlib, which charts() needs, can be imported."""
+    try:
+        import matplotlib  # noqa: F401 -- only whether it imports
+    except ImportError:
+        return False
+    return True
+
+
 def charts(results, directory):
     """Write the PNG charts; return their paths."""
     import matplotlib

@@ -320,7 +320,8 @@ def pack(section, workdir):
     with open(config, 'w') as f:
         f.write(IMPORT + section + '\n')
     seconds, peak_mb, code, output, _ = run_measured(
-        [sys.executable, '-m', 'relstorage.zodbpack', '--days', '0', config],
+        [sys.executable, '-m', 'relstorage.zodbpack', '-v', '--days', '0',
+         config],
         os.path.join(workdir, 'zodbpack.log'), workdir, child_env())
     figures = {'seconds': seconds, 'peak_mb': peak_mb,
                'summary': [line.strip() for line in output.splitlines()

@@ -466,6 +466,8 @@ my_test_connect() {
 prepare_mysql() {  # explicit
     local explicit=$1 where="$MY_HOST:$MY_PORT" local_server=0 started=$SECONDS
     is_local "$MY_HOST" "$MY_PORT" 3306 && local_server=1
+    # The TLS tests make their certificates with openssl.
+    have openssl || apt_install openssl || true
 
     if ! have mysqladmin || ! have mysql; then
         if [ "$local_server" = 1 ] && ! my_daemon >/dev/null; then

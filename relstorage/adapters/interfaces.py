@@ -284,6 +284,13 @@ class IReads(Interface):
     def size_in_bytes():
         """The bytes of object state kept, all revisions included."""
 
+    def database_size():
+        """The bytes the database takes on disk, as its server tells them
+        without reading the tables (PostgreSQL: pg_database_size; MySQL:
+        information_schema's data and index lengths of the schema's
+        tables; SQLite: page_count times page_size); where the server
+        cannot tell, size_in_bytes() (a scan)."""
+
     def close():
         """Close the connection; never raises."""
 
@@ -367,6 +374,15 @@ class IStoreSession(IReads):
         """Begin the commit transaction; lock rows in oid order (exclusive
         for *store_oids*, shared for *read_oids*); return
         ``{oid: current_tid}`` for those that exist."""
+
+    def lock_commit_and_read_current(oids):
+        """Begin the commit transaction holding the commit lock, its tid
+        chosen now; return ``{oid: current_tid}`` of *oids*, locking no
+        row. For a transaction that creates the root object, the one
+        object processes may create at once: under the commit lock none
+        of them is midway through creating it, and a process updating
+        it, which holds its row while it waits for the commit lock, is
+        not waited for. upload() then writes the rows in place."""
 
     def new_oid_blocks(blocks):
         """``[(first, count)]``: *blocks* blocks of fresh oids (see

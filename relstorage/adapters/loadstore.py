@@ -59,11 +59,18 @@ class _SessionWrapper:
         try:
             return func(*args)
         except DatabaseDisconnected as e:
-            log.info('%s; reconnecting', e)
-            self.adapter.reconnects += 1  # read by relstorage.metrics
             self.session.close()
             self._open()
+            self.reconnected(e)
             return func(*args)
+
+    def reconnected(self, error):
+        """Say, once, that the connection was lost (*error* names the
+        server and what happened) and that a new one is open."""
+        self.adapter.reconnects += 1  # read by relstorage.metrics
+        log.warning('%s; reconnected%s', error,
+                    '' if self.session.server is None
+                    else ' (to the %s)' % self.session.describe())
 
     def _read(self, func, *args):
         """Run a reading *func(session, *args)*; load sessions begin
@@ -116,6 +123,16 @@ class _SessionWrapper:
 
     def size_in_bytes(self):
         return self._read(self.adapter.iterator.size_in_bytes)
+
+    def database_size(self):
+        return self._read(self._database_size)
+
+    def _database_size(self, session):
+        stats = self.adapter.statistics_class(self.adapter)
+        size = stats.database_bytes(session)
+        if size is None:
+            size = self.adapter.iterator.size_in_bytes(session)
+        return size
 
     def close(self):
         self.session.close()
@@ -263,6 +280,15 @@ class StoreSession(_SessionWrapper):
             self.session.begin(self.adapter.store_begin_sql)
         return self.locker.lock_rows(self.session, store_oids, read_oids)
 
+    def lock_commit_and_read_current(self, oids):
+        return self._outside_commit(self._lock_commit, oids)
+
+    def _lock_commit(self, oids):
+        if not self.session.in_transaction:
+            self.session.begin(self.adapter.store_begin_sql)
+        self.previous_tid, self.chosen_tid = self._choose_tid()
+        return self.mover.current_tids(self.session, list(oids))
+
     def new_oid_blocks(self, blocks):
         return self._outside_commit(
             lambda: self.adapter.oids.new_blocks(self.session, blocks))
@@ -278,13 +304,18 @@ class StoreSession(_SessionWrapper):
         database whose commit transaction is already the only writer
         (SQLite) chooses it now and writes the rows in place, sparing
         their copy through temp_store."""
-        self.chosen_tid = None
+        chosen, self.chosen_tid = self.chosen_tid, None
         self.uploaded = rows
         self.direct_rows = ()
-        if tid_free and rows and self.adapter.supports_prepare_at_vote:
+        if chosen is None and tid_free and rows \
+                and self.adapter.supports_prepare_at_vote:
             # Nobody can commit before this transaction does now.
-            self.previous_tid, self.chosen_tid = self._choose_tid()
-            self.mover.write_in_place(self.session, rows, self.chosen_tid)
+            self.previous_tid, chosen = self._choose_tid()
+        if chosen is not None:
+            # (Or the commit lock was taken with the tid chosen already:
+            # lock_commit_and_read_current.)
+            self.chosen_tid = chosen
+            self.mover.write_in_place(self.session, rows, chosen)
             return
         if tid_free:
             self.direct_rows, rows = self.mover.split_direct(rows)

@@ -470,10 +470,9 @@ class ReplicaLoadSession(LoadSession):
         try:
             return func(*args)
         except DatabaseDisconnected as e:
-            log.info('%s; reconnecting', e)
-            self.adapter.reconnects += 1  # read by relstorage.metrics
             self._drop(self.session)
             self._open()
+            self.reconnected(e)
             return func(*args)
 
     def _drop(self, session):

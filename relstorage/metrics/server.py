@@ -104,7 +104,7 @@ class DatabaseFigures:
         values = {}
         with self.lock:
             for storage in self.storages:
-                name = storage.getName()
+                name = storage.label()
                 when, found = self.read.get(name, (None, None))
                 if when is None or now - when >= self.interval:
                     try:
@@ -262,7 +262,7 @@ def run(storages, interval, stop):
                     instance.afterCompletion()
                 except Exception as e:  # noqa: BLE001 -- said; next time
                     log.warning('%s: polling failed: %s',
-                                instance.getName(), e)
+                                instance.label(), e)
             flush()
             if stop.wait(interval):
                 return

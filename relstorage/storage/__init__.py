@@ -220,8 +220,18 @@ class RelStorage(ConflictResolvingStorage):
         directly (relstorage-metrics' figures, speedtest)."""
         return self._adapter
 
-    def getName(self):
+    def label(self):
+        """The storage's own name: its section's, or, unnamed, its
+        database's description (what metrics label it by)."""
         return self._name
+
+    def getName(self):
+        """The storage's name and the database it is (server and
+        database, never a password): what Zope's Database page shows."""
+        described = self._adapter.describe()
+        if self._name == described:
+            return described
+        return '%s (%s)' % (self._name, described)
 
     def describe(self):
         """Which database this is, in words (never a password)."""
@@ -239,7 +249,9 @@ class RelStorage(ConflictResolvingStorage):
         return self._view.read(lambda session: session.object_count())
 
     def getSize(self):
-        return self._view.read(lambda session: session.size_in_bytes())
+        """Bytes the database takes on disk, as its server tells them
+        without reading the tables (see IReads.database_size)."""
+        return self._view.read(lambda session: session.database_size())
 
     def __repr__(self):
         return '<%s %s>' % (type(self).__name__, self._name)

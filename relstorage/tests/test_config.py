@@ -446,7 +446,7 @@ def test_open_postgresql(closing):
         '<relstorage main>')
     storage = closing(factory.open())
     assert isinstance(storage, RelStorage)
-    assert storage.getName() == 'main'
+    assert storage.getName() == 'main (%s)' % storage.describe()
     adapter = storage._adapter
     assert isinstance(adapter, PostgreSQLAdapter)
     options = storage._options
@@ -522,7 +522,7 @@ def test_open_without_adapter_uses_embedded_sqlite(closing, monkeypatch,
     assert storage._adapter.data_dir == default_sqlite_data_dir('site')
     assert storage._adapter.data_dir == os.path.join(
         str(tmp_path), 'relstorage', 'site')
-    assert storage.getName() == 'site'
+    assert storage.getName() == 'site (%s)' % storage.describe()
     assert_sqlite_files(storage._adapter)
 
 
@@ -535,7 +535,7 @@ def test_open_sqlite3_section(closing, monkeypatch, tmp_path):
             '<pragmas>\njournal_mode wal\nsynchronous FULL\n</pragmas>\n'),
         '<relstorage main>').open())
     assert isinstance(storage, RelStorage)
-    assert storage.getName() == 'main'
+    assert storage.getName() == 'main (%s)' % storage.describe()
     adapter = storage._adapter
     assert isinstance(adapter, SQLiteAdapter)
     assert adapter.data_dir == str(data_dir)
@@ -599,7 +599,7 @@ def test_open_mysql(closing, driver_line, driver_name):
         '<relstorage main>')
     storage = closing(factory.open())
     assert isinstance(storage, RelStorage)
-    assert storage.getName() == 'main'
+    assert storage.getName() == 'main (%s)' % storage.describe()
     adapter = storage._adapter
     assert isinstance(adapter, MySQLAdapter)
     assert adapter.params == params
@@ -615,7 +615,7 @@ def test_storage_from_string(closing, tmp_path):
             % sqlite_section(tmp_path / 'one'))
     storage = closing(rsconfig.storage_from_string(text))
     assert isinstance(storage, RelStorage)
-    assert storage.getName() == 'main'
+    assert storage.getName() == 'main (%s)' % storage.describe()
     assert isinstance(storage._adapter, SQLiteAdapter)
     assert storage._adapter.data_dir == str(tmp_path / 'one')
     assert_sqlite_files(storage._adapter)
@@ -623,7 +623,7 @@ def test_storage_from_string(closing, tmp_path):
     text = text.replace(str(tmp_path / 'one'), str(tmp_path / 'two'))
     storage = closing(rsconfig.storage_from_string(
         '%import relstorage\n' + text))
-    assert storage.getName() == 'main'
+    assert storage.getName() == 'main (%s)' % storage.describe()
     assert storage._adapter.data_dir == str(tmp_path / 'two')
 
 

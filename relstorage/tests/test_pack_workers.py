@@ -131,8 +131,9 @@ def test_zodbpack_workers_and_the_option(workers, tmp_path, monkeypatch):
             '%%import relstorage\n<relstorage>\n pack-workers 0\n'
             ' <sqlite3>\n  data-dir %s\n </sqlite3>\n</relstorage>\n'
             % factory.data_dir('main'))
-        for argv, said in ((['-d', '0', '--workers', '1'],
-                            'with 1 worker process'), (['-d', '0'], None)):
+        for argv, said in ((['-v', '-d', '0', '--workers', '1'],
+                            'with 1 worker process'),
+                           (['-v', '-d', '0'], None)):
             _build_more(factory)
             out = io.StringIO()
             assert zodbpack.main(argv + [str(config)], out=out) == 0

@@ -1,6 +1,8 @@
 """Lost connections: killed while idle, the next transaction reconnects
 without an error; killed in the middle of a commit, the commit fails with a
 retryable error, nothing of it is visible, and the next one succeeds."""
+import logging
+
 import pytest
 import transaction
 import ZODB
@@ -81,6 +83,32 @@ def test_idle_connections_killed_are_reopened(factory, db):
     conn.close()
     with db.transaction() as c:
         assert c.root()['a']['n'] == 4
+
+
+def test_a_recovered_connection_is_logged_once(factory, db, caplog):
+    """An admin sees one warning per lost connection the storage got
+    back: which server (no password), what happened, that it
+    reconnected."""
+    tm, conn = _connection_changing_a(db)
+    tm.commit()
+    inst = conn._storage
+    _kill(factory.db, _backend_id(inst._view.load.session))
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger='relstorage'):
+        tm.begin()
+        assert conn.root()['a']['n'] == 2
+        tm.abort()
+    said = [r for r in caplog.records if r.name.startswith('relstorage')]
+    assert len(said) == 1, [r.getMessage() for r in said]
+    [record] = said
+    assert record.levelno == logging.WARNING
+    text = record.getMessage()
+    assert text.startswith('lost the connection to the %s database (' % (
+        'PostgreSQL' if factory.db == 'postgresql' else 'MariaDB'))
+    assert 'host=' in text and text.endswith('; reconnected'), text
+    assert 'password' not in text and 'passwd' not in text
+    assert inst._adapter.reconnects == 1
+    conn.close()
 
 
 def test_read_past_the_view_reopens_a_lost_store_connection(factory, db):

@@ -9,12 +9,9 @@ current states and blobs, and go on committing.
 """
 import json
 import os
-import shutil
 import subprocess
-import sys
 import tempfile
 import textwrap
-import threading
 import unittest
 
 import pytest
@@ -30,53 +27,16 @@ from ZODB.tests.StorageTestBase import StorageTestBase
 from relstorage.config import storage_from_string
 from relstorage.exceptions import RelStorage4Database
 from relstorage.testing import rs4_workload
-from relstorage.testing.cache import cache_dir
-from relstorage.testing.cache import locked
+from relstorage.testing.checkout import user_environment
+from relstorage.testing.rs4venv import rs4_python
 from relstorage.testing.dbs import DATABASES
 from relstorage.testing.dbs import DatabaseFactory
-from relstorage.testing.dbs import in_ci
 from relstorage.testing.dbs import mysql_params
 from relstorage.testing.dbs import pg_dsn
 from relstorage.testing.dbs import require
 from relstorage.upgrade import main as upgrade_main
 
 from .conformance import make_classes
-
-CACHE_NAME = 'rs4'
-RS4 = 'RelStorage[postgresql,mysql]==4.3.0'
-_venv_lock = threading.Lock()
-
-
-def rs4_python():
-    """The Python of a virtualenv holding RelStorage 4.3 and nothing of
-    this project."""
-    with _venv_lock, locked(cache_dir(CACHE_NAME)) as cache:
-        venv = os.path.join(cache, 'venv')
-        python = os.path.join(venv, 'bin', 'python')
-        marker = os.path.join(venv, '.rs4-installed')
-        if not os.path.exists(marker) or open(marker).read() != RS4:
-            shutil.rmtree(venv, ignore_errors=True)
-            base = getattr(sys, '_base_executable', sys.executable)
-            subprocess.run([base, '-m', 'venv', venv], check=True,
-                           timeout=300)
-            done = subprocess.run(
-                [python, '-m', 'pip', 'install', '-q', RS4],
-                capture_output=True, text=True, timeout=900)
-            if done.returncode != 0:
-                message = 'cannot install %s: %s' % (RS4, done.stderr[-2000:])
-                if in_ci():
-                    pytest.fail(message)
-                pytest.skip(message)
-            with open(marker, 'w') as f:
-                f.write(RS4)
-    return python
-
-
-def _environment():
-    """A user's environment: nothing pointing at this checkout."""
-    return {k: v for k, v in os.environ.items()
-            if k not in ('PYTHONPATH', 'VIRTUAL_ENV')}
-
 
 def build_rs4(kind, keep_history, where, out, shared_blob_dir=''):
     """Fill a RelStorage 4 database at *where* (its blobs in
@@ -85,7 +45,7 @@ def build_rs4(kind, keep_history, where, out, shared_blob_dir=''):
     done = subprocess.run(
         [rs4_python(), rs4_workload.__file__, kind,
          'true' if keep_history else 'false', where, out, shared_blob_dir],
-        cwd=tempfile.gettempdir(), env=_environment(), capture_output=True,
+        cwd=tempfile.gettempdir(), env=user_environment(), capture_output=True,
         text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-4000:]
     with open(out) as f:
@@ -342,7 +302,7 @@ def _refused_while_held(site, tmp_path, capsys):
         '''), _config(site.kind, True, site.where, tmp_path / 'b4'),
          os.path.dirname(rs4_workload.__file__)],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-        cwd=tempfile.gettempdir(), env=_environment())
+        cwd=tempfile.gettempdir(), env=user_environment())
     try:
         assert holder.stdout.readline().strip() == 'holding'
         assert site.upgrade() == 1

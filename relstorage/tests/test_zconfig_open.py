@@ -102,7 +102,7 @@ def test_named_section_uses_its_name_for_the_default_dir(tmp_path,
         </zodb>
         ''')
     storage = _roundtrip(db)
-    assert storage.getName() == 'app'
+    assert storage.getName() == 'app (%s)' % storage.describe()
     assert (tmp_path / 'relstorage' / 'app' / 'relstorage.sqlite3').exists()
 
 

@@ -494,3 +494,30 @@ def test_errors_are_named(tmp_path, sections, flags, status, message):
 def test_missing_config_file(tmp_path):
     status, _, err = run(str(tmp_path / 'nope.conf'))
     assert status == 2 and 'no such configuration file' in err
+
+
+@pytest.mark.parametrize('flag', ['--debug', '--trace'])
+def test_relstorage4_logging_flags(tmp_path, flag):
+    """RelStorage 4's --debug and --trace are taken: a copy runs as
+    without them, and a failure comes with its traceback."""
+    factory = DatabaseFactory('sqlite', True)
+    try:
+        fs, blobs, config = source_and_config(factory, tmp_path, count=2)
+        command = [sys.executable, '-m', 'relstorage.zodbconvert']
+        done = subprocess.run(command + [flag, config], capture_output=True,
+                              text=True, env=child_env(), timeout=300)
+        assert done.returncode == 0, done.stderr
+        assert 'copied' in done.stdout, done.stdout
+        missing = write_config(
+            tmp_path, 'missing.conf',
+            filestorage_section('source', tmp_path / 'none.fs', blobs),
+            relstorage_section(factory, 'destination', tmp_path / 'cache'))
+        for flags, traceback in (([flag], True), ([], False)):
+            done = subprocess.run(command + flags + [missing],
+                                  capture_output=True, text=True,
+                                  env=child_env(), timeout=300)
+            assert done.returncode == 1
+            assert 'does not exist' in done.stderr
+            assert ('Traceback' in done.stderr) == traceback, done.stderr
+    finally:
+        factory.cleanup()

@@ -43,11 +43,12 @@ def write_config(tmp_path, factory, extra=''):
     return str(path)
 
 
-def run(*args):
+def run(*args, verbose=True):
     env = child_env()
     return subprocess.run([sys.executable, '-m', 'relstorage.zodbpack']
-                          + list(args), capture_output=True, text=True,
-                          env=env, timeout=300)
+                          + (['-v'] if verbose else []) + list(args),
+                          capture_output=True, text=True, env=env,
+                          timeout=300)
 
 
 def make_garbage(db):
@@ -295,3 +296,41 @@ def test_the_cron_line_after_a_pack_to_now(factory, tmp_path):
         assert 'an earlier pack already went to' in out.stdout
     else:
         assert ' 0 objects' in out.stdout, out.stdout
+
+
+def test_quiet_on_success_summary_with_v(factory, tmp_path):
+    """For cron: nothing at all on a successful pack, or on one that finds
+    nothing to pack (a time before the last pack); -v prints the summary
+    (and the storage's log lines)."""
+    db = ZODB.DB(factory.storage())
+    make_garbage(db)
+    db.close()
+    config = write_config(tmp_path, factory)
+    time.sleep(0.01)
+    out = run('-d', '0', config, verbose=False)
+    assert (out.returncode, out.stdout, out.stderr) == (0, '', '')
+    storage = factory.storage()
+    assert len(storage) == 2  # packed all the same
+    storage.close()
+    # A day back, before the pack just made: nothing to do, not an error.
+    out = run(config, verbose=False)
+    assert (out.returncode, out.stdout, out.stderr) == (0, '', '')
+    db = ZODB.DB(factory.storage())
+    make_garbage(db)
+    db.close()
+    time.sleep(0.01)
+    out = run('-d', '0', config)
+    assert out.returncode == 0, out.stderr
+    assert 'main (' in out.stdout and 'packed to' in out.stdout
+    assert 'INFO' in out.stderr
+
+
+def test_a_failure_is_said_without_v(tmp_path):
+    path = tmp_path / 'missing.conf'
+    path.write_text('%%import relstorage\n<relstorage main>\n create-schema '
+                    'false\n <sqlite3>\n  data-dir %s\n </sqlite3>\n'
+                    '</relstorage>\n' % tmp_path)
+    out = run(str(path), verbose=False)
+    assert out.returncode == 1
+    assert out.stdout == ''
+    assert out.stderr.startswith('zodbpack: main: '), out.stderr

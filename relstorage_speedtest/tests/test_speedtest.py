@@ -2,7 +2,11 @@
 timing asserts: the figures are only checked to exist)."""
 import json
 import os
+import subprocess
+import sys
+import time
 
+from relstorage.testing.dbs import child_env
 from relstorage_speedtest.contenders import parse
 from relstorage_speedtest.main import main
 
@@ -249,3 +253,20 @@ def test_replica_reads_take_turns_and_the_lag_is_measured(tmp_path, capsys):
     lags = data['replica_lag']['pg replica-reads']
     assert len(lags) == 30 and all(lag > 0 for lag in lags)
     assert 'Replica lag after a commit' in capsys.readouterr().out
+
+
+def test_charts_without_matplotlib_fail_at_start(tmp_path):
+    """--charts where matplotlib cannot be imported: refused before
+    anything is measured, not after the whole run."""
+    code = ('import sys; sys.modules["matplotlib"] = None\n'
+            'from relstorage_speedtest.main import main\n'
+            'sys.exit(main(["--quick", "--charts", sys.argv[1]]))\n')
+    started = time.monotonic()
+    done = subprocess.run([sys.executable, '-c', code, str(tmp_path / 'c')],
+                          capture_output=True, text=True, env=child_env(),
+                          timeout=120)
+    assert time.monotonic() - started < 60
+    assert done.returncode == 2
+    assert '--charts needs matplotlib' in done.stderr
+    assert done.stdout == ''
+    assert not (tmp_path / 'c').exists()

@@ -27,6 +27,10 @@ from .drivers import CONNECT_ERRORS
 from .drivers import DISCONNECT_ERRORS
 from .drivers import error_code
 from .drivers import select_driver
+from .drivers import TLS_KEYS
+from .drivers import requires_tls
+from ..credentials import command_argv
+from ..credentials import run_password_command
 from .locker import MySQLLocker
 from .upgrade import MySQLUpgrade
 
@@ -394,7 +398,9 @@ class MySQLAdapter(Adapter):
     upgrade_class = MySQLUpgrade
     database_name = 'MySQL'
     uri_keys = ('driver', 'unix_socket', 'connect_timeout', 'read_timeout',
-                'write_timeout', 'compress')
+                'write_timeout', 'compress', 'named_pipe', 'init_command',
+                'client_flag', 'load_infile', 'read_default_file',
+                'read_default_group') + TLS_KEYS
 
     @classmethod
     def section_from_uri(cls, uri):
@@ -413,6 +419,8 @@ class MySQLAdapter(Adapter):
         self.cooperative = self.driver.cooperative
         self.params = {k: v for k, v in params.items() if v is not None}
         self.driver.translate(self.params)  # refuse unsupported options now
+        if 'password_command' in self.params:
+            command_argv(self.params['password_command'])
         self.server = None
         options = options if options is not None else Options()
         self.options = options
@@ -486,22 +494,33 @@ class MySQLAdapter(Adapter):
     def _connect_raw(self, server=None):
         driver = self.driver
         keepalive = Keepalive.for_options(self.options)
-        params = self.params if server is None else server.params
+        params = dict(self.params if server is None else server.params)
         if keepalive is not None and 'connect_timeout' not in params:
-            params = dict(params, connect_timeout=keepalive.connect_timeout)
+            params['connect_timeout'] = keepalive.connect_timeout
+        command = params.pop('password_command', None)
+        if command is not None:
+            params['passwd'] = run_password_command(command)
         try:
             conn = driver.connect(params)
         except driver.module.Error as e:
             if error_code(e) in CONNECT_ERRORS or isinstance(
                     e, driver.module.OperationalError):
-                raise self._unavailable(e, server) from None
+                raise self._unavailable(e, server, params) from None
             raise
+        if requires_tls(params) and not driver.encrypted(conn):
+            conn.close()
+            raise DatabaseUnavailable(
+                'cannot connect to the %s: the connection is not encrypted '
+                '(the server offers no TLS), and ssl-mode %s requires it'
+                % (self.describe(server), params['ssl_mode'].upper()
+                   if params.get('ssl_mode') else 'REQUIRED'))
         if keepalive is not None:
             keepalive.apply(driver.fileno(conn))
         return conn
 
-    def _unavailable(self, error, server=None):
-        params = self.params if server is None else server.params
+    def _unavailable(self, error, server=None, params=None):
+        if params is None:
+            params = self.params if server is None else server.params
         secrets = [params.get(key) for key in ('passwd', 'password')]
         return DatabaseUnavailable('cannot connect to the %s: %s' % (
             self.describe(server), scrub(error, filter(None, secrets))))

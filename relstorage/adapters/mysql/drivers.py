@@ -11,6 +11,44 @@ from .. import cooperative
 
 log = logging.getLogger(__name__)
 
+#: The ``<mysql>`` section's TLS keys (also a mysql:// URI's).
+TLS_KEYS = ('ssl_mode', 'ssl_ca', 'ssl_capath', 'ssl_cert', 'ssl_key',
+            'ssl_cipher')
+
+#: ``ssl_mode`` values, weakest first (MySQL's client's names).
+TLS_MODES = ('DISABLED', 'PREFERRED', 'REQUIRED', 'VERIFY_CA',
+             'VERIFY_IDENTITY')
+#: The TLS keys other than ssl_mode -> the driver's ``ssl`` dict's keys.
+_TLS_FILES = {'ssl_ca': 'ca', 'ssl_capath': 'capath', 'ssl_cert': 'cert',
+              'ssl_key': 'key', 'ssl_cipher': 'cipher'}
+
+
+def tls_settings(params):
+    """``(mode, {ca:, cert:, ...})`` of the TLS keys in *params* (which
+    loses them), or ``(None, {})`` where none is set. A CA makes the
+    mode VERIFY_CA by default, any other key REQUIRED."""
+    files = {_TLS_FILES[key]: params.pop(key) for key in _TLS_FILES
+             if params.get(key) is not None}
+    for key in _TLS_FILES:
+        params.pop(key, None)
+    mode = params.pop('ssl_mode', None)
+    if mode is None:
+        if not files:
+            return None, {}
+        mode = 'VERIFY_CA' if {'ca', 'capath'} & set(files) else 'REQUIRED'
+    mode = mode.upper().replace('-', '_')
+    if mode not in TLS_MODES:
+        raise ConfigurationError('ssl-mode: %r is not one of %s' % (
+            mode, ', '.join(TLS_MODES)))
+    return mode, files
+
+
+def requires_tls(params):
+    """Whether the section's TLS keys require an encrypted connection."""
+    mode, _ = tls_settings(dict(params))
+    return mode is not None and TLS_MODES.index(mode) >= 2
+
+
 #: Error codes that mean "the server could not be reached or refused us".
 CONNECT_ERRORS = (1044, 1045, 1049, 2002, 2003, 2005, 2006, 2013)
 #: Server gone away, connection lost, killed, or closed for inactivity.
@@ -40,6 +78,16 @@ class Driver:
         """The file descriptor of *conn*'s socket."""
         return conn.fileno()
 
+    def encrypted(self, conn):
+        """Whether the connection *conn* is encrypted (TLS)."""
+        cursor = conn.cursor()
+        try:
+            cursor.execute("SHOW SESSION STATUS LIKE 'Ssl_cipher'")
+            row = cursor.fetchone()
+        finally:
+            cursor.close()
+        return bool(row and row[1])
+
 
 class MySQLdbDriver(Driver):
     name = 'MySQLdb'
@@ -62,6 +110,13 @@ class MySQLdbDriver(Driver):
         params = dict(params)
         params['client_flag'] = (params.get('client_flag', 0)
                                  | self.multi_statements)
+        if 'load_infile' in params:
+            params['local_infile'] = params.pop('load_infile')
+        mode, files = tls_settings(params)
+        if mode is not None:
+            params['ssl_mode'] = mode
+            if mode != 'DISABLED' and files:
+                params['ssl'] = files
         return params
 
 
@@ -93,7 +148,21 @@ class PyMySQLDriver(Driver):
                         % key.replace('_', '-'))
                 continue
             result[self.renames.get(key, key)] = value
-        result['client_flag'] = self.multi_statements
+        result['client_flag'] = (result.get('client_flag', 0)
+                                 | self.multi_statements)
+        if 'load_infile' in result:
+            result['local_infile'] = result.pop('load_infile')
+        mode, files = tls_settings(result)
+        if mode == 'DISABLED':
+            result['ssl_disabled'] = True
+        elif mode is not None:
+            # Without verification for PREFERRED and REQUIRED, as MySQL's
+            # client; whether TLS was had at all is checked once
+            # connected (PyMySQL goes on in the clear where the server
+            # offers no TLS).
+            verify = TLS_MODES.index(mode) >= 3
+            result['ssl'] = dict(files, verify_mode=verify,
+                                 check_hostname=mode == 'VERIFY_IDENTITY')
         return result
 
     def fileno(self, conn):

@@ -9,6 +9,7 @@ import math
 from ...exceptions import CommitLockTimeout
 from ...exceptions import ConfigurationError
 from ...exceptions import RelStorageError
+from ...options import warn_ignored
 from ..adapter import OID_BLOCK
 from ..adapter import Adapter
 from ..inspect import ServerStatistics
@@ -417,14 +418,28 @@ class OracleAdapter(Adapter):
     statistics_class = OracleStatistics
     database_name = 'Oracle'
 
+    uri_keys = ('driver', 'user', 'password', 'dsn', 'twophase')
+
     @classmethod
     def section_from_uri(cls, uri):
         """``oracle://user:password@host:port/service``: an Easy Connect
-        string, host[:port][/service]."""
+        string, host[:port][/service]; or RelStorage 4's
+        ``oracle://?user=...&password=...&dsn=...``."""
         dsn = (uri.host or '') + (':%d' % uri.port if uri.port else '') + (
             uri.path if uri.path.strip('/') else '')
-        return {'user': uri.user, 'password': uri.password,
-                'dsn': dsn or None}
+        keys = uri.keys
+        if 'twophase' in keys:
+            warn_ignored('twophase', 'a commit here is one transaction on '
+                                     'one server')
+        section = {}
+        for key, value in (('user', uri.user), ('password', uri.password),
+                           ('dsn', dsn or None)):
+            if value and keys.get(key) and keys[key] != value:
+                raise ConfigurationError(
+                    'oracle URI %s gives %s twice (in the address and the '
+                    'query): give it once' % (uri.redacted, key))
+            section[key] = value or keys.get(key)
+        return section
     hp_mover_class = OracleHPMover
     hf_mover_class = OracleHFMover
     hp_packer_class = OracleHPPacker

@@ -33,9 +33,14 @@ from ..sql import without_parameters
 from ..keepalive import Keepalive
 from .dsn import describe_dsn
 from .dsn import make_dsn
+from .dsn import RELSTORAGE4_KEYWORDS
+from .dsn import TLS_KEYWORDS
 from ..replicas import split_host_port
 from .dsn import dsn_location
 from .dsn import scrub_dsn
+from ..credentials import command_argv
+from ..credentials import run_password_command
+from ..redact import scrub
 from .drivers import select_driver
 from .dsn import parse_dsn
 from .pooler import pooler_mode
@@ -459,13 +464,21 @@ class PostgreSQLAdapter(Adapter):
     upgrade_class = PostgreSQLUpgrade
     database_name = 'PostgreSQL'
 
+    uri_keys = ('driver',) + TLS_KEYWORDS + tuple(RELSTORAGE4_KEYWORDS)
+
     @classmethod
     def section_from_uri(cls, uri):
-        """``postgresql://user:password@host:port/dbname``: a dsn."""
-        return {'dsn': make_dsn({name: value for name, value in (
+        """``postgresql://user:password@host:port/dbname?sslmode=...``: a
+        dsn, with the query's libpq keywords (RelStorage 4's ``ssl_mode``
+        and ``connect_timeout`` among them)."""
+        keywords = {name: value for name, value in (
             ('dbname', uri.path.lstrip('/')), ('host', uri.host),
             ('port', uri.port), ('user', uri.user),
-            ('password', uri.password)) if value})}
+            ('password', uri.password)) if value}
+        for key, value in uri.keys.items():
+            if key != 'driver':
+                keywords[RELSTORAGE4_KEYWORDS.get(key, key)] = value
+        return {'dsn': make_dsn(keywords)}
     supports_commit_announcements = True
     uri_keys = ('driver', 'pooler')
     load_begin_sql = 'BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY'
@@ -476,9 +489,14 @@ class PostgreSQLAdapter(Adapter):
     #: zap_all truncates the tables larger than this (see empty_tables).
     truncate_above_bytes = 8 << 20
 
-    def __init__(self, dsn='', driver='auto', options=None, pooler='none'):
+    def __init__(self, dsn='', driver='auto', options=None, pooler='none',
+                 password_command=None):
         from ...options import Options
         self.dsn = dsn or ''
+        #: Run for each new connection: its output is the password.
+        self.password_command = password_command
+        if password_command is not None:
+            command_argv(password_command)  # refused now if unusable
         self.driver = select_driver(driver)
         self.cooperative = self.driver.cooperative
         #: none, session or transaction (see pooler).
@@ -572,10 +590,14 @@ class PostgreSQLAdapter(Adapter):
             bounds = {key: value for key, value in self.keepalive_keywords()
                       if key not in given}
         problem = None
+        secrets = []
+        if self.password_command is not None:
+            secrets.append(run_password_command(self.password_command))
+            bounds = dict(bounds, password=secrets[0])
         try:
             conn = driver.connect(dsn, **bounds)
         except driver.OperationalError as e:
-            problem = scrub_dsn(str(e).strip(), dsn)
+            problem = scrub(scrub_dsn(str(e).strip(), dsn), secrets)
         if problem is not None:
             # (Raised outside the handler: the driver's error, which may
             # quote the connection string, is not its context.)

@@ -8,6 +8,14 @@ from ..redact import uri_secrets
 
 #: libpq keywords whose values are secrets.
 SECRET_KEYWORDS = ('password', 'sslpassword')
+#: libpq's TLS keywords, taken in a postgres:// URI's query as they are.
+TLS_KEYWORDS = ('sslmode', 'sslrootcert', 'sslcert', 'sslkey', 'sslcrl',
+                'sslcrldir', 'sslpassword', 'sslsni', 'sslcompression',
+                'sslcertmode', 'sslnegotiation', 'ssl_min_protocol_version',
+                'ssl_max_protocol_version', 'requiressl')
+#: RelStorage 4's postgres:// query arguments -> libpq keywords.
+RELSTORAGE4_KEYWORDS = {'ssl_mode': 'sslmode',
+                        'connect_timeout': 'connect_timeout'}
 #: Where a secret keyword's value begins in a key=value string.
 _SECRET_VALUE = re.compile(
     r'(?:^|\s)(?:%s)\s*=\s*' % '|'.join(SECRET_KEYWORDS), re.IGNORECASE)

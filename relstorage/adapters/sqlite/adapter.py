@@ -431,14 +431,23 @@ class SQLiteAdapter(Adapter):
         from .upgrade import SQLiteUpgrade
         return SQLiteUpgrade
 
+    uri_keys = ('driver', 'data_dir')
+
     @classmethod
     def section_from_uri(cls, uri):
-        """``sqlite:///var/app/db``: the data directory is the path."""
+        """``sqlite:///var/app/db``: the data directory is the path, or
+        the ``data_dir`` argument (RelStorage 4's
+        ``sqlite://?data_dir=/var/app/db``)."""
         if uri.netloc:
             raise ConfigurationError(
                 'sqlite URI %s: the data directory is a path '
                 '(sqlite:///var/app/db), not a host' % uri.redacted)
-        return {'data_dir': uri.path or None, 'pragmas': None}
+        given = uri.keys.get('data_dir')
+        if given and uri.path and given != uri.path:
+            raise ConfigurationError(
+                'sqlite URI %s names two data directories (the path and '
+                'data_dir): give one' % uri.redacted)
+        return {'data_dir': uri.path or given or None, 'pragmas': None}
     load_begin_sql = 'BEGIN DEFERRED'
     store_begin_sql = 'BEGIN IMMEDIATE'
     # A reader cannot become the writer while another process is one
@@ -540,10 +549,13 @@ class SQLiteAdapter(Adapter):
                     raise DatabaseMissing(
                         'the %s does not exist (no %s there)'
                         % (self.describe(), MAIN_FILE))
+                conn = files.connect_read_only(
+                    path, self.options.commit_lock_timeout,
+                    self.pragmas.items())
             else:
                 files.make_data_dir(self.data_dir)
-            conn = files.connect(path, self.options.commit_lock_timeout,
-                                 self.pragmas.items())
+                conn = files.connect(path, self.options.commit_lock_timeout,
+                                     self.pragmas.items())
             if self.yield_interval:
                 conn.set_progress_handler(cooperative.sqlite_yielder(),
                                           self.yield_interval)

@@ -19,6 +19,7 @@ import os
 import sqlite3
 import stat
 import threading
+import urllib.parse
 
 from ...exceptions import DatabaseUnavailable
 from ..sql import SQL
@@ -100,6 +101,41 @@ def _pragma(conn, name, value):
         raise
 
 
+#: Pragmas that write the file: a read-only connection leaves them as the
+#: file has them.
+WRITING_PRAGMAS = ('journal_mode', 'page_size', 'auto_vacuum')
+
+
+def connect_read_only(path, timeout, pragmas=()):
+    """A connection that only reads the SQLite file *path* (which must
+    exist), the *pragmas* that would write it left out. SQLite reads a
+    file in WAL mode through its -wal and -shm files, which it creates
+    when they are missing: a user who may not write the directory can
+    read only while they exist (while a process that writes the
+    database has it open); otherwise DatabaseUnavailable says so at
+    once."""
+    pragmas = [(name, value) for name, value in pragmas
+               if name not in WRITING_PRAGMAS]
+    try:
+        conn = _open(path, timeout, pragmas, read_only=True)
+        conn.execute('PRAGMA journal_mode').fetchone()
+    except (DatabaseUnavailable, sqlite3.Error) as e:
+        directory = os.path.dirname(path)
+        if os.access(directory, os.W_OK) or os.path.exists(path + '-shm'):
+            if isinstance(e, DatabaseUnavailable):
+                raise
+            raise DatabaseUnavailable('cannot read the SQLite file %s: %s'
+                                      % (path, e)) from None
+        raise DatabaseUnavailable(
+            'cannot read the SQLite file %s: this user may not write its '
+            'directory, and SQLite reads a database in WAL mode through '
+            'its -wal and -shm files, which do not exist while no process '
+            'has the database open for writing (read it while the site '
+            'runs, or as a user who may write %s)'
+            % (path, directory)) from None
+    return conn
+
+
 def connect(path, timeout, pragmas=()):
     """A connection to the SQLite file *path*, created 0600 when missing,
     with each ``(name, value)`` of *pragmas* set (values are checked by
@@ -108,12 +144,23 @@ def connect(path, timeout, pragmas=()):
     Another process's hold on the file is waited out for at most
     *timeout* seconds; that and any other failure raise
     DatabaseUnavailable naming the file."""
+    return _open(path, timeout, pragmas)
+
+
+def _open(path, timeout, pragmas, read_only=False):
     step = 'open it'
     conn = None
     try:
-        create_private(path)
-        conn = sqlite3.connect(path, timeout=timeout, isolation_level=None,
-                               check_same_thread=False)
+        if read_only:
+            conn = sqlite3.connect(
+                'file:%s?mode=ro' % urllib.parse.quote(path), uri=True,
+                timeout=timeout, isolation_level=None,
+                check_same_thread=False)
+        else:
+            create_private(path)
+            conn = sqlite3.connect(path, timeout=timeout,
+                                   isolation_level=None,
+                                   check_same_thread=False)
         for name, value in pragmas:
             step = 'set the pragma %s to %s' % (name, value)
             retry(lambda: _pragma(conn, name, value), _Busy,

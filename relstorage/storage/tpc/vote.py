@@ -30,8 +30,11 @@ def vote(commit, tpc):
             '0x7fffffffffffffff (its 64-bit signed columns hold oids up to '
             '0x7ffffffffffffffe)' % (highest, adapter.describe()))
     tpc.timing.lock_begins()
-    current = session.lock_and_read_current(stores.keys(),
-                                            tpc.read_current.keys())
+    if _creates_the_root(tpc):
+        current = session.lock_commit_and_read_current(stores.keys())
+    else:
+        current = session.lock_and_read_current(stores.keys(),
+                                                tpc.read_current.keys())
     tpc.timing.lock_ends()
 
     for oid, expected in tpc.read_current.items():
@@ -53,6 +56,13 @@ def vote(commit, tpc):
     for oid, (expected, state) in sorted(stores.items()):
         actual = current.get(oid, 0)
         if oid not in restored and actual != expected:
+            if _creates_the_root(tpc):
+                # Made by another process meanwhile: that root is what
+                # ZODB.DB() wanted. The store is dropped and the root
+                # reported as resolved (ZODB reloads it), instead of a
+                # ConflictError in ZODB.DB().
+                resolved.append(p64(oid))
+                continue
             if state is None or not actual:
                 raise ConflictError(
                     oid=p64(oid), serials=(p64(actual), p64(expected)))
@@ -83,3 +93,16 @@ def vote(commit, tpc):
         # leaves finish nothing that can fail for lack of room.
         tpc.commit_args = commit_args(commit, tpc)
         session.prepare(**tpc.commit_args)
+
+
+def _creates_the_root(tpc):
+    """Whether the transaction *tpc* only creates the root object (oid
+    0), as ZODB.DB() does on a new database: the one object that
+    processes started at once each create. Such a transaction takes the
+    commit lock before it reads whether the root exists (see
+    IStoreSession.lock_commit_and_read_current), so that of processes
+    doing so at once the first creates it and the others find it."""
+    stores = tpc.stores
+    return (len(stores) == 1 and 0 in stores and stores[0][0] == 0
+            and stores[0][1] is not None and not tpc.restored
+            and not tpc.read_current)
