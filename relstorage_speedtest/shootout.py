@@ -7,7 +7,7 @@ the rounds, and the state of each server.
     python -m relstorage_speedtest.shootout
         [--databases sqlite,postgresql,mysql]
         [--modes hf,hp] [--concurrency 1,2] [--rounds 3] [--objects 1000]
-        [--tests add,update,cold,warm,hot,tpc] [--filestorage]
+        [--tests add,update,cold,warm,hot,tpc] [--filestorage] [--galera]
         [--other-venv DIR] [--json FILE]
 
 Start it from outside any checkout: ``python -m`` puts the working
@@ -19,7 +19,11 @@ Each contender writes to databases of its own, ``PREFIX_ours_hf`` and so on,
 created when missing through the admin connections (``--pg-admin``,
 ``--mysql-admin``); SQLite and FileStorage files go to a temporary directory.
 zodbshootout empties them (``--zap force``) before each run. With
-``--filestorage``, FileStorage joins the SQLite rows at c=1. RelStorage 4.3 is
+``--filestorage``, FileStorage joins the SQLite rows at c=1. With ``--galera``,
+this storage on a private three-node MariaDB Galera cluster (started for the
+run on loopback ports, writing on node 1, see
+relstorage.testing.galera_cluster) joins the MySQL rows: what the cluster
+costs per commit beside the single server. RelStorage 4.3 is
 made to create its schema on MariaDB by a start-up module in its virtualenv
 (see relstorage_speedtest.othervenv). Not a test: nothing here asserts on time.
 """
@@ -42,7 +46,10 @@ from . import serverstate
 TESTS = {'add': 'add', 'update': 'update', 'cold': 'read %d cold',
          'warm': 'write/read', 'hot': 'read %d hot', 'tpc': 'tpc'}
 NAMES = {'ours': 'this storage', 'other': 'RelStorage 4.3',
-         'filestorage': 'FileStorage'}
+         'filestorage': 'FileStorage',
+         'galera': 'this storage on a 3-node Galera cluster'}
+#: Contenders set against ours in the table, beside the other side.
+RATIOS = ('other', 'filestorage', 'galera')
 
 
 def parse_args(argv):
@@ -67,6 +74,9 @@ def parse_args(argv):
         help="pyperf's values per worker (%(default)s)")
     add('--filestorage', action='store_true',
         help='FileStorage as a third contender beside SQLite, at c=1')
+    add('--galera', action='store_true',
+        help='this storage on a private 3-node Galera cluster as a third '
+             'contender in the MySQL rows')
     add('--other-venv', default=othervenv.DEFAULT_DIR,
         help='the virtualenv of the other side, made when missing '
              '(%(default)s)')
@@ -173,6 +183,53 @@ class Contender:
         return dict(_means(out, tests, self.args.objects), _seconds=seconds)
 
 
+class GaleraContender(Contender):
+    """This storage on *cluster* (a started GaleraCluster): node 1 first
+    in its replica-conf."""
+
+    def __init__(self, cluster, args, workdir, env):
+        super().__init__('galera', sys.executable, args, workdir, env)
+        self.cluster = cluster
+        self.conf = cluster.server_file()
+
+    def section(self, database, mode):
+        node = self.cluster.nodes[0]
+        return ('<relstorage>\n keep-history %s\n replica-conf %s\n'
+                '<mysql>\n host %s\n port %d\n user %s\n passwd %s\n'
+                ' db %s\n</mysql>\n</relstorage>' % (
+                    'true' if mode == 'hp' else 'false', self.conf,
+                    node.host, node.port, node.user, node.password,
+                    self.database(mode)))
+
+    def create_databases(self, modes):
+        conn = self.cluster.nodes[0]._admin_connect()
+        try:
+            cur = conn.cursor()
+            user = self.cluster.nodes[0].user
+            for mode in modes:
+                name = self.database(mode)
+                cur.execute('CREATE DATABASE IF NOT EXISTS `%s`' % name)
+                for host in ('%', 'localhost', '127.0.0.1'):
+                    cur.execute("GRANT ALL ON `%s`.* TO '%s'@'%s'"
+                                % (name, user, host))
+        finally:
+            conn.close()
+
+
+def start_galera(args, workdir, env, modes):
+    """The Galera contender on a cluster started now, or None."""
+    from relstorage.testing.galera_cluster import GaleraCluster
+    from relstorage.testing.servers import NotInstalled
+    from relstorage.testing.servers import ServerError
+    try:
+        cluster = GaleraCluster().start()
+    except (NotInstalled, ServerError) as e:
+        raise SystemExit('--galera: no cluster: %s' % e)
+    contender = GaleraContender(cluster, args, workdir, env)
+    contender.create_databases(modes)
+    return contender
+
+
 def _means(path, tests, objects):
     """{test: mean seconds} from pyperf's JSON."""
     with open(path) as f:
@@ -261,7 +318,7 @@ def summarise(rows, tests):
                     line['sides'][name] = (statistics.median(values),
                                            min(values), max(values))
             ours = [r.get(test) for r in by_name.get('ours', ())]
-            for name in ('other', 'filestorage'):
+            for name in RATIOS:
                 theirs = [r.get(test) for r in by_name.get(name, ())]
                 ratios = [t / o for o, t in zip(ours, theirs) if o and t]
                 if ratios:
@@ -272,10 +329,10 @@ def summarise(rows, tests):
 
 
 def print_table(table, file=sys.stdout):
-    print('%-22s %-7s %22s %22s %20s %20s' % (
+    print('%-22s %-7s %22s %22s %20s %20s %20s' % (
         'database mode c', 'test', 'ours ms med [min-max]',
-        'RS 4.3 ms med [range]', 'RS4/ours [range]', 'FS/ours [range]'),
-        file=file)
+        'RS 4.3 ms med [range]', 'RS4/ours [range]', 'FS/ours [range]',
+        'Galera/ours [range]'), file=file)
     for line in table:
         def side(name):
             s = line['sides'].get(name)
@@ -284,9 +341,10 @@ def print_table(table, file=sys.stdout):
         def ratio(name):
             r = line.get(name)
             return '%.2fx [%.2f-%.2f]' % r if r else '-'
-        print('%-22s %-7s %22s %22s %20s %20s' % (
+        print('%-22s %-7s %22s %22s %20s %20s %20s' % (
             ' '.join(map(str, line['key'])), line['test'], side('ours'),
-            side('other'), ratio('other'), ratio('filestorage')), file=file)
+            side('other'), ratio('other'), ratio('filestorage'),
+            ratio('galera')), file=file)
 
 
 def main(argv=None):
@@ -320,6 +378,9 @@ def main(argv=None):
                             args, workdir)]
     names = [c.database(m) for c in contenders for m in modes]
     _create_databases(args, databases, names)
+    galera = None
+    if args.galera and 'mysql' in databases:
+        galera = start_galera(args, workdir, ours_env, modes)
     print('other side: RelStorage %s from %s' % (other['version'],
                                                  other['path']), flush=True)
     rows = {}
@@ -336,6 +397,8 @@ def main(argv=None):
                         order = order + [Contender(
                             'filestorage', sys.executable, args, workdir,
                             ours_env)]
+                    if galera is not None and database == 'mysql':
+                        order = order + [galera]
                     for contender in order:
                         result = contender.run(database, mode, level, tests)
                         rows.setdefault(key, {}).setdefault(
@@ -366,6 +429,8 @@ def main(argv=None):
                                 for k, v in rows.items()],
                        'summary': table}, f, indent=1)
     shutil.rmtree(workdir, ignore_errors=True)
+    if galera is not None:
+        galera.cluster.remove()
     errors = [r for by in rows.values() for runs in by.values()
               for r in runs if 'error' in r]
     return 1 if errors else 0

@@ -164,9 +164,10 @@ def worker(role, kind, keep_history, data_dir, host, port, log_path, seed,
             now = time.monotonic()
             longest = max(longest, now - last_success)
             last_success = now
-        except (TransientError, DatabaseUnavailable, CommitOutcomeUnknown):
+        except (TransientError, DatabaseUnavailable, CommitOutcomeUnknown) \
+                as e:
             tm.abort()
-            note('R')
+            note('R ' + type(e).__name__)
             time.sleep(rng.random() * 0.05)
         except Exception as e:  # noqa: BLE001 -- a lost server, say
             tm.abort()
@@ -323,6 +324,7 @@ class Chaos:
     def check(self):
         import ZODB
         committed, unknown, retries, bad, stalls, errors = [], [], 0, [], [], {}
+        by_error = {}
         tried, failed = set(), set()
         for name in self.procs:
             path = os.path.join(self.dir, name + '.log')
@@ -341,6 +343,8 @@ class Chaos:
                         failed.add(rest)
                     elif kind == 'R':
                         retries += 1
+                        if rest:
+                            by_error[rest] = by_error.get(rest, 0) + 1
                     elif kind == 'B':
                         bad.append(int(rest))
                     elif kind == 'S':
@@ -403,7 +407,8 @@ class Chaos:
             'unknown that committed': len(set(unknown) & set(transfers)),
             'cut short by a kill': len(cut_short),
             'cut short that committed': len(cut_short & set(transfers)),
-            'retries': retries, 'faults': self.faults,
+            'retries': retries, 'retries by error': by_error,
+            'faults': self.faults,
             'longest stall s': round(max(stalls or [0]), 2),
             'errors seen by workers': errors,
             'worker tracebacks': tracebacks[:3], 'problems': problems}

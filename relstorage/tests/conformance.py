@@ -26,6 +26,7 @@ from ZODB.tests.StorageTestBase import StorageTestBase
 from relstorage.testing.dbs import ALL_DATABASES
 from relstorage.testing.dbs import DatabaseFactory
 from relstorage.testing.dbs import require
+from relstorage.testing.dbs import require_galera
 from relstorage.testing.dbs import require_pair
 from relstorage.testing.private_servers import private_server
 
@@ -94,6 +95,10 @@ class RelStorageTestBase(StorageTestBase):
     #: Whether every load goes to a streaming replica (ro-replica-conf)
     #: of a private primary (replica_pairs).
     replicas = False
+    #: On a private Galera cluster (galera_cluster): 'one node' writes
+    #: and loads on node 1; 'two nodes' writes on node 1 and loads from
+    #: node 2 (ro-replica-conf). None: not on a cluster.
+    cluster = None
     keep_history = True
     use_extension_bytes = True
 
@@ -114,12 +119,18 @@ class RelStorageTestBase(StorageTestBase):
             pair = require_pair(self.database)
             server = pair.primary
             options['ro_replica_conf'] = pair.server_file(pair.replica)
+        elif self.cluster:
+            nodes = require_galera().nodes
+            server = nodes[0]
+            if self.cluster == 'two nodes':
+                options['ro_replica_conf'] = nodes[0].cluster.server_file(
+                    nodes[1])
         elif not private:
             # Before the base's setUp, which enters a temporary directory
             # that only its tearDown leaves (not run after a skip here).
             require(self.database)
         super().setUp()
-        if not self.replicas:
+        if not (self.replicas or self.cluster):
             server = private_server(self.database) if private else None
         self.factory = DatabaseFactory(self.database, self.keep_history,
                                        server=server, driver=self.driver,
@@ -223,24 +234,30 @@ def _apply_skips(cls, skips):
 VARIANTS = [(db, None) for db in ALL_DATABASES] + [('postgresql', 'psycopg')]
 #: The databases the suites also run on with every load from a replica.
 REPLICA_DATABASES = ('postgresql', 'mysql')
+#: The ways the suites run on a Galera cluster (see RelStorageTestBase).
+CLUSTER_LAYOUTS = ('one node', 'two nodes')
 
 
-def make_classes(database, driver=None, replicas=False):
+def make_classes(database, driver=None, replicas=False, cluster=None):
     """``{class_name: TestCase}`` for *database* in both history modes
     (through *driver*, when not the adapter's default; with *replicas*,
-    loading from a replica of the primary it writes to)."""
+    loading from a replica of the primary it writes to; with *cluster*,
+    on a Galera cluster laid out so, see CLUSTER_LAYOUTS)."""
     classes = {}
+    layout = cluster.title().replace(' ', '') if cluster else ''
     title = {'sqlite': 'SQLite', 'postgresql': 'PostgreSQL',
              'mysql': 'MySQL', 'oracle': 'Oracle'}[database] + (
-                 driver or '').title() + ('RoReplica' if replicas else '')
+                 driver or '').title() + ('RoReplica' if replicas else '') + (
+                     'Galera' + layout if cluster else '')
     label = (database + ('-' + driver if driver else '')
-             + ('-ro-replica' if replicas else ''))
+             + ('-ro-replica' if replicas else '')
+             + ('-galera-' + cluster.replace(' ', '-') if cluster else ''))
     for keep_history, mixins, skips in (
             (True, HISTORY_PRESERVING_MIXINS, {}),
             (False, HISTORY_FREE_MIXINS, SKIP_HISTORY_FREE)):
         mode = 'HP' if keep_history else 'HF'
         attrs = {'database': database, 'keep_history': keep_history,
-                 'driver': driver, 'replicas': replicas,
+                 'driver': driver, 'replicas': replicas, 'cluster': cluster,
                  'conformance_key': '%s-%s' % (label, mode)}
         name = '%s%sConformance' % (title, mode)
         cls = type(name, (RelStorageTestBase,) + mixins, attrs)

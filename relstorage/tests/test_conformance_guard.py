@@ -10,6 +10,7 @@ from relstorage.testing.dbs import ORACLE_NOT_CONFIGURED
 
 from .blob_conformance import count_blob_cases
 from .conformance import count_tests
+from .conformance import CLUSTER_LAYOUTS
 from .conformance import REPLICA_DATABASES
 from .conformance import VARIANTS
 from .conformance import make_classes
@@ -28,6 +29,9 @@ def current_counts():
             counts[cls.conformance_key] += count_tests(cls)
     for db in REPLICA_DATABASES:
         for cls in make_classes(db, replicas=True).values():
+            counts[cls.conformance_key] += count_tests(cls)
+    for layout in CLUSTER_LAYOUTS:
+        for cls in make_classes('mysql', cluster=layout).values():
             counts[cls.conformance_key] += count_tests(cls)
     return dict(counts)
 

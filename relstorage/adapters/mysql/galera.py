@@ -52,6 +52,9 @@ CREATE TABLE IF NOT EXISTS cluster_lock (
 ENSURE_COMMIT_ROW = "INSERT IGNORE INTO cluster_lock (name) VALUES ('commit')"
 LOCK_COMMIT_ROW = ("SELECT serial FROM cluster_lock WHERE name = 'commit' "
                    'FOR UPDATE')
+COMMIT_ROW = "SELECT serial FROM cluster_lock WHERE name = 'commit'"
+SCHEMA_VERSION = ("SELECT value FROM relstorage_meta "
+                  "WHERE name = 'schema_version'")
 BUMP_COMMIT_ROW = ("UPDATE cluster_lock SET serial = serial + 1 "
                    "WHERE name = 'commit'")
 #: Claims the lease *name* for *holder* for *seconds*, when it is free,
@@ -162,6 +165,11 @@ class GaleraLocker(MySQLLocker):
             super().release_pack_lock(session)
 
     def hold_schema_lock(self, session):
+        if self._schema_complete(session):
+            # Nothing will be created: the node's own lock will do (many
+            # processes opening at once need not take turns cluster-wide).
+            super().hold_schema_lock(session)
+            return
         # DDL commits the transaction begun for the schema: the table and
         # the commit row are there for good, whoever creates the rest.
         session.execute(CLUSTER_LOCK_DDL)
@@ -180,6 +188,13 @@ class GaleraLocker(MySQLLocker):
                 raise self.schema_lock_timeout()
             time.sleep(CLAIM_PAUSE)
         session.execute(self.adapter.store_begin_sql)
+
+    def _schema_complete(self, session):
+        """Whether the schema and the commit row are all there."""
+        return (session.table_exists('relstorage_meta')
+                and session.scalar(SCHEMA_VERSION) is not None
+                and session.table_exists('cluster_lock')
+                and session.scalar(COMMIT_ROW) is not None)
 
     def release_schema_lock(self, session):
         holder = getattr(session, 'schema_holder', None)
