@@ -94,7 +94,8 @@ def replay(transfers, accounts, start):
 def worker(role, kind, keep_history, data_dir, host, port, log_path, seed,
            deadline):
     """A writer or reader; logs one line per event to *log_path*:
-    ``C key`` committed, ``U key`` outcome unknown, ``R`` a retry, ``B n``
+    ``C key time`` committed, ``U key`` outcome unknown, ``R error`` a
+    retry, ``B n``
     a reader saw total n, ``S seconds`` the longest stall."""
     import transaction
     import ZODB
@@ -160,7 +161,7 @@ def worker(role, kind, keep_history, data_dir, host, port, log_path, seed,
                     # Any other error: the storage says it did not commit.
                     note('F ' + key)
                     raise
-                note('C ' + key)
+                note('C %s %.3f' % (key, time.time()))
             now = time.monotonic()
             longest = max(longest, now - last_success)
             last_success = now
@@ -334,7 +335,7 @@ class Chaos:
                 for line in f:
                     kind, _, rest = line.rstrip('\n').partition(' ')
                     if kind == 'C':
-                        committed.append(rest)
+                        committed.append(rest.split()[0])
                     elif kind == 'U':
                         unknown.append(rest)
                     elif kind == 'T':

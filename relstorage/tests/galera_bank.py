@@ -3,10 +3,11 @@
 Six writer processes, two per node: writer *i* commits on node
 ``i % 3 + 1`` and lists the others after it in its ``replica-conf``, so
 that it moves to the next node when its own goes away and comes back
-after ``replica-timeout``. Faults, in order: a pack on node 1 a third of
-the way in, while the writers commit on all nodes; with *kill*, node 3's
-mariadbd SIGKILLed a little later, restarted a few seconds after that
-and waited for until it has rejoined (caught up by IST).
+after ``replica-timeout``. The fault: a pack on node 1 a third of the
+way in, while the writers commit on all nodes; or, with *kill*, node 3's
+mariadbd SIGKILLed once every node's writers commit, restarted a few seconds
+after that and waited for until it has rejoined (caught up by IST), and
+then until its writers have come back to it.
 
 At the end, besides chaos's checks (the total is conserved, every
 acknowledged transfer is there once, no other is), every node holds the
@@ -27,6 +28,9 @@ SECONDS = float(os.environ.get('RELSTORAGE_GALERA_SECONDS') or 20)
 REPLICA_TIMEOUT = 3
 #: Seconds node 3 stays down.
 DOWN = 4
+#: Seconds the writers go on, with a node killed, beyond SECONDS: enough
+#: for it to rejoin and for its writers to come back to it.
+REJOIN_ALLOWANCE = 25
 
 #: Per table: the row count and an order-free checksum of the rows.
 CHECKSUMS = {
@@ -45,6 +49,8 @@ CHECKSUMS = {
 class GaleraBank(Chaos):
 
     def __init__(self, cluster, keep_history, seconds=SECONDS, kill=False):
+        if kill:
+            seconds += REJOIN_ALLOWANCE
         super().__init__('mysql', keep_history, seconds, writers=6,
                          readers=0, seed=None, server=cluster.nodes[0])
         self.cluster = cluster
@@ -77,15 +83,22 @@ class GaleraBank(Chaos):
 
     def inject_faults(self):
         started = time.time()
-        time.sleep(max(0.0, self.seconds / 3 - 1))
-        self.pack()
-        self.faults['pack'] += 1
         if self.kill:
+            # Once every node's writers commit (starting takes a while).
+            while (len(self.commit_times()) < len(self.cluster.nodes)
+                   and time.time() < self.deadline - REJOIN_ALLOWANCE):
+                time.sleep(0.2)
+            time.sleep(1)
             self.kill_node(self.cluster.nodes[2])
+        else:
+            time.sleep(max(0.0, self.seconds / 3 - 1))
+            self.pack()
+            self.faults['pack'] += 1
         time.sleep(max(0.0, self.deadline - time.time()))
         self.events['ran s'] = round(time.time() - started, 1)
 
     def kill_node(self, node):
+        self.killed_at = time.time()
         self.cluster.kill(node)
         killed = time.monotonic()
         self.faults['kill node'] += 1
@@ -97,8 +110,12 @@ class GaleraBank(Chaos):
         self.events['rejoin s'] = round(synced - restarted, 1)
         # Its writers come back to it after replica-timeout (at their
         # next transaction once that has passed).
-        time.sleep(REPLICA_TIMEOUT + 1.5)
-        self.events['writers back on node'] = self._our_sessions(node)
+        while time.time() < self.deadline - 1:
+            if self._our_sessions(node):
+                self.events['writers back after s'] = round(
+                    time.monotonic() - synced, 1)
+                break
+            time.sleep(0.2)
 
     def _our_sessions(self, node):
         conn = node.connect()
@@ -111,17 +128,38 @@ class GaleraBank(Chaos):
         finally:
             conn.close()
 
-    def stalls(self):
-        """The longest time without a commit of each node's writers."""
-        longest = {}
+    def commit_times(self):
+        """``{node: sorted times}`` of the commits of each node's
+        writers."""
+        times = {}
         for name, node in self.node_of.items():
             path = os.path.join(self.dir, name + '.log')
+            if not os.path.exists(path):
+                continue
             with open(path) as f:
                 for line in f:
-                    if line.startswith('S '):
-                        longest[node] = max(longest.get(node, 0.0),
-                                            float(line.split()[1]))
-        return {'node %d' % n: round(s, 2) for n, s in sorted(longest.items())}
+                    if line.startswith('C '):
+                        times.setdefault(node, []).append(
+                            float(line.split()[2]))
+        return {node: sorted(t) for node, t in times.items()}
+
+    def gaps(self):
+        """Per node, the longest time its writers went without a
+        commit once all had committed; with a node killed, the time
+        between the last commit before the kill and the first after it."""
+        result = {}
+        for node, times in sorted(self.commit_times().items()):
+            gaps = [b - a for a, b in zip(times, times[1:])]
+            entry = {'longest gap s': round(max(gaps or [0]), 2)}
+            killed = getattr(self, 'killed_at', None)
+            if killed is not None:
+                before = [t for t in times if t <= killed]
+                after = [t for t in times if t > killed]
+                if before and after:
+                    entry['gap over the kill s'] = round(after[0] - before[-1],
+                                                         2)
+            result['node %d' % node] = entry
+        return result
 
     def node_tables(self):
         """Per node: ``{table: (rows, checksum)}`` once all are synced."""
@@ -147,7 +185,7 @@ class GaleraBank(Chaos):
 
     def run(self):
         summary = super().run()
-        summary['stall s by node'] = self.stalls()
+        summary['commit gaps by node'] = self.gaps()
         summary['events'] = self.events
         summary['nodes'] = self.node_tables()
         return summary
