@@ -26,6 +26,7 @@ import time
 from .mysql_server import MySQLServer
 from .processes import free_port
 from .processes import lock
+from .processes import run_until_interrupted
 from .servers import DATABASES
 from .servers import NotInstalled
 from .servers import ServerError
@@ -272,17 +273,7 @@ def main():
           '</relstorage>' % (
               ', '.join('%s:%d' % (n.host, n.port) for n in cluster.nodes),
               conf, conf, first.host, first.port, DATABASES[0]))
-    print('\nRunning; ^C (or SIGTERM) stops and removes it.')
-    sys.stdout.flush()
-
-    def stop(signum, frame):
-        raise KeyboardInterrupt
-    signal.signal(signal.SIGTERM, stop)
-    try:
-        while True:
-            time.sleep(3600)
-    except KeyboardInterrupt:
-        pass
+    run_until_interrupted('\nRunning; ^C (or SIGTERM) stops and removes it.')
     cluster.remove()
     return 0
 

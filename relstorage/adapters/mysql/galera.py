@@ -156,13 +156,7 @@ class GaleraLocker(MySQLLocker):
         return True
 
     def release_pack_lock(self, session):
-        holder = getattr(session, 'pack_holder', None)
-        session.pack_holder = None
-        try:
-            if holder:
-                session.execute(RELEASE, ('pack', holder))
-        finally:
-            super().release_pack_lock(session)
+        self._release(session, 'pack', super().release_pack_lock)
 
     def hold_schema_lock(self, session):
         if self._schema_complete(session):
@@ -197,13 +191,19 @@ class GaleraLocker(MySQLLocker):
                 and session.scalar(COMMIT_ROW) is not None)
 
     def release_schema_lock(self, session):
-        holder = getattr(session, 'schema_holder', None)
-        session.schema_holder = None
+        self._release(session, 'schema', super().release_schema_lock)
+
+    def _release(self, session, name, release_local):
+        """Give up the lease *name* this session holds, then the node's
+        own lock (*release_local*)."""
+        attribute = name + '_holder'
+        holder = getattr(session, attribute, None)
+        setattr(session, attribute, None)
         try:
             if holder:
-                session.execute(RELEASE, ('schema', holder))
+                session.execute(RELEASE, (name, holder))
         finally:
-            super().release_schema_lock(session)
+            release_local(session)
 
     def _claim(self, session, name, seconds):
         """Claim the lease *name* (in a transaction of its own); the
