@@ -123,3 +123,55 @@ def test_shootout_contender_on_the_cluster(cluster, tmp_path):
     table = shootout.summarise({('mysql', 'hf', 1): {
         'ours': [result], 'galera': [result]}}, ['add'])
     assert table[0]['galera'][0] == 1.0
+
+
+def test_a_snapshot_waits_once_for_the_cluster(cluster):
+    """A load session's snapshot begins once node 2 has applied what the
+    cluster committed before it (one causal read), and the reads inside
+    it do not wait again; a store session's reads all wait."""
+    node = cluster.nodes[1]
+    adapter = DatabaseFactory('mysql', False, server=node,
+                              child=True).adapter()
+
+    def causal_reads():
+        return int(node.wsrep_status()['wsrep_causal_reads'])
+    try:
+        assert adapter.galera
+        session = adapter.connect(for_store=False)
+        before = causal_reads()
+        session.begin(adapter.load_begin_sql)
+        for _ in range(3):
+            assert session.scalar('SELECT 1') == 1
+        session.end_read()
+        assert causal_reads() - before == 1
+        session.close()
+        store = adapter.connect(for_store=True)
+        before = causal_reads()
+        for _ in range(3):
+            store.scalar('SELECT 1')
+        assert causal_reads() - before == 3
+        store.close()
+    finally:
+        adapter.close()
+
+
+def test_a_pack_leaves_the_cluster_locks_free(cluster):
+    from ZODB.serialize import referencesf
+    node = cluster.nodes[0]
+    storage = DatabaseFactory('mysql', False, server=node).storage(zap=True)
+    try:
+        db = ZODB.DB(storage)
+        with db.transaction() as conn:
+            conn.root()['a'] = PersistentMapping()
+        storage.pack(time.time(), referencesf)
+        storage.pack(time.time(), referencesf)  # the lease was given back
+    finally:
+        db.close()
+    conn = node.connect('relstoragetest_hf')
+    try:
+        cur = conn.cursor()
+        cur.execute("SELECT name, holder FROM cluster_lock "
+                    "WHERE name IN ('pack', 'schema') ORDER BY name")
+        assert cur.fetchall() == (('pack', ''), ('schema', ''))
+    finally:
+        conn.close()
