@@ -85,6 +85,14 @@ class UnableToLockRows(RelStorageError, ConflictError):
     A ConflictError, so ZODB's retry machinery tries again."""
 
 
+class ClusterConflict(RelStorageError, ConflictError):
+    """A multi-master cluster (MariaDB Galera) refused this transaction:
+    another node committed a conflicting one first (certification failed
+    at COMMIT, or the node aborted the transaction to apply the other's).
+    Nothing of it was committed. A ConflictError, so ZODB's retry
+    machinery tries again."""
+
+
 class CorruptRecord(RelStorageError):
     """A stored row cannot be what it claims to be."""
 

@@ -8,7 +8,7 @@ the rounds, and the state of each server.
         [--databases sqlite,postgresql,mysql]
         [--modes hf,hp] [--concurrency 1,2] [--rounds 3] [--objects 1000]
         [--tests add,update,cold,warm,hot,tpc] [--filestorage]
-        [--pgbouncer] [--other-venv DIR] [--json FILE]
+        [--pgbouncer] [--galera] [--other-venv DIR] [--json FILE]
 
 Start it from outside any checkout: ``python -m`` puts the working
 directory first on ``sys.path``. The other side always runs in a
@@ -22,7 +22,11 @@ zodbshootout empties them (``--zap force``) before each run. With
 ``--filestorage``, FileStorage joins the SQLite rows at c=1. With
 ``--pgbouncer``, this storage also runs through a private pgbouncer
 (pool_mode = transaction, ``pooler transaction``) in front of the
-``--pg-dsn`` server, taking turns with the others on PostgreSQL. RelStorage 4.3 is
+``--pg-dsn`` server, taking turns with the others on PostgreSQL. With
+``--galera``, this storage on a private three-node MariaDB Galera cluster
+(started for the run on loopback ports, writing on node 1, see
+relstorage.testing.galera_cluster) joins the MySQL rows: what the cluster
+costs per commit beside the single server. RelStorage 4.3 is
 made to create its schema on MariaDB by a start-up module in its virtualenv
 (see relstorage_speedtest.othervenv). Not a test: nothing here asserts on time.
 """
@@ -46,9 +50,10 @@ TESTS = {'add': 'add', 'update': 'update', 'cold': 'read %d cold',
          'warm': 'write/read', 'hot': 'read %d hot', 'tpc': 'tpc'}
 NAMES = {'ours': 'this storage', 'other': 'RelStorage 4.3',
          'filestorage': 'FileStorage',
-         'pooled': 'this storage through pgbouncer'}
+         'pooled': 'this storage through pgbouncer',
+         'galera': 'this storage on a 3-node Galera cluster'}
 #: The sides whose times are set against ours, round by round.
-COMPARED = ('other', 'filestorage', 'pooled')
+COMPARED = ('other', 'filestorage', 'pooled', 'galera')
 
 
 def parse_args(argv):
@@ -78,6 +83,9 @@ def parse_args(argv):
              'pooling mode as a third contender on PostgreSQL')
     add('--pool-size', type=int, default=20,
         help="the pgbouncer's default_pool_size (%(default)s)")
+    add('--galera', action='store_true',
+        help='this storage on a private 3-node Galera cluster as a third '
+             'contender in the MySQL rows')
     add('--other-venv', default=othervenv.DEFAULT_DIR,
         help='the virtualenv of the other side, made when missing '
              '(%(default)s)')
@@ -216,6 +224,53 @@ class Contender:
         return dict(_means(out, tests, self.args.objects), _seconds=seconds)
 
 
+class GaleraContender(Contender):
+    """This storage on *cluster* (a started GaleraCluster): node 1 first
+    in its replica-conf."""
+
+    def __init__(self, cluster, args, workdir, env):
+        super().__init__('galera', sys.executable, args, workdir, env)
+        self.cluster = cluster
+        self.conf = cluster.server_file()
+
+    def section(self, database, mode):
+        node = self.cluster.nodes[0]
+        return ('<relstorage>\n keep-history %s\n replica-conf %s\n'
+                '<mysql>\n host %s\n port %d\n user %s\n passwd %s\n'
+                ' db %s\n</mysql>\n</relstorage>' % (
+                    'true' if mode == 'hp' else 'false', self.conf,
+                    node.host, node.port, node.user, node.password,
+                    self.database(mode)))
+
+    def create_databases(self, modes):
+        conn = self.cluster.nodes[0]._admin_connect()
+        try:
+            cur = conn.cursor()
+            user = self.cluster.nodes[0].user
+            for mode in modes:
+                name = self.database(mode)
+                cur.execute('CREATE DATABASE IF NOT EXISTS `%s`' % name)
+                for host in ('%', 'localhost', '127.0.0.1'):
+                    cur.execute("GRANT ALL ON `%s`.* TO '%s'@'%s'"
+                                % (name, user, host))
+        finally:
+            conn.close()
+
+
+def start_galera(args, workdir, env, modes):
+    """The Galera contender on a cluster started now, or None."""
+    from relstorage.testing.galera_cluster import GaleraCluster
+    from relstorage.testing.servers import NotInstalled
+    from relstorage.testing.servers import ServerError
+    try:
+        cluster = GaleraCluster().start()
+    except (NotInstalled, ServerError) as e:
+        raise SystemExit('--galera: no cluster: %s' % e)
+    contender = GaleraContender(cluster, args, workdir, env)
+    contender.create_databases(modes)
+    return contender
+
+
 def _means(path, tests, objects):
     """{test: mean seconds} from pyperf's JSON."""
     with open(path) as f:
@@ -318,7 +373,7 @@ def print_table(table, file=sys.stdout):
     print('%-22s %-7s %22s %22s %20s %20s %20s' % (
         'database mode c', 'test', 'ours ms med [min-max]',
         'RS 4.3 ms med [range]', 'RS4/ours [range]', 'FS/ours [range]',
-        'pooled/ours [range]'), file=file)
+        'pooled|Galera/ours'), file=file)
     for line in table:
         def side(name):
             s = line['sides'].get(name)
@@ -330,7 +385,8 @@ def print_table(table, file=sys.stdout):
         print('%-22s %-7s %22s %22s %20s %20s %20s' % (
             ' '.join(map(str, line['key'])), line['test'], side('ours'),
             side('other'), ratio('other'), ratio('filestorage'),
-            ratio('pooled')), file=file)
+            ratio('pooled') if 'pooled' in line else ratio('galera')),
+            file=file)
 
 
 def main(argv=None):
@@ -369,6 +425,9 @@ def main(argv=None):
                                     workdir, ours_env, pooler))
     names = [c.database(m) for c in contenders for m in modes]
     _create_databases(args, databases, names)
+    galera = None
+    if args.galera and 'mysql' in databases:
+        galera = start_galera(args, workdir, ours_env, modes)
     print('other side: RelStorage %s from %s' % (other['version'],
                                                  other['path']), flush=True)
     rows = {}
@@ -385,6 +444,8 @@ def main(argv=None):
                         order = order + [Contender(
                             'filestorage', sys.executable, args, workdir,
                             ours_env)]
+                    if galera is not None and database == 'mysql':
+                        order = order + [galera]
                     for contender in order:
                         if not contender.runs_on(database):
                             continue
@@ -419,6 +480,8 @@ def main(argv=None):
     shutil.rmtree(workdir, ignore_errors=True)
     if pooler is not None:
         pooler.remove()
+    if galera is not None:
+        galera.cluster.remove()
     errors = [r for by in rows.values() for runs in by.values()
               for r in runs if 'error' in r]
     return 1 if errors else 0

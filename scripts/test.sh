@@ -40,7 +40,8 @@ fi
 
 # A whole run (no arguments) runs the tests that only use servers of
 # their own (private_servers, replica_pairs: replicated pairs, chaos, a
-# silent network) in a second pytest process beside the others, which
+# silent network, galera_cluster: a Galera cluster) in a second pytest
+# process beside the others, which
 # use the shared servers: they wait on servers more than on the CPU.
 # RELSTORAGE_TEST_SERIAL=1 runs everything in one process.
 OWN_SERVERS=(relstorage/tests/test_conformance_replicas.py
@@ -49,7 +50,9 @@ OWN_SERVERS=(relstorage/tests/test_conformance_replicas.py
              relstorage/tests/test_pgbouncer.py
              relstorage/tests/test_autofailover.py
              relstorage/tests/test_chaos.py
-             relstorage/tests/test_silent_network.py)
+             relstorage/tests/test_silent_network.py
+             relstorage/tests/test_conformance_galera.py
+             relstorage/tests/test_galera.py)
 set +e
 if [ "$#" -eq 0 ] && [ "${RELSTORAGE_TEST_SERIAL:-0}" != 1 ]; then
     side_log=$(mktemp "${TMPDIR:-/tmp}/relstorage-tests-XXXXXX")

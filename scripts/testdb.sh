@@ -4,6 +4,7 @@
 #
 # Usage: scripts/testdb.sh [--postgresql] [--mysql]
 #        scripts/testdb.sh --replicas
+#        scripts/testdb.sh --galera
 #
 # --replicas starts, for trying replica-conf and ro-replica-conf by hand,
 # a private PostgreSQL primary with a streaming hot standby and a private
@@ -11,6 +12,10 @@
 # the machine's servers are not touched), prints the server files and a
 # <relstorage> section to use, and removes them all on ^C. It needs the
 # venv scripts/test.sh makes.
+#
+# --galera likewise starts a private three-node MariaDB Galera cluster
+# (loopback ports, a temporary directory) and prints a replica-conf file
+# naming its nodes and a <relstorage> section.
 #
 # With no flag both databases are prepared.  For each one the script makes
 # sure a server answers, then creates (when missing) the test account
@@ -510,16 +515,22 @@ prepare_mysql() {  # explicit
 
 # ---------------------------------------------------------------- main
 
+# Start private servers by hand with the venv's python (--replicas, --galera).
+run_servers() {  # module
+    local root
+    root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd -P)
+    [ -x "$root/.venv/bin/python" ] ||
+        { err "no venv: run scripts/test.sh once first"; exit 1; }
+    cd "$root"
+    exec "$root/.venv/bin/python" -m "$1"
+}
+
 want_pg=0
 want_my=0
 for arg in "$@"; do
     case "$arg" in
-        --replicas)
-            root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd -P)
-            [ -x "$root/.venv/bin/python" ] ||
-                { err "no venv: run scripts/test.sh once first"; exit 1; }
-            cd "$root"
-            exec "$root/.venv/bin/python" -m relstorage.testing.replica_pairs ;;
+        --replicas) run_servers relstorage.testing.replica_pairs ;;
+        --galera) run_servers relstorage.testing.galera_cluster ;;
         --postgresql|--postgres|--pg) want_pg=1 ;;
         --mysql|--mariadb) want_my=1 ;;
         -h|--help) usage; exit 0 ;;
@@ -560,6 +571,20 @@ private_server_programs() {
         apt_install mariadb-server || problem "$explicit" \
             "the MariaDB server programs (mariadbd, mariadb-install-db) are not installed; the tests that need a private server cannot run"
     fi
+    # The private Galera cluster (relstorage/testing/galera_cluster.py):
+    # the wsrep provider, and rsync for the state transfers.
+    if [ "$want_my" = 1 ] && { ! galera_provider || ! have rsync; }; then
+        apt_install galera-4 rsync || problem "$explicit" \
+            "the Galera provider (galera-4) or rsync is not installed; the tests on a private Galera cluster cannot run"
+    fi
+}
+
+galera_provider() {
+    local p
+    for p in /usr/lib/galera/libgalera_smm.so /usr/lib/libgalera_smm.so; do
+        [ -e "$p" ] && return 0
+    done
+    return 1
 }
 
 if [ "$want_pg" = 1 ]; then

@@ -551,6 +551,11 @@ class IPackSession(Interface):
     def commit_batch():
         """Commit the batch and release the commit lock."""
 
+    def abort_batch():
+        """Roll back a batch whose commit failed (a cluster refused it:
+        ClusterConflict) and release the commit lock; the batch may be
+        done again."""
+
     def wrote_outside_commits():
         """Called when the pack is done: replicas are read from only once
         they have replayed it too."""
@@ -677,6 +682,10 @@ class ILocker(Interface):
 
     def release_commit_lock():
         """Statements that release the commit lock after COMMIT."""
+
+    def end_commit():
+        """Statements that end a transaction holding the commit lock
+        (COMMIT, and what goes with it: release_commit_lock's after it)."""
 
     def try_pack_lock(session):
         """Take the pack lock for the life of *session*; False when

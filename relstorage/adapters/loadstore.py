@@ -430,7 +430,7 @@ class StoreSession(_SessionWrapper):
         if not prepared:
             tid, script = self._prepare(meta, restore_tid, packed, empty,
                                         max_oid, first_row_tid)
-        end = [('COMMIT', ())] + self.locker.release_commit_lock()
+        end = self.locker.end_commit()
         try:
             if prepared:
                 session.execute_script(end)

@@ -196,6 +196,11 @@ class Locker:
         databases whose lock outlives the transaction."""
         return []
 
+    def end_commit(self):
+        """The statements that end a transaction holding the commit lock:
+        COMMIT, and whatever must come just before or after it."""
+        return [('COMMIT', ())] + self.release_commit_lock()
+
     def try_pack_lock(self, session):
         """Take the pack lock for the life of *session* (released when it
         closes, whatever happens); False when another pack holds it."""

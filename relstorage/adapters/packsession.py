@@ -108,10 +108,15 @@ class PackSession:
         return self.locker.begin_with_commit_lock(
             self.session, self.adapter.mover.last_tid_sql, wait)
 
+    def abort_batch(self):
+        """Roll back a batch that failed, releasing the commit lock."""
+        if self.session.in_transaction:
+            self.session.rollback_quietly()
+        self.locker.after_rollback(self.session)
+
     def commit_batch(self):
         session = self.session
-        session.execute_script([('COMMIT', ())]
-                               + self.locker.release_commit_lock())
+        session.execute_script(self.locker.end_commit())
         session.in_transaction = False
         session.holds_commit_lock = False
         self.adapter.after_pack_reads(session)

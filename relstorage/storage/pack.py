@@ -29,6 +29,7 @@ from contextlib import closing
 from ZODB.POSException import StorageError
 
 from .._util import chunks
+from ..exceptions import ClusterConflict
 from ..exceptions import CorruptRecord
 from ..exceptions import InvalidPackTime
 from ..exceptions import PackAlreadyRunning  # re-exported too
@@ -53,6 +54,10 @@ STEP = 500
 BATCH_SHARE = 0.8
 #: References written to the database at a time by the pre-pack.
 REFS_WRITTEN = 20000
+#: Times a batch is done again when a cluster refuses its commit (a
+#: commit on another node came first), and the pause before each.
+BATCH_ATTEMPTS = 50
+BATCH_RETRY_PAUSE = 0.05
 
 
 #: The range of pack times: the times a tid can name (1900-01-01 to
@@ -146,6 +151,8 @@ class Pack:
         # checkpoint) costs per step of work in it, measured on the last
         # batch; until then, assume as much as the work itself.
         self.finish_per_step = None
+        #: Batches a cluster refused (and that were done again).
+        self.batch_conflicts = 0
         self.metrics = metrics
         self.result = PackResult(
             objects_removed=0, revisions_removed=0, bytes_removed=0,
@@ -494,7 +501,30 @@ class Pack:
     def batch(self, session, checked_tid):
         """One short transaction under the commit lock, taking its work
         from pack_gc and then the old revisions; the last one also marks
-        transactions packed."""
+        transactions packed. Done again, from where it began, when a
+        cluster refuses it (ClusterConflict: a commit on another node
+        came first; nothing of the batch happened)."""
+        attempt = 0
+        while True:
+            saved = (self.garbage_after, self.old_after, self.left,
+                     dict(self.result))
+            try:
+                return self._batch(session, checked_tid)
+            except ClusterConflict:
+                session.abort_batch()
+                attempt += 1
+                if attempt >= BATCH_ATTEMPTS:
+                    raise
+                (self.garbage_after, self.old_after, self.left,
+                 result) = saved
+                self.result.update(result)
+                self.batch_conflicts += 1
+                self.result['batch_conflicts'] = self.batch_conflicts
+                log.debug('pack batch refused by the cluster; again '
+                          '(attempt %d)', attempt + 1)
+                time.sleep(BATCH_RETRY_PAUSE)
+
+    def _batch(self, session, checked_tid):
         last = self.take_commit_lock(session)
         started = time.monotonic()
         if self.garbage_after is not None and last and last > checked_tid:

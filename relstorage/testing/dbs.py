@@ -254,6 +254,19 @@ def empty_database(database, keep_history, which, server=None):
         conn.close()
 
 
+def require_galera():
+    """The shared private Galera cluster (galera_cluster), all three
+    nodes running; skip when its programs are missing, or under CI fail."""
+    from .servers import NotInstalled
+    from .galera_cluster import galera_cluster
+    try:
+        return galera_cluster()
+    except NotInstalled as e:
+        if in_ci():
+            raise AssertionError('CI=true and no Galera cluster: %s' % e)
+        raise unittest.SkipTest('no Galera cluster: %s' % e)
+
+
 class DatabaseFactory:
     """Builds adapters and storages for one database and history mode."""
 

@@ -118,6 +118,22 @@ def sweep_leftovers():
             shutil.rmtree(path, ignore_errors=True)
 
 
+def run_until_interrupted(message):
+    """Print *message*, then wait for ^C or SIGTERM (a script that
+    started servers for someone to try by hand)."""
+    print(message)
+    sys.stdout.flush()
+
+    def stop(signum, frame):
+        raise KeyboardInterrupt
+    signal.signal(signal.SIGTERM, stop)
+    try:
+        while True:
+            time.sleep(3600)
+    except KeyboardInterrupt:
+        pass
+
+
 def remember(server):
     """Have *server* removed at exit (and, the first time, register the
     exit handler and sweep what dead test processes left)."""

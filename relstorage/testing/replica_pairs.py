@@ -20,13 +20,13 @@ them with, and removes them when interrupted.
 """
 import math
 import os
-import signal
 import sys
 import time
 
 from .mysql_server import MySQLServer
 from .postgresql_server import PostgreSQLServer
 from .processes import lock
+from .processes import run_until_interrupted
 from .servers import DATABASES
 from .servers import NotInstalled
 from .servers import ServerError
@@ -347,17 +347,8 @@ def main():
                                  section))
     if not pairs:
         return 1
-    print('\nRunning; ^C (or SIGTERM) stops and removes them.')
-    sys.stdout.flush()
-
-    def stop(signum, frame):
-        raise KeyboardInterrupt
-    signal.signal(signal.SIGTERM, stop)
-    try:
-        while True:
-            time.sleep(3600)
-    except KeyboardInterrupt:
-        pass
+    run_until_interrupted('\nRunning; ^C (or SIGTERM) stops and removes '
+                          'them.')
     for pair in pairs:
         pair.remove()
     return 0

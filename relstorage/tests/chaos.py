@@ -97,9 +97,9 @@ def worker(role, kind, keep_history, data_dir, host, port, log_path, seed,
            stop_path):
     """A writer or reader, working until the file *stop_path* exists (or,
     its controller gone, for an hour); logs one line per event to
-    *log_path*: ``O`` its database opened the first time, ``C key``
-    committed, ``U key`` outcome unknown, ``R`` a retry, ``B n`` a reader
-    saw total n, ``S seconds`` the longest stall."""
+    *log_path*: ``O`` its database opened the first time, ``C key time``
+    committed, ``U key`` outcome unknown, ``R error`` a retry, ``B n`` a
+    reader saw total n, ``S seconds`` the longest stall."""
     import transaction
     import ZODB
     from transaction.interfaces import TransientError
@@ -169,13 +169,14 @@ def worker(role, kind, keep_history, data_dir, host, port, log_path, seed,
                     # Any other error: the storage says it did not commit.
                     note('F ' + key)
                     raise
-                note('C ' + key)
+                note('C %s %.3f' % (key, time.time()))
             now = time.monotonic()
             longest = max(longest, now - last_success)
             last_success = now
-        except (TransientError, DatabaseUnavailable, CommitOutcomeUnknown):
+        except (TransientError, DatabaseUnavailable, CommitOutcomeUnknown) \
+                as e:
             tm.abort()
-            note('R')
+            note('R ' + type(e).__name__)
             time.sleep(rng.random() * 0.05)
         except Exception as e:  # noqa: BLE001 -- a lost server, say
             tm.abort()
@@ -369,6 +370,7 @@ class Chaos:
     def check(self):
         import ZODB
         committed, unknown, retries, bad, stalls, errors = [], [], 0, [], [], {}
+        by_error = {}
         tried, failed = set(), set()
         for name in self.procs:
             path = os.path.join(self.dir, name + '.log')
@@ -378,7 +380,7 @@ class Chaos:
                 for line in f:
                     kind, _, rest = line.rstrip('\n').partition(' ')
                     if kind == 'C':
-                        committed.append(rest)
+                        committed.append(rest.split()[0])
                     elif kind == 'U':
                         unknown.append(rest)
                     elif kind == 'T':
@@ -387,6 +389,8 @@ class Chaos:
                         failed.add(rest)
                     elif kind == 'R':
                         retries += 1
+                        if rest:
+                            by_error[rest] = by_error.get(rest, 0) + 1
                     elif kind == 'B':
                         bad.append(int(rest))
                     elif kind == 'S':
@@ -449,7 +453,8 @@ class Chaos:
             'unknown that committed': len(set(unknown) & set(transfers)),
             'cut short by a kill': len(cut_short),
             'cut short that committed': len(cut_short & set(transfers)),
-            'retries': retries, 'faults': self.faults,
+            'retries': retries, 'retries by error': by_error,
+            'faults': self.faults,
             'longest stall s': round(max(stalls or [0]), 2),
             'errors seen by workers': errors,
             'worker tracebacks': tracebacks[:3], 'problems': problems}

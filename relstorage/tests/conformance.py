@@ -27,6 +27,7 @@ from relstorage.testing.dbs import ALL_DATABASES
 from relstorage.testing.dbs import DatabaseFactory
 from relstorage.testing.dbs import require
 from relstorage.testing.dbs import POOLER_OPTIONS
+from relstorage.testing.dbs import require_galera
 from relstorage.testing.dbs import require_pair
 from relstorage.testing.dbs import require_pooler
 from relstorage.testing.private_servers import private_server
@@ -99,6 +100,10 @@ class RelStorageTestBase(StorageTestBase):
     #: The pool_mode of a private pgbouncer every connection goes
     #: through (in front of the private PostgreSQL server), or None.
     pooler = None
+    #: On a private Galera cluster (galera_cluster): 'one node' writes
+    #: and loads on node 1; 'two nodes' writes on node 1 and loads from
+    #: node 2 (ro-replica-conf). None: not on a cluster.
+    cluster = None
     keep_history = True
     use_extension_bytes = True
 
@@ -111,7 +116,17 @@ class RelStorageTestBase(StorageTestBase):
         'test_race_load_vs_external_invalidate',
     ])
 
+    #: ZODB's invalidation race tests: on a cluster, run in the two-node
+    #: layout only.
+    RACES = MANY_CLIENTS | {'test_race_loadopen_vs_local_invalidate'}
+
     def setUp(self):
+        if self.cluster == 'one node' and \
+                self._testMethodName in self.RACES:
+            raise unittest.SkipTest(
+                'run on the cluster in the two-node layout, whose loads '
+                'come from another node than its stores (a minute or two '
+                'each on a cluster)')
         private = (self.database in ('postgresql', 'mysql')
                    and self._testMethodName in self.MANY_CLIENTS)
         options = {}
@@ -121,12 +136,18 @@ class RelStorageTestBase(StorageTestBase):
             options['ro_replica_conf'] = pair.server_file(pair.replica)
         elif self.pooler:
             server = require_pooler(self.pooler)
+        elif self.cluster:
+            nodes = require_galera().nodes
+            server = nodes[0]
+            if self.cluster == 'two nodes':
+                options['ro_replica_conf'] = nodes[0].cluster.server_file(
+                    nodes[1])
         elif not private:
             # Before the base's setUp, which enters a temporary directory
             # that only its tearDown leaves (not run after a skip here).
             require(self.database)
         super().setUp()
-        if not (self.replicas or self.pooler):
+        if not (self.replicas or self.pooler or self.cluster):
             server = private_server(self.database) if private else None
         self.factory = DatabaseFactory(self.database, self.keep_history,
                                        server=server, driver=self.driver,
@@ -233,27 +254,35 @@ VARIANTS = [(db, None) for db in ALL_DATABASES] + [('postgresql', 'psycopg')]
 REPLICA_DATABASES = ('postgresql', 'mysql')
 #: The pgbouncer pool modes the PostgreSQL suites also run through.
 POOL_MODES = ('transaction', 'session')
+#: The ways the suites run on a Galera cluster (see RelStorageTestBase).
+CLUSTER_LAYOUTS = ('one node', 'two nodes')
 
 
-def make_classes(database, driver=None, replicas=False, pooler=None):
+def make_classes(database, driver=None, replicas=False, pooler=None,
+                 cluster=None):
     """``{class_name: TestCase}`` for *database* in both history modes
     (through *driver*, when not the adapter's default; with *replicas*,
     loading from a replica of the primary it writes to; with *pooler*,
-    through a pgbouncer in that pool mode)."""
+    through a pgbouncer in that pool mode; with *cluster*, on a Galera
+    cluster laid out so, see CLUSTER_LAYOUTS)."""
     classes = {}
+    layout = cluster.title().replace(' ', '') if cluster else ''
     title = {'sqlite': 'SQLite', 'postgresql': 'PostgreSQL',
              'mysql': 'MySQL', 'oracle': 'Oracle'}[database] + (
                  driver or '').title() + ('RoReplica' if replicas else '') + (
-                     'Pgbouncer' + pooler.title() if pooler else '')
+                     'Pgbouncer' + pooler.title() if pooler else '') + (
+                     'Galera' + layout if cluster else '')
     label = (database + ('-' + driver if driver else '')
              + ('-ro-replica' if replicas else '')
-             + ('-pgbouncer-' + pooler if pooler else ''))
+             + ('-pgbouncer-' + pooler if pooler else '')
+             + ('-galera-' + cluster.replace(' ', '-') if cluster else ''))
     for keep_history, mixins, skips in (
             (True, HISTORY_PRESERVING_MIXINS, {}),
             (False, HISTORY_FREE_MIXINS, SKIP_HISTORY_FREE)):
         mode = 'HP' if keep_history else 'HF'
         attrs = {'database': database, 'keep_history': keep_history,
                  'driver': driver, 'replicas': replicas, 'pooler': pooler,
+                 'cluster': cluster,
                  'conformance_key': '%s-%s' % (label, mode)}
         name = '%s%sConformance' % (title, mode)
         cls = type(name, (RelStorageTestBase,) + mixins, attrs)

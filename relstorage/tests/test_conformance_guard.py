@@ -11,6 +11,7 @@ from relstorage.testing.dbs import ORACLE_NOT_CONFIGURED
 from .blob_conformance import count_blob_cases
 from .conformance import count_tests
 from .conformance import POOL_MODES
+from .conformance import CLUSTER_LAYOUTS
 from .conformance import REPLICA_DATABASES
 from .conformance import VARIANTS
 from .conformance import make_classes
@@ -33,6 +34,9 @@ def current_counts():
     for pool_mode in POOL_MODES:
         counts.update(count_blob_cases('postgresql', pool_mode))
         for cls in make_classes('postgresql', pooler=pool_mode).values():
+            counts[cls.conformance_key] += count_tests(cls)
+    for layout in CLUSTER_LAYOUTS:
+        for cls in make_classes('mysql', cluster=layout).values():
             counts[cls.conformance_key] += count_tests(cls)
     return dict(counts)
 

@@ -27,6 +27,7 @@ from .drivers import CONNECT_ERRORS
 from .drivers import DISCONNECT_ERRORS
 from .drivers import error_code
 from .drivers import select_driver
+from . import galera
 from .drivers import TLS_KEYS
 from .drivers import requires_tls
 from ..credentials import command_argv
@@ -59,10 +60,12 @@ CREATE TEMPORARY TABLE IF NOT EXISTS temp_store (
 
 
 class ServerInfo:
-    """Flavour and version of the server, read from ``VERSION()``."""
+    """Flavour and version of the server, read from ``VERSION()``, and
+    whether it is a node of a Galera cluster."""
 
-    def __init__(self, version_string):
+    def __init__(self, version_string, galera=False):
         self.version_string = version_string
+        self.galera = galera
         self.mariadb = 'mariadb' in version_string.lower()
         numbers = re.match(r'(\d+)\.(\d+)\.(\d+)', version_string)
         self.version = (tuple(int(n) for n in numbers.groups())
@@ -70,12 +73,31 @@ class ServerInfo:
 
     @property
     def flavour(self):
-        return 'MariaDB' if self.mariadb else 'MySQL'
+        name = 'MariaDB' if self.mariadb else 'MySQL'
+        return name + ' Galera' if self.galera else name
 
     @property
     def has_for_share(self):
         # MySQL 8.0.1 added FOR SHARE; MariaDB spells it LOCK IN SHARE MODE.
         return not self.mariadb and self.version >= (8, 0, 1)
+
+
+#: What a server has written (mark_position), by how it counts.
+POSITION = {
+    'mariadb': 'SELECT @@gtid_binlog_pos',
+    # MySQL 5.7 and 8: the set of GTIDs executed (not checked here
+    # against a MySQL server: none is at hand).
+    'mysql': 'SELECT @@GLOBAL.gtid_executed',
+    'galera': galera.LAST_COMMITTED,
+}
+#: 1 when a replica has applied a position, asked without waiting.
+REPLAYED = {
+    # 0 at once where the replica has applied the GTIDs, else -1.
+    'mariadb': 'SELECT MASTER_GTID_WAIT(%s, 0) = 0',
+    # The position is a subset of what was executed; WAIT_FOR_EXECUTED_
+    # GTID_SET would wait (its timeout 0 means for ever on 8.0).
+    'mysql': 'SELECT GTID_SUBSET(%s, @@GLOBAL.gtid_executed)',
+}
 
 
 class MySQLTypes(Types):
@@ -85,10 +107,26 @@ class MySQLTypes(Types):
 
 class MySQLSession(Session):
 
+    def translate_error(self, e):
+        if self.adapter.galera:
+            refused = galera.conflict(self, e)
+            if refused is not None:
+                self.in_transaction = False
+                self.pending = ''
+                raise refused from e
+        super().translate_error(e)
+
     # The connection allows several statements per message, and each
     # result set is read in turn: the deferred verbs' results (none, only
     # their status) are passed over to reach the statement's.
     defers_verbs = True
+    #: Whether every statement goes in a message of its own. A Galera
+    #: node may abort a transaction (to apply another node's) while it
+    #: runs a message of several statements: the abort's error was then
+    #: lost, the statements after it ran outside any transaction and the
+    #: COMMIT reported success for a transaction that never committed.
+    #: So on a cluster, store sessions send nothing but single statements.
+    one_by_one = False
 
     def execute(self, stmt, params=()):
         with self.lock:
@@ -121,6 +159,8 @@ class MySQLSession(Session):
     def first_values(self, script, params=()):
         """Run a message of several SELECTs; the first column of each
         one's first row."""
+        if self.one_by_one:
+            return self._values_one_by_one(script, params)
         with self.lock:
             cursor = self.execute(script, params)
             values = []
@@ -131,9 +171,21 @@ class MySQLSession(Session):
                 values.append(row[0] if row is not None else None)
             return values
 
+    def _values_one_by_one(self, script, params):
+        values = []
+        params = list(params)
+        with self.lock:
+            for stmt in script.split('; '):
+                count = stmt.count('%s')
+                values.append(self.scalar(stmt, params[:count]))
+                del params[:count]
+        return values
+
     def execute_script(self, statements):
         # The connection allows several statements per message; every
         # result set must be consumed before the next command.
+        if self.one_by_one:
+            return Session.execute_script(self, statements)
         with self.lock:
             sql = '; '.join(stmt for stmt, _ in statements)
             params = [p for _, ps in statements for p in ps]
@@ -359,6 +411,15 @@ class MySQLOIDAllocator(OIDAllocator):
     #: Whether one multi-row INSERT gets consecutive AUTO_INCREMENT
     #: values (not with innodb_autoinc_lock_mode 2); None: not asked yet.
     consecutive = None
+    #: Deletes the rows below the one just inserted. On a cluster only
+    #: that row: two nodes deleting the same rows would conflict.
+    delete_sql = 'DELETE FROM new_oid WHERE zoid < %s'
+    cluster_delete_sql = 'DELETE FROM new_oid WHERE zoid = %s'
+
+    def __init__(self, adapter):
+        super().__init__(adapter)
+        if adapter.galera:
+            self.delete_sql = self.cluster_delete_sql
 
     def new_blocks(self, session, blocks):
         with session.lock:
@@ -371,7 +432,7 @@ class MySQLOIDAllocator(OIDAllocator):
             # LAST_INSERT_ID() being the first.
             session.execute(NEW_OID_ROWS.text(blocks))
             n = session.scalar('SELECT LAST_INSERT_ID()')
-            session.execute('DELETE FROM new_oid WHERE zoid < %s', (n,))
+            session.execute(self.delete_sql, (n,))
         return [((n - 1) * OID_BLOCK + 1, blocks * OID_BLOCK)]
 
     def raise_to(self, max_oid):
@@ -431,15 +492,22 @@ class MySQLAdapter(Adapter):
         try:
             cursor = probe.cursor()
             cursor.execute('SELECT VERSION()')
-            self.server = ServerInfo(cursor.fetchone()[0])
+            version = cursor.fetchone()[0]
+            self.server = ServerInfo(version, galera.is_galera(cursor))
         except self.driver.module.Error as e:
             # Accepted, then lost (a server restarting, say).
             raise self._unavailable(e) from None
         finally:
             probe.close()
+        self.galera = self.server.galera
+        if self.galera:
+            self.locker_class = galera.GaleraLocker
+            self.load_begin_sql = galera.LOAD_BEGIN
         super().__init__(options)
 
     supports_replicas = True
+    #: Whether the server is a node of a Galera cluster (see galera).
+    galera = False
 
     def _probe(self):
         servers = [None]
@@ -464,15 +532,27 @@ class MySQLAdapter(Adapter):
         return params
 
     def is_read_only_server(self, session):
-        return bool(int(session.scalar('SELECT @@read_only')))
+        if bool(int(session.scalar('SELECT @@read_only'))):
+            return True
+        # A cluster node outside the primary component takes no queries.
+        return self.galera and session.scalar(galera.NODE_READY) != 'ON'
 
     def write_position(self, session):
-        return session.scalar('SELECT @@gtid_binlog_pos')
+        return session.scalar(POSITION[self._positions()])
 
     def replayed(self, session, position):
-        # 0 at once where the replica has applied the GTIDs, else -1.
-        return session.scalar('SELECT MASTER_GTID_WAIT(%s, 0)',
-                              (position,)) == 0
+        kind = self._positions()
+        if kind == 'galera':
+            return int(session.scalar(POSITION[kind])) >= int(position)
+        return session.scalar(REPLAYED[kind], (position,)) == 1
+
+    def _positions(self):
+        """How the server counts what it applied: a cluster's seqno,
+        MariaDB's GTID position or MySQL's executed GTID set."""
+        if self.galera:
+            return 'galera'
+        return 'mysql' if self.server and not self.server.mariadb \
+            else 'mariadb'
 
     def describe(self, server=None):
         server = server or self.current_server()
@@ -535,6 +615,9 @@ class MySQLAdapter(Adapter):
             raise self._unavailable(e, server) from None
         session = MySQLSession(self, conn)
         session.server = server
+        if self.galera and for_store:
+            session.one_by_one = True
+            session.defers_verbs = False
         session.execute(ISOLATION[bool(for_store)])
         # An IN list of fewer than 200 oids was planned by diving into the
         # index once per value: with many revisions per object (history
@@ -551,6 +634,11 @@ class MySQLAdapter(Adapter):
         if for_store:
             settings += ', SESSION innodb_lock_wait_timeout = %s'
             params += (lock_wait,)
+            if self.galera:
+                # Locking reads, and the question whether a commit whose
+                # connection was lost happened, see every commit the
+                # cluster made before them.
+                settings += ', SESSION wsrep_sync_wait = 1'
             network_timeout = self.options.network_timeout
             if network_timeout:
                 # The server cannot be asked for keepalives: it ends a
@@ -582,5 +670,7 @@ class MySQLAdapter(Adapter):
 
     def is_disconnect(self, session, error):
         module = self.driver.module
+        code = error_code(error)
         return (isinstance(error, module.InterfaceError)
-                or error_code(error) in DISCONNECT_ERRORS)
+                or code in DISCONNECT_ERRORS
+                or (self.galera and code in galera.NOT_READY_ERRORS))
