@@ -464,7 +464,8 @@ class PostgreSQLAdapter(Adapter):
     upgrade_class = PostgreSQLUpgrade
     database_name = 'PostgreSQL'
 
-    uri_keys = ('driver',) + TLS_KEYWORDS + tuple(RELSTORAGE4_KEYWORDS)
+    uri_keys = (('driver', 'pooler') + TLS_KEYWORDS
+                + tuple(RELSTORAGE4_KEYWORDS))
 
     @classmethod
     def section_from_uri(cls, uri):
@@ -476,11 +477,10 @@ class PostgreSQLAdapter(Adapter):
             ('port', uri.port), ('user', uri.user),
             ('password', uri.password)) if value}
         for key, value in uri.keys.items():
-            if key != 'driver':
+            if key not in ('driver', 'pooler'):  # the section's own keys
                 keywords[RELSTORAGE4_KEYWORDS.get(key, key)] = value
         return {'dsn': make_dsn(keywords)}
     supports_commit_announcements = True
-    uri_keys = ('driver', 'pooler')
     load_begin_sql = 'BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY'
     store_begin_sql = 'BEGIN ISOLATION LEVEL READ COMMITTED'
     #: What the session's own BEGIN is (None: BEGIN, the session keeping
