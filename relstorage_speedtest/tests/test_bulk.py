@@ -41,3 +41,17 @@ def test_the_variations(tmp_path):
     assert list(figures['phases']) == PHASES[:4] + [
         'reindex', 'migrate'] + PHASES[4:]
     assert figures['count'] == 30
+
+
+def test_beside_relstorage_4(tmp_path):
+    from .test_pack import _other_venv
+    venv = _other_venv()
+    data = _run(tmp_path, '--databases', 'sqlite', '--modes', 'hp',
+                '--other-databases', 'sqlite', '--other-venv', venv)
+    assert data['other']['version'] == '4.3.0'
+    (row,) = data['rounds']
+    assert set(row) == {'ours sqlite hp', 'RS 4.3 sqlite hp'}
+    assert row['ours sqlite hp']['digest'] == row['RS 4.3 sqlite hp'][
+        'digest']
+    (line, _) = data['summary']
+    assert line['label'] == 'ours sqlite hp' and line['rs4_vs_this'][0] > 0
