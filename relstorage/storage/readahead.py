@@ -177,8 +177,8 @@ class ReadAhead:
                 self._run_batch = self.FIRST_BATCH
                 return None
         lo, hi = max(lo, 0), min(hi, MAX_ID)
-        self._run = (min(lo, self._run[0]) if self._run else lo,
-                     max(hi, self._run[1]) if self._run else hi)
+        run = self._run or (lo, hi)
+        self._run = (min(lo, run[0]), max(hi, run[1]))
         self._run_batch = min(want * 2, self.MAX_BATCH)
         holds = self._holds
         batch = [oid] + [other for other in range(lo, hi + 1)
