@@ -200,7 +200,10 @@ OPTIONS = (
                doc='Module implementing the shared cache client.'),
     OptionSpec('cache-prefix', None, 'str', nullable=True,
                doc='Prefix of shared cache keys.'),
-    OptionSpec('cache-local-mb', 10, 'number', minimum=0,
+    # 100 MB, not RelStorage's 10 (from 2008): a Zope-style script's
+    # 100,000 small objects take about 25 MB here, and a process whose
+    # working set does not fit reads it from the database again.
+    OptionSpec('cache-local-mb', 100, 'number', minimum=0,
                doc='Megabytes of the process-wide pickle cache; 0 '
                    'disables it.'),
     OptionSpec('cache-local-object-max', 16384, 'bytes', minimum=0,

@@ -22,11 +22,26 @@ reads the next bucket too. An object read ahead in a walk starts where
 that walk was (its children are read ahead from the first miss on, as
 many at once as the walk had reached), instead of starting over at one
 child at a time: a bucket of 30 values then costs one query, not four.
+
+The object that refers to a missed one may never pass through here: a
+bucket that lives in the ZODB connection's own cache (made or read there
+earlier, as in a script that inserts, changes and then reads back) is
+not loaded again, while its values, ghosts evicted from the shared cache,
+are. Such misses are read ahead by oid instead: objects created together
+get oids close together, so a second miss without a referrer that
+follows the one before it closely in oid order reads the oids after it in
+one query, a few at first and twice as many each time the run goes on
+past either end of what it read (ZODB gives a commit's new objects their
+oids bucket by bucket, the last bucket first: a walk in key order goes
+down in oid order from one bucket to the next and up within each). An oid read so that no longer exists, or whose object is not
+wanted, costs a row in that query, never a wrong state.
 """
 import collections
 import re
 
 from ZODB.utils import p64
+
+from .load import MAX_ID
 
 #: Persistent references in ZODB's pickles (protocol 3) start with the
 #: referenced oid as an 8-byte ``bytes``. Only oids a database can hold
@@ -61,6 +76,8 @@ class ReadAhead:
     #: States longer than this are not searched, which bounds what a miss
     #: costs to a substring search in at most RECENT times this.
     MAX_SEARCHED = 1 << 16
+    #: Misses without a referrer this close in oid order make a run.
+    RUN_GAP = 4
 
     def __init__(self, holds):
         #: holds(oid) -> whether the shared cache has an entry for oid.
@@ -76,6 +93,15 @@ class ReadAhead:
         self._first_misses = {}
         #: Objects read ahead by a walk: oid -> the walk's batch size.
         self._walked = {}
+        self._forget_run()
+
+    def _forget_run(self):
+        #: The last miss without a referrer, the lowest and highest oid
+        #: its run has asked for (None: no run), and the run's next batch
+        #: size.
+        self._last_alone = None
+        self._run = None
+        self._run_batch = self.FIRST_BATCH
 
     def forget_walks(self):
         """Start over at a new transaction (what the last one read ahead
@@ -85,6 +111,7 @@ class ReadAhead:
         self._where.clear()
         self._first_misses.clear()
         self._walked.clear()
+        self._forget_run()
 
     def along_with(self, oid):
         """The oids to read together with *oid*, which is not cached: a
@@ -93,6 +120,8 @@ class ReadAhead:
         if found is None:
             found = self._find_referrer(oid)
             if found is None:
+                return self._along_in_run(oid)
+            if found is False:
                 return None
         referrer, pos = found
         referrer.misses += 1
@@ -125,7 +154,41 @@ class ReadAhead:
             walked[other] = want
         return batch
 
+    def _along_in_run(self, oid):
+        """*oid* missed and no recent state refers to it: the oids beside
+        it when it goes on a run of such misses (see the module's
+        documentation), else None."""
+        last, self._last_alone = self._last_alone, oid
+        want = self._run_batch
+        if self._run is None:
+            if last is None or not 0 < oid - last <= self.RUN_GAP:
+                return None
+            lo, hi = oid, oid + want - 1
+        else:
+            lo, hi = self._run
+            if lo <= oid <= hi:
+                return None  # asked for already: gone, or evicted since
+            if hi < oid <= hi + self.RUN_GAP:
+                lo, hi = hi + 1, hi + want
+            elif lo - want <= oid < lo:
+                lo, hi = lo - want, lo - 1
+            else:
+                self._run = None
+                self._run_batch = self.FIRST_BATCH
+                return None
+        lo, hi = max(lo, 0), min(hi, MAX_ID)
+        run = self._run or (lo, hi)
+        self._run = (min(lo, run[0]), max(hi, run[1]))
+        self._run_batch = min(want * 2, self.MAX_BATCH)
+        holds = self._holds
+        batch = [oid] + [other for other in range(lo, hi + 1)
+                         if other != oid and not holds(other)]
+        return batch if len(batch) > 1 else None
+
     def _find_referrer(self, oid):
+        """``(referrer, position)`` of *oid* among the references of a
+        recent state; False for the first miss among a state's references
+        (nothing parsed yet); None when no recent state refers to it."""
         key = p64(oid)
         for parent, state in reversed(self._recent):
             if (parent == oid or len(state) > self.MAX_SEARCHED
@@ -149,7 +212,7 @@ class ReadAhead:
                 self._first_misses[parent] = misses
                 if len(self._first_misses) > 4 * self.REFERRERS:
                     del self._first_misses[next(iter(self._first_misses))]
-                return None
+                return False
             self._first_misses.pop(parent, None)
             return self._parse(parent, state, oid)
         return None

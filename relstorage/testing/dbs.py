@@ -234,6 +234,9 @@ def empty_database(database, keep_history, which, server=None):
         with conn.cursor() as cur:
             cur.execute('DROP SCHEMA public CASCADE')
             cur.execute('CREATE SCHEMA public')
+            # As a new database has it: other users of the server (a
+            # read-only one, say) may look inside.
+            cur.execute('GRANT USAGE ON SCHEMA public TO PUBLIC')
         conn.close()
     elif database == 'mysql':
         import MySQLdb

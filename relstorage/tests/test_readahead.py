@@ -278,3 +278,59 @@ def test_walk_goes_on_through_btree_buckets(factory):
         transaction.abort()
     finally:
         db.close()
+
+
+def test_children_of_a_tree_live_in_the_connection_are_read_by_oid(factory):
+    """A script that made a tree reads it back: the buckets are live in
+    its connection (never loaded again), the values ghosts the shared
+    cache no longer holds. Read ahead by oid, a few queries, not one per
+    value."""
+    from BTrees.OOBTree import OOBTree
+    db = ZODB.DB(factory.storage())
+    try:
+        conn = db.open()
+        tree = conn.root()['tree'] = OOBTree()
+        for i in range(3000):
+            tree[i] = MinPO(i)
+        transaction.commit()
+        for value in tree.values():
+            value._p_deactivate()
+        db.storage._cache.clear()
+        conn._storage._cache.clear()
+        transaction.abort()          # a new transaction: polls
+        reads = _count_reads(conn)
+        assert [v.value for v in tree.values()] == list(range(3000))
+        assert len(reads) < 40, len(reads)
+        transaction.abort()
+        conn.close()
+    finally:
+        db.close()
+
+
+def test_misses_without_a_referrer_read_ahead_only_in_a_run():
+    held = set()
+    ra = ReadAhead(held.__contains__)
+    ra.note((1, b'no references here'))
+    first = ReadAhead.FIRST_BATCH
+    # Far apart: alone.
+    assert ra.along_with(1000) is None
+    assert ra.along_with(2000) is None
+    # Close after the one before: the run starts, FIRST_BATCH oids.
+    assert ra.along_with(2003) == list(range(2003, 2003 + first))
+    # One asked for already (gone, or evicted since): alone.
+    assert ra.along_with(2005) is None
+    # Just past them: twice as many after them; held ones left out.
+    end = 2003 + first - 1
+    held.update(range(end + 5, end + 10))
+    assert ra.along_with(end + 2) == [end + 2] + [
+        o for o in range(end + 1, end + 1 + 2 * first)
+        if o not in held and o != end + 2]
+    # Before them, within the next batch's reach: as many before them.
+    assert ra.along_with(1990) == [1990] + [
+        o for o in range(2003 - 4 * first, 2003) if o != 1990]
+    # Somewhere else: the run is over.
+    assert ra.along_with(10_000) is None
+    assert ra.along_with(10_002) == list(range(10_002, 10_002 + first))
+    # A new transaction starts over.
+    ra.forget_walks()
+    assert ra.along_with(10_100) is None

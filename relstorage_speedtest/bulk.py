@@ -1,0 +1,262 @@
+"""Bulk benchmark: a Zope-style script with default storage options --
+insert objects into a BTree in 20 commits, modify half of them twice,
+delete half, read all back in the same process, then read all in a fresh
+process -- on FileStorage, this storage and RelStorage 4.3 (in a virtualenv
+of its own), the contenders taking turns round after round.
+
+    python -m relstorage_speedtest.bulk [--objects 100000] [--rounds 2]
+        [--databases filestorage,sqlite,postgresql,mysql] [--modes hf,hp]
+        [--other-venv [DIR]] [--reindex] [--migrate] [--nested]
+        [--state-bytes 0] [--json FILE]
+
+Every storage runs with its default options; ZODB's connection cache holds
+``--connection-cache`` objects (5,000, as Zope's ``zodb_db``). Variations a
+site runs: ``--reindex`` touches every remaining object once more,
+``--migrate`` reads everything and writes it to a new tree, ``--nested``
+keeps the objects in BTrees of BTrees, ``--state-bytes`` makes each state
+larger. Each side runs the same script (relstorage_speedtest/bulkside.py)
+with its own Python. This side uses the ``main`` test databases, RelStorage
+4.3 the ``misc`` one (each emptied first; SQLite and FileStorage in a
+temporary directory); with RelStorage 4.3 on MariaDB its processes take the
+server for MySQL 5.7 (see othervenv). The order of the contenders is
+reversed every other round (A B, B A). Reported: the median of the rounds
+with their range, per phase and in total, and the ratios, round by round, of
+each time to FileStorage's and of RelStorage 4.3's to ours. Every contender
+must read back the same objects. Not a test: nothing here asserts on time.
+"""
+import argparse
+import json
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+
+from relstorage.helptext import help_text
+from relstorage.testing.dbs import empty_database
+
+from . import othervenv
+from .convert import _adapter_section
+from .pack import PackBenchError
+from .pack import our_side
+from .pack import other_side
+
+SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                      'bulkside.py')
+MODE_NAMES = {'hf': False, 'hp': True}
+
+
+class Run:
+    """One contender: a side (whose Python runs the script), a database
+    and a history mode (None for FileStorage)."""
+
+    def __init__(self, side, database, mode):
+        self.side = side
+        self.database = database
+        self.mode = mode
+
+    @property
+    def label(self):
+        who = 'RS 4.3' if self.side.name == 'other' else 'ours'
+        if self.database == 'filestorage':
+            return 'FileStorage'
+        return '%s %s %s' % (who, self.database, self.mode)
+
+    def section(self, workdir):
+        """The storage section, for an empty database."""
+        if self.database == 'filestorage':
+            path = tempfile.mkdtemp(prefix='fs-', dir=workdir)
+            return '<filestorage>\n path %s\n</filestorage>' % (
+                os.path.join(path, 'Data.fs'))
+        keep_history = MODE_NAMES[self.mode]
+        if self.database == 'sqlite':
+            adapter = '<sqlite3>\n data-dir %s\n</sqlite3>' % (
+                tempfile.mkdtemp(prefix='sqlite-', dir=workdir))
+        else:
+            empty_database(self.database, keep_history, self.side.which)
+            adapter = _adapter_section(self.database, keep_history,
+                                       self.side.which)
+        return '<relstorage>\n keep-history %s\n%s\n</relstorage>' % (
+            'true' if keep_history else 'false', adapter)
+
+    def once(self, args, workdir, script):
+        """The work process, then a fresh reader: {'phases': {name:
+        seconds}, 'total', 'count', 'digest', 'peak_mb'}."""
+        spec = {'section': self.section(workdir), 'objects': args.objects,
+                'commits': args.commits, 'reindex': args.reindex,
+                'migrate': args.migrate, 'nested': args.nested,
+                'state_bytes': args.state_bytes,
+                'connection_cache': args.connection_cache}
+        work = self.side.run(script, 'work', spec, workdir)
+        fresh = self.side.run(script, 'read', spec, workdir)
+        if (work['count'], work['digest']) != (fresh['count'],
+                                               fresh['digest']):
+            raise PackBenchError('%s: the fresh process read other data '
+                                 'than the working one' % self.label)
+        phases = dict(work['phases'] + fresh['phases'])
+        return {'phases': phases, 'total': sum(phases.values()),
+                'count': work['count'], 'digest': work['digest'],
+                'peak_mb': max(work['peak_mb'], fresh['peak_mb'])}
+
+
+def contenders(args, other_venv):
+    ours = our_side()
+    databases = args.databases.split(',')
+    modes = args.modes.split(',')
+    unknown = set(modes) - set(MODE_NAMES)
+    if unknown:
+        raise SystemExit('unknown modes: %s' % ', '.join(sorted(unknown)))
+    runs = []
+    for database in databases:
+        if database == 'filestorage':
+            runs.append(Run(ours, database, None))
+            continue
+        for mode in modes:
+            runs.append(Run(ours, database, mode))
+            if other_venv and database in args.other_databases.split(','):
+                runs.append(Run(other_side(other_venv, database), database,
+                                mode))
+    return runs
+
+
+def ratios(rounds, label, base):
+    """Median and range of *label*'s total over *base*'s, round by
+    round."""
+    values = [r[label]['total'] / r[base]['total'] for r in rounds
+              if label in r and base in r]
+    if not values:
+        return None
+    return statistics.median(values), min(values), max(values)
+
+
+def spread(values):
+    return statistics.median(values), min(values), max(values)
+
+
+def summarise(rounds, runs):
+    """Per contender: each phase's and the total's median and range, and
+    its ratios to FileStorage and (ours) RelStorage 4.3's to it."""
+    table = []
+    for run in runs:
+        done = [r[run.label] for r in rounds if run.label in r]
+        if not done:
+            continue
+        line = {'label': run.label, 'total': spread(
+            [d['total'] for d in done]), 'phases': {
+            name: spread([d['phases'][name] for d in done])
+            for name in done[0]['phases']},
+            'peak_mb': spread([d['peak_mb'] for d in done]),
+            'vs_filestorage': ratios(rounds, run.label, 'FileStorage')}
+        if run.side.name == 'ours' and run.database != 'filestorage':
+            line['rs4_vs_this'] = ratios(
+                rounds, 'RS 4.3 %s %s' % (run.database, run.mode), run.label)
+        table.append(line)
+    return table
+
+
+def _fmt(triple, unit=''):
+    if not triple:
+        return '-'
+    return '%.2f%s [%.2f-%.2f]' % (triple[0], unit, triple[1], triple[2])
+
+
+def print_table(table, file=None):
+    file = file or sys.stdout
+    phases = list(table[0]['phases']) if table else []
+    print('%-26s %-20s %-20s %-20s %s' % (
+        'contender', 'total s med [range]', 'x FileStorage', 'RS4.3/this',
+        'phases, median s'), file=file)
+    for line in table:
+        print('%-26s %-20s %-20s %-20s %s' % (
+            line['label'], _fmt(line['total']),
+            _fmt(line['vs_filestorage'], 'x'),
+            _fmt(line.get('rs4_vs_this'), 'x'),
+            '  '.join('%s %.2f' % (name, line['phases'][name][0])
+                      for name in phases if name in line['phases'])),
+            file=file)
+
+
+def parse_args(argv):
+    parser = argparse.ArgumentParser(prog='relstorage_speedtest.bulk',
+                                     description=help_text(__doc__))
+    add = parser.add_argument
+    add('--objects', type=int, default=100000,
+        help='objects inserted (%(default)s)')
+    add('--commits', type=int, default=20,
+        help='transactions per phase (%(default)s)')
+    add('--rounds', type=int, default=2,
+        help='rounds, the order reversed in every other (%(default)s)')
+    add('--databases', default='filestorage,sqlite,postgresql,mysql',
+        help='comma separated (%(default)s)')
+    add('--modes', default='hf,hp',
+        help='history-free (hf), history-preserving (hp): %(default)s')
+    add('--other-venv', nargs='?', const='', metavar='DIR',
+        help='also run RelStorage 4.3 from this virtualenv (made when '
+             'missing; default %s)' % othervenv.DEFAULT_DIR)
+    add('--other-databases', default='postgresql,mysql',
+        help='where RelStorage 4.3 runs (%(default)s)')
+    add('--reindex', action='store_true',
+        help='touch every remaining object once more')
+    add('--migrate', action='store_true',
+        help='read everything and write it to a new tree')
+    add('--nested', action='store_true', help='BTrees of BTrees')
+    add('--state-bytes', type=int, default=0,
+        help='extra bytes in each state (%(default)s)')
+    add('--connection-cache', type=int, default=5000,
+        help="ZODB's connection cache, objects (%(default)s)")
+    add('--json', help='write every figure to this file')
+    return parser.parse_args(argv)
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    workdir = othervenv.neutral_dir()
+    # The copy's directory, not this checkout, comes first on the child's
+    # sys.path.
+    script = shutil.copy(SCRIPT, workdir)
+    other = None
+    rounds = []
+    try:
+        venv = None
+        if args.other_venv is not None:
+            venv = othervenv.ensure(args.other_venv or None)
+            other = othervenv.check(venv)
+            print('other: RelStorage %s from %s' % (
+                other['version'], other['path']), flush=True)
+        runs = contenders(args, venv)
+        for number in range(args.rounds):
+            order = runs if number % 2 == 0 else runs[::-1]
+            row = {}
+            for run in order:
+                row[run.label] = run.once(args, workdir, script)
+                print('round %d %-24s total %.2f s: %s' % (
+                    number + 1, run.label, row[run.label]['total'],
+                    ', '.join('%s %.2f' % item for item in
+                              row[run.label]['phases'].items())),
+                      flush=True)
+            rounds.append(row)
+    except (PackBenchError, othervenv.OtherVenvError) as e:
+        print(e, file=sys.stderr)
+        return 1
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    read_back = {(r['count'], r['digest']) for row in rounds
+                 for r in row.values()}
+    table = summarise(rounds, runs)
+    print('\n%d objects, %d rounds: medians of the rounds [min-max]; ratios '
+          'round by round' % (args.objects, args.rounds))
+    print_table(table)
+    if args.json:
+        with open(args.json, 'w') as f:
+            json.dump({'args': vars(args), 'other': other, 'rounds': rounds,
+                       'summary': table, 'cpus': os.cpu_count(),
+                       'python': sys.version.split()[0]}, f, indent=1)
+    if len(read_back) != 1:
+        print('contenders read back different data: %s' % sorted(read_back),
+              file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())
