@@ -82,7 +82,7 @@ def test_the_reference_covers_every_option_and_section():
         assert key.type and key.default and len(key.meaning) > 10, key
     by_name = {(k.section, k.name): k for k in keys}
     assert by_name[('relstorage', 'keep-history')].default == 'true'
-    assert by_name[('relstorage', 'cache-local-mb')].default == '10'
+    assert by_name[('relstorage', 'cache-local-mb')].default == '100'
     assert 'ignored' in by_name[('relstorage', 'cache-local-storage')].meaning
 
 
