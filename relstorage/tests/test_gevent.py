@@ -1,6 +1,7 @@
 """The storage under gevent (see relstorage.adapters.cooperative), each
 case in a child process that gevent patches before anything is imported.
 """
+import concurrent.futures
 import json
 import os
 import subprocess
@@ -34,61 +35,87 @@ pytest.importorskip('gevent')
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__))))
 PATCH = 'from gevent import monkey; monkey.patch_all(); '
+#: The history modes the storage suites run in under gevent.
+MODES = ('HP', 'HF')
 #: Seconds the proxy delays each message to the server.
 DELAY = 0.03
 
 
-#: The storage suites (both history modes) in a child under gevent's
-#: monkey-patching; it prints how many ran, how many were skipped, and the
-#: ones that failed.
-CONFORMANCE = """
-import json, os, sys, unittest
-from relstorage.tests.conformance import make_classes
-loader = unittest.TestLoader()
-suite = unittest.TestSuite(
-    loader.loadTestsFromTestCase(cls)
-    for cls in make_classes(sys.argv[1], sys.argv[2] or None).values())
-with open(os.devnull, 'w') as quiet:
-    result = unittest.TextTestRunner(stream=quiet).run(suite)
-print(json.dumps([result.testsRun, len(result.skipped),
-                  [str(test) + chr(10) + trace for test, trace
-                   in result.failures + result.errors]]))
-"""
-
-
-def expected_counts(database, driver):
+def expected_counts(database, driver, modes):
     """``(tests, skipped)``: how many tests the suites of *database*
-    through *driver* have, and how many of them are skips by design (a
-    test that cannot apply), as test_conformance_guard counts them."""
+    through *driver* have in the history *modes* (but those
+    gevent_conformance.NOT_RUN leaves out), and how many of them are
+    skips by design (a test that cannot apply), as test_conformance_guard
+    counts them."""
     from .conformance import count_tests
-    from .conformance import make_classes
-    classes = make_classes(database, driver).values()
-    skips = sum(1 for cls in classes
-                for name in unittest.TestLoader().getTestCaseNames(cls)
+    from .gevent_conformance import NOT_RUN
+    from .gevent_conformance import classes
+    chosen = classes(database, driver, modes)
+    left_out = NOT_RUN.get(driver, ((), ''))[0]
+    names = [(cls, name) for cls in chosen
+             for name in unittest.TestLoader().getTestCaseNames(cls)]
+    skips = sum(1 for cls, name in names
                 if getattr(getattr(cls, name), '__unittest_skip__', False))
-    return sum(count_tests(cls) for cls in classes), skips
+    missing = sum(1 for _, name in names if name in left_out)
+    return sum(count_tests(cls) for cls in chosen) - missing, skips
 
 
-@pytest.mark.parametrize('database, driver', [
-    ('sqlite', None), ('postgresql', 'psycopg2'), ('postgresql', 'psycopg'),
-    ('mysql', 'MySQLdb'), ('mysql', 'PyMySQL')])
-def test_conformance_under_monkey_patching(database, driver):
-    """ZODB's suites, both history modes, under gevent's monkey-patching:
-    every test runs and passes but the skips by design (the suites
-    without gevent run in test_conformance_*; the counts are the ones
-    test_conformance_guard keeps from shrinking)."""
-    if database != 'sqlite':
-        require(database)
+#: database -> its drivers under gevent, each with the history modes its
+#: suites run in: every driver and every mode of each database, each
+#: driver in one mode (both with RELSTORAGE_TEST_GEVENT_FULL=1), to keep
+#: the time this adds to a run small; the suites without gevent run in
+#: both modes in test_conformance_*.
+SUITES = {
+    'sqlite': [('sqlite3', ('HP', 'HF'))],
+    'postgresql': [('psycopg2', ('HP',)), ('psycopg', ('HF',))],
+    'mysql': [('MySQLdb', ('HF',)), ('PyMySQL', ('HP',))],
+}
+
+
+def suites(database):
+    full = os.environ.get('RELSTORAGE_TEST_GEVENT_FULL') == '1'
+    return [(driver, MODES if full else modes)
+            for driver, modes in SUITES[database]]
+
+
+def _conformance(database, driver, modes):
+    """``(database, driver, modes, (ran, skipped, failed), slowest)`` of
+    the suites under gevent in a child."""
     done = subprocess.run(
-        [sys.executable, '-c', PATCH + CONFORMANCE, database, driver or ''],
-        cwd=ROOT, capture_output=True, text=True, timeout=900)
+        [sys.executable, '-c', PATCH + 'from relstorage.tests.'
+         'gevent_conformance import main; main()', database,
+         '' if driver == 'sqlite3' else driver, ','.join(modes)],
+        cwd=ROOT, capture_output=True, text=True, timeout=1500)
     lines = done.stdout.splitlines()
-    assert lines, done.stderr[-3000:]
-    ran, skipped, failed = json.loads(lines[-1])
-    assert not failed, '\n'.join(failed)[-6000:]
-    assert (ran, skipped) == expected_counts(database, driver)
-    print('%s %s under gevent: %d passed, %d skipped'
-          % (database, driver, ran - skipped, skipped))
+    counts = (json.loads(lines[-1]) if lines
+              else (0, 0, ['no result: ' + done.stderr[-3000:]]))
+    return database, driver, modes, counts, done.stderr
+
+
+@pytest.mark.timeout(1800)
+def test_conformance_under_monkey_patching():
+    """ZODB's suites under gevent's monkey-patching, for each database
+    through each driver: every test runs and passes but the skips by
+    design (the counts are the ones test_conformance_guard keeps from
+    shrinking). The databases' children run side by side (each
+    database's drivers in turn): they wait on their servers more than on
+    the processor."""
+    for database in ('postgresql', 'mysql'):
+        require(database)
+    lanes = {database: [(database,) + suite for suite in suites(database)]
+             for database in SUITES}
+    with concurrent.futures.ThreadPoolExecutor(len(lanes)) as pool:
+        results = [item for lane in pool.map(
+            lambda lane: [_conformance(*suite) for suite in lane],
+            lanes.values()) for item in lane]
+    for database, driver, modes, counts, slowest in results:
+        print('%s %s %s under gevent: %d passed, %d skipped; slowest:\n%s'
+              % (database, driver, '+'.join(modes), counts[0] - counts[1],
+                 counts[1], slowest))
+    for database, driver, modes, (ran, skipped, failed), _ in results:
+        assert not failed, '\n'.join(failed)[-6000:]
+        assert (ran, skipped) == expected_counts(
+            database, None if driver == 'sqlite3' else driver, modes)
 
 
 #: A long SQLite statement beside a greenlet counting the times it runs.
@@ -214,9 +241,9 @@ def test_a_greenlet_killed_mid_commit_holds_no_lock(slow_server):
     another greenlet commits right after each, within
     commit-lock-timeout."""
     for driver in DRIVERS[slow_server[0]]:
-        result = run_child('cooperative', 'kill', slow_server, 30, driver)
-        assert result['committed'] == 30, driver
-        assert result['killed'] >= 10, (driver, result)
+        result = run_child('cooperative', 'kill', slow_server, 16, driver)
+        assert result['committed'] == 16, driver
+        assert result['killed'] >= 5, (driver, result)
 
 
 def _private_address(database, server):
@@ -258,3 +285,27 @@ def test_bank_of_greenlets_in_processes_conserves_the_total(database):
     assert sorted(transfers) == sorted(committed)
     assert sum(accounts.values()) == ACCOUNTS * START
     assert accounts == replay(transfers, ACCOUNTS, START)
+
+
+#: test_reconnect's tests of killed server connections: idle ones
+#: reopened, one killed during a commit retryable, and at each phase of a
+#: commit nothing left behind.
+RECONNECT = ('idle_connections_killed or killed_during_commit '
+             'or killed_at_each_commit_phase')
+
+
+@pytest.mark.parametrize('database', ['postgresql', 'mysql'])
+def test_killed_server_connections_are_reopened_under_gevent(database):
+    """test_reconnect's killed connections, under gevent's
+    monkey-patching (the default drivers, psycopg2 and mysqlclient, made
+    cooperative here), in a child: every one passes."""
+    require(database)
+    code = ('import sys, pytest; sys.exit(pytest.main(["-q", "-rs", "-p", '
+            '"no:cacheprovider", "relstorage/tests/test_reconnect.py", '
+            '"-k", "%s and (%s)"]))' % (database, RECONNECT))
+    done = subprocess.run([sys.executable, '-c', PATCH + code], cwd=ROOT,
+                          capture_output=True, text=True, timeout=600)
+    summary = done.stdout.strip().splitlines()[-1:]
+    assert done.returncode == 0, done.stdout[-5000:] + done.stderr[-2000:]
+    assert 'skipped' not in summary[0] and ' passed' in summary[0], summary
+    print(database, summary[0])
