@@ -113,11 +113,34 @@ def sqlite_yielder():
     """A progress handler for sqlite3's ``set_progress_handler(handler,
     n)`` that lets other greenlets run (every *n* VM steps)."""
     from gevent import sleep
+    return SQLiteYielder(sleep)
 
-    def handler():
-        sleep(0)
+
+class SQLiteYielder:
+    """A progress handler that lets other greenlets run. An exception
+    raised into its greenlet meanwhile (the greenlet killed) interrupts
+    the statement, sqlite3 raising its own "interrupted" error (it cannot
+    pass on a callback's exception): the exception is kept in
+    ``stopped`` for the session to raise instead (``raise_stopped``)."""
+
+    stopped = None
+
+    def __init__(self, sleep):
+        self.sleep = sleep
+
+    def __call__(self):
+        try:
+            self.sleep(0)
+        except BaseException as e:  # noqa: BLE001 -- raised again later
+            self.stopped = e
+            return 1
         return 0
-    return handler
+
+    def raise_stopped(self):
+        """Raise the exception that interrupted a statement, if any."""
+        stopped, self.stopped = self.stopped, None
+        if stopped is not None:
+            raise stopped
 
 
 def mysqldb_connector(module):

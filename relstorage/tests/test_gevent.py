@@ -176,6 +176,38 @@ SERVERS = {'postgresql': (PG_HOST, PG_PORT),
            'mysql': (MYSQL_HOST, MYSQL_PORT)}
 
 
+#: A greenlet killed in the middle of a long SQLite statement.
+SQLITE_KILLED = """
+import tempfile, gevent
+from relstorage.adapters.sqlite import SQLiteAdapter
+adapter = SQLiteAdapter(tempfile.mkdtemp(), gevent_yield_interval=1000)
+session = adapter.open_connection(False)
+ended = []
+def long():
+    try:
+        session.scalar('WITH RECURSIVE c(n) AS (SELECT 1 UNION ALL SELECT '
+                       'n + 1 FROM c WHERE n < 5000000) SELECT count(*) '
+                       'FROM c')
+    except BaseException as e:
+        ended.append(type(e).__name__)
+        raise
+victim = gevent.spawn(long)
+gevent.sleep(0.05)
+victim.kill()
+print(ended, session.scalar('SELECT 42'))
+"""
+
+
+def test_a_greenlet_killed_in_a_long_sqlite_statement_ends_killed():
+    """Killed while the statement lets others run, the greenlet ends by
+    its GreenletExit (not sqlite3's "interrupted" error, which the
+    progress handler's exception becomes), and the session goes on."""
+    done = subprocess.run(
+        [sys.executable, '-c', PATCH + SQLITE_KILLED], cwd=ROOT,
+        capture_output=True, text=True, timeout=120)
+    assert done.stdout.strip() == "['GreenletExit'] 42", done.stderr[-3000:]
+
+
 @pytest.fixture(scope='module', params=['postgresql', 'mysql'])
 def slow_server(request):
     """The history-free test database of a server (``(database,
