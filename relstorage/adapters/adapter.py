@@ -14,6 +14,7 @@ from ..exceptions import CacheKeyUnavailable
 from ..exceptions import NoSchema
 from ..exceptions import PermissionDenied
 from ..exceptions import ReadOnlyError
+from ..exceptions import SchemaError
 from .dbiter import HistoryFreeIterator
 from .dbiter import HistoryPreservingIterator
 from .inspect import HistoryFreeInspector
@@ -213,6 +214,28 @@ class Adapter:
     def prepare(self):
         if self._prepared:
             return
+        if not self._schema_made():
+            self._prepare_taking_turns()
+        self._prepared = True
+
+    def _schema_made(self):
+        """Whether the schema is there, complete, and of this release and
+        mode, looked at without the schema lock (by which processes
+        opening a new database take turns: many opening a made one at
+        once, processes or greenlets, would queue on it for nothing).
+        False when it is missing or being made (see
+        _prepare_taking_turns); an error when it cannot be used."""
+        try:
+            with self._schema_transaction(False) as session:
+                meta = self.schema.read_meta(session)
+        except SchemaError:
+            return False  # made as we looked, or to be told of in turn
+        if not meta or not ({'schema_version', 'upgrade_step'} & set(meta)):
+            return False
+        self.schema.verify(meta)
+        return True
+
+    def _prepare_taking_turns(self):
         may_create = (self.options.create_schema
                       and not self.options.read_only)
         with self._schema_transaction(may_create) as session:
@@ -232,7 +255,6 @@ class Adapter:
             session.commit()
             if meta is None:
                 self.wrote_outside_commits(session)
-        self._prepared = True
 
     @contextlib.contextmanager
     def _schema_transaction(self, may_create):

@@ -77,6 +77,9 @@ class Session:
         except Exception as e:
             self.translate_error(e)
             raise
+        except BaseException:
+            self.interrupted()
+            raise
 
     def translate_error(self, e):
         """Raise what a driver error *e* means to the storage, if it means
@@ -120,7 +123,22 @@ class Session:
             except Exception as e:
                 self.translate_error(e)
                 raise
+            except BaseException:
+                self.interrupted()
+                raise
         return self.cursor
+
+    def interrupted(self):
+        """A statement was interrupted (the greenlet waiting for it
+        killed, a KeyboardInterrupt): the connection is somewhere in the
+        middle of it, so it is closed, and the server ends its session
+        (rolling its transaction back, releasing its locks); the next use
+        finds it lost, and a reconnect reopens it."""
+        log.debug('a statement on %s was interrupted; closing its '
+                  'connection', self.describe())
+        self.in_transaction = False
+        self.pending = ''
+        self.close()
 
     def live_cursor(self):
         """The cursor; DatabaseDisconnected when the session was closed."""

@@ -325,8 +325,9 @@ class DatabaseFactory:
                                  **oracle_params(self.keep_history, which))
         if self.db == 'mysql':
             from relstorage.adapters.mysql import MySQLAdapter
-            return MySQLAdapter(options=opts, **mysql_params(
-                self.keep_history, which, self.server))
+            return MySQLAdapter(options=opts, driver=self.driver or 'auto',
+                                **mysql_params(self.keep_history, which,
+                                               self.server))
         from relstorage.adapters.postgresql import PostgreSQLAdapter
         return PostgreSQLAdapter(pg_dsn(self.keep_history, which,
                                         self.server),

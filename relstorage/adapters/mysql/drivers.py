@@ -63,8 +63,12 @@ class Driver:
     #: Whether waits yield to other greenlets (see cooperate()).
     cooperative = False
 
+    #: What connect() calls (the module's connect unless cooperating).
+    connector = None
+
     def connect(self, params):
-        return self.module.connect(**self.translate(params))
+        connector = self.connector or self.module.connect
+        return connector(**self.translate(params))
 
     def cooperate(self):
         """Make this driver's waits yield to other greenlets, where it
@@ -99,12 +103,10 @@ class MySQLdbDriver(Driver):
         self.multi_statements = CLIENT.MULTI_STATEMENTS
 
     def cooperate(self):
-        # Its waits are in C, on sockets gevent does not see: a statement
-        # waiting for a lock another greenlet holds would stall the
-        # process until the lock wait times out.
-        log.warning('the MySQLdb (mysqlclient) driver blocks every '
-                    'greenlet while it waits for the server; PyMySQL '
-                    'cooperates under gevent (driver PyMySQL)')
+        # Its waits are in C: the connection's are made to yield
+        # (cooperative.mysqldb_connector).
+        self.connector = cooperative.mysqldb_connector(self.module)
+        self.cooperative = True
 
     def translate(self, params):
         params = dict(params)
@@ -181,13 +183,12 @@ def select_driver(name):
     """The driver for the ``driver`` option: auto, MySQLdb (also
     mysqlclient) or PyMySQL, in any case, each also after the word
     gevent (RelStorage's ``gevent MySQLdb``). With gevent in use (that
-    word, or monkey-patching) auto prefers PyMySQL, whose waits are on
-    gevent's patched sockets; mysqlclient's block (a warning says so)."""
+    word, or monkey-patching) either driver's waits yield: PyMySQL's are
+    on gevent's patched sockets, mysqlclient's are made to yield."""
     asked, name = cooperative.split_driver_name(name)
     cooperating = cooperative.cooperating(asked)
     driver = choose_driver(name, DRIVERS, DRIVER_NAMES,
-                           ('PyMySQL', 'MySQLdb') if cooperating
-                           else ('MySQLdb', 'PyMySQL'), 'MySQL',
+                           ('MySQLdb', 'PyMySQL'), 'MySQL',
                            'auto, MySQLdb or mysqlclient, PyMySQL (each '
                            'also as gevent MySQLdb ...)', 'mysql')
     if cooperating:

@@ -229,10 +229,15 @@ class SQLiteSession(Session):
             "SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' "
             "AND name = %s", (name,)) > 0
 
+    #: The progress handler letting other greenlets run (None: none).
+    yielder = None
+
     def execute(self, stmt, params=()):
         try:
             return super().execute(stmt, params)
         except sqlite3.Error as e:
+            if self.yielder is not None:
+                self.yielder.raise_stopped()
             self.adapter.raise_classified(e)
             raise
 
@@ -541,6 +546,7 @@ class SQLiteAdapter(Adapter):
 
     def open_connection(self, for_store, server=None):
         path = self.main_path
+        yielder = None
         try:
             if self.options.read_only:
                 # Connecting would create it: a read-only storage creates
@@ -557,8 +563,8 @@ class SQLiteAdapter(Adapter):
                 conn = files.connect(path, self.options.commit_lock_timeout,
                                      self.pragmas.items())
             if self.yield_interval:
-                conn.set_progress_handler(cooperative.sqlite_yielder(),
-                                          self.yield_interval)
+                yielder = cooperative.sqlite_yielder()
+                conn.set_progress_handler(yielder, self.yield_interval)
             self.max_params = conn.getlimit(
                 sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER)
         except (OSError, sqlite3.Error) as e:
@@ -566,6 +572,7 @@ class SQLiteAdapter(Adapter):
                 'cannot open the %s: %s' % (self.describe(), e)) from None
         session = SQLiteSession(self, conn)
         session.writer_wait = self.options.commit_lock_timeout
+        session.yielder = yielder
         return session
 
     def prepare_store_session(self, session):
