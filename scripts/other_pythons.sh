@@ -19,13 +19,9 @@ SUBSET=(relstorage/tests/test_conformance_sqlite.py
         relstorage/tests/test_options.py
         relstorage/tests/test_config.py
         relstorage/tests/test_interfaces.py
-        relstorage/tests/test_cache.py
-        relstorage/tests/test_cache_trust.py
-        relstorage/tests/test_blob_cache_trust.py
         relstorage/tests/test_uriresolver.py
         relstorage/tests/test_oracle_sql.py
-        relstorage/tests/test_sqlite_files.py
-        relstorage/tests/test_storage.py)
+        relstorage/tests/test_sqlite_files.py)
 
 say() { printf 'other_pythons.sh: %s\n' "$*"; }
 
