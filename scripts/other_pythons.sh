@@ -4,7 +4,7 @@
 #
 # Usage: scripts/other_pythons.sh [pytest arguments...]
 #
-# Called by scripts/test.sh beside a whole run. For each version in
+# Called by scripts/test.sh after a whole run's tests. For each version in
 # OTHER_PYTHONS (the supported versions besides 3.11, as README and
 # pyproject.toml list them) it finds the interpreter (python3.X on PATH,
 # else pyenv's newest 3.X), makes .venv-3.X with the test and postgresql

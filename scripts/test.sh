@@ -60,11 +60,6 @@ if [ "$#" -eq 0 ] && [ "${RELSTORAGE_TEST_SERIAL:-0}" != 1 ]; then
     PYTHONFAULTHANDLER=1 "${guard[@]}" "$VENV/bin/python" -m pytest \
         -p no:cacheprovider "${OWN_SERVERS[@]}" >"$side_log" 2>&1 &
     side=$!
-    # And the other supported Pythons' subset (scripts/other_pythons.sh).
-    others_log=$(mktemp "${TMPDIR:-/tmp}/relstorage-tests-XXXXXX")
-    say "running beside the others (output below, at the end): scripts/other_pythons.sh"
-    "${guard[@]}" bash "$ROOT/scripts/other_pythons.sh" >"$others_log" 2>&1 &
-    others=$!
     ignore=()
     for path in "${OWN_SERVERS[@]}"; do ignore+=("--ignore=$path"); done
     say "running: python -m pytest ${ignore[*]}"
@@ -75,11 +70,12 @@ if [ "$#" -eq 0 ] && [ "${RELSTORAGE_TEST_SERIAL:-0}" != 1 ]; then
     say "the tests on servers of their own (python -m pytest ${OWN_SERVERS[*]}):"
     cat "$side_log"
     rm -f "$side_log"
-    wait "$others"
-    others_status=$?
+    # Then the other supported Pythons' subset, alone: its PostgreSQL
+    # suites beside the main run's would share the server's connections
+    # (max_connections) with it.
     say "the other supported Pythons (scripts/other_pythons.sh):"
-    cat "$others_log"
-    rm -f "$others_log"
+    "${guard[@]}" bash "$ROOT/scripts/other_pythons.sh"
+    others_status=$?
     say "exit status: $status, $side_status for the tests on servers of their own," \
         "$others_status for the other Pythons"
     if [ "$status" = 0 ] || [ "$status" = 5 ]; then
