@@ -145,13 +145,7 @@ class GaleraNode(MySQLServer):
 
     def wsrep_status(self):
         """``{name: value}`` of the node's wsrep status variables."""
-        conn = self._admin_connect()
-        try:
-            cur = conn.cursor()
-            cur.execute("SHOW GLOBAL STATUS LIKE 'wsrep_%'")
-            return {name: value for name, value in cur.fetchall()}
-        finally:
-            conn.close()
+        return dict(self.admin("SHOW GLOBAL STATUS LIKE 'wsrep_%'"))
 
     def synced(self):
         try:

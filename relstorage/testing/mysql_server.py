@@ -135,6 +135,18 @@ class MySQLServer(PrivateServer):
                                user=self.admin_user, passwd='',
                                connect_timeout=5)
 
+    def admin(self, *statements):
+        """Run *statements* in turn as the server's administrator; the rows
+        of the last one (None if it gives none)."""
+        conn = self._admin_connect()
+        try:
+            cur = conn.cursor()
+            for sql in statements:
+                cur.execute(sql)
+            return cur.fetchall() if cur.description else None
+        finally:
+            conn.close()
+
     def connect(self, database=DATABASES[0]):
         import MySQLdb
         return MySQLdb.connect(host=self.host, port=self.port,
@@ -162,10 +174,4 @@ class MySQLServer(PrivateServer):
                               % (self.user, host))
             statements.append("GRANT SELECT ON `%s`.* TO '%s'@'%s'"
                               % (DATABASES[0], RO_USER, host))
-        conn = self._admin_connect()
-        try:
-            cur = conn.cursor()
-            for sql in statements:
-                cur.execute(sql)
-        finally:
-            conn.close()
+        self.admin(*statements)

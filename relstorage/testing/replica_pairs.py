@@ -107,34 +107,17 @@ class MariaDBPrimary(MySQLServer):
     def after_standby(self):
         if self.synchronous:
             # Only now: with no replica yet, every commit would wait.
-            conn = self._admin_connect()
-            try:
-                conn.cursor().execute(
-                    'SET GLOBAL rpl_semi_sync_master_enabled = ON')
-            finally:
-                conn.close()
+            self.admin('SET GLOBAL rpl_semi_sync_master_enabled = ON')
 
     def _setup(self):
         super()._setup()
-        conn = self._admin_connect()
-        try:
-            cur = conn.cursor()
-            for host in ('%', 'localhost', '127.0.0.1'):
-                cur.execute("CREATE USER IF NOT EXISTS 'repl'@'%s' "
-                            "IDENTIFIED BY 'repl'" % host)
-                cur.execute("GRANT REPLICATION SLAVE ON *.* TO 'repl'@'%s'"
-                            % host)
-        finally:
-            conn.close()
+        for host in ('%', 'localhost', '127.0.0.1'):
+            self.admin("CREATE USER IF NOT EXISTS 'repl'@'%s' "
+                       "IDENTIFIED BY 'repl'" % host,
+                       "GRANT REPLICATION SLAVE ON *.* TO 'repl'@'%s'" % host)
 
     def binlog_position(self):
-        conn = self._admin_connect()
-        try:
-            cur = conn.cursor()
-            cur.execute('SELECT @@gtid_binlog_pos')
-            return cur.fetchone()[0]
-        finally:
-            conn.close()
+        return self.admin('SELECT @@gtid_binlog_pos')[0][0]
 
 
 class MariaDBReplica(MySQLServer):
@@ -158,16 +141,6 @@ class MariaDBReplica(MySQLServer):
                    'MASTER_USE_GTID=slave_pos, MASTER_CONNECT_RETRY=1'
                    % (self.primary.host, self.primary.port),
                    'START SLAVE')
-
-    def admin(self, *statements):
-        conn = self._admin_connect()
-        try:
-            cur = conn.cursor()
-            for sql in statements:
-                cur.execute(sql)
-            return cur.fetchall() if cur.description else None
-        finally:
-            conn.close()
 
     def status(self):
         conn = self._admin_connect()

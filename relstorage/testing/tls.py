@@ -79,17 +79,11 @@ class TLSMySQLServer(MySQLServer):
 
     def _setup(self):
         super()._setup()
-        conn = self._admin_connect()
-        try:
-            cur = conn.cursor()
-            for host in ('%', 'localhost', '127.0.0.1'):
-                cur.execute("CREATE USER IF NOT EXISTS '%s'@'%s' IDENTIFIED "
-                            "BY '%s' REQUIRE SSL"
-                            % (TLS_USER, host, TLS_PASSWORD))
-                cur.execute("GRANT ALL PRIVILEGES ON `relstoragetest_hp`.* "
-                            "TO '%s'@'%s'" % (TLS_USER, host))
-        finally:
-            conn.close()
+        for host in ('%', 'localhost', '127.0.0.1'):
+            self.admin("CREATE USER IF NOT EXISTS '%s'@'%s' IDENTIFIED "
+                       "BY '%s' REQUIRE SSL" % (TLS_USER, host, TLS_PASSWORD),
+                       "GRANT ALL PRIVILEGES ON `relstoragetest_hp`.* "
+                       "TO '%s'@'%s'" % (TLS_USER, host))
 
 
 #: The PostgreSQL user whose password PasswordPostgreSQLServer checks.

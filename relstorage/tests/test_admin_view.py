@@ -58,7 +58,7 @@ def test_get_name_names_server_and_database(factory):
     finally:
         storage.close()
     assert name.startswith('main (')
-    described = storage._adapter.describe()
+    described = storage.adapter.describe()
     assert name == 'main (%s)' % described
     if factory.db == 'sqlite':
         assert factory.data_dir() in name
@@ -67,6 +67,6 @@ def test_get_name_names_server_and_database(factory):
     assert 'password' not in name and 'passwd' not in name
     unnamed = factory.storage()
     try:
-        assert unnamed.getName() == unnamed._adapter.describe()
+        assert unnamed.getName() == unnamed.adapter.describe()
     finally:
         unnamed.close()

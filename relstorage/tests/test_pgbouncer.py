@@ -76,7 +76,7 @@ def test_the_pooler_option_in_a_config_and_a_uri():
         % (pooler.host, pooler.port, HP_DB))
     storage = factory()
     try:
-        assert storage._adapter.pooler == 'transaction'
+        assert storage.adapter.pooler == 'transaction'
     finally:
         storage.close()
     schema = ZConfig.loadSchemaFile(io.StringIO(
@@ -94,7 +94,7 @@ def test_the_pooler_option_in_a_config_and_a_uri():
         ''' % pooler.dsn(HP_DB))))
     storage = config.storage.open()
     try:
-        assert storage._adapter.pooler == 'transaction'
+        assert storage.adapter.pooler == 'transaction'
         _commit_some(storage, 2)
     finally:
         storage.close()
@@ -198,8 +198,8 @@ def test_one_pack_at_a_time_through_the_pooler():
     first, second = _storage(pooler), _storage(pooler)
     try:
         _commit_some(first, 2)
-        one = first._adapter.open_pack_session()
-        other = second._adapter.open_pack_session()
+        one = first.adapter.open_pack_session()
+        other = second.adapter.open_pack_session()
         try:
             assert one.lock_pack()
             assert not other.lock_pack()
@@ -214,7 +214,7 @@ def test_one_pack_at_a_time_through_the_pooler():
         # the lease lapses.
         other.session.pack_lease.stop()
         other.session.pack_lease = None
-        third = first._adapter.open_pack_session()
+        third = first.adapter.open_pack_session()
         try:
             assert not third.lock_pack()
             _backend_rows(pooler, "UPDATE relstorage_meta SET value = "

@@ -77,7 +77,7 @@ def _open(server, driver, keys=(), **kw):
 
 
 def _cipher(storage):
-    session = storage._adapter.connect(for_store=False)
+    session = storage.adapter.connect(for_store=False)
     try:
         row = session.fetchone("SHOW SESSION STATUS LIKE 'Ssl_cipher'")
     finally:
@@ -153,7 +153,7 @@ def test_replica_lines_take_the_sections_tls(server, driver, tmp_path):
                                      'ssl-ca %s' % server.ca_path],
                     host=OTHER_ADDRESS,
                     extra='  replica-conf %s' % servers)
-    assert storage._adapter.replicas is not None
+    assert storage.adapter.replicas is not None
     assert _cipher(storage)
     _round_trip(storage, 'replicas ' + driver)
 

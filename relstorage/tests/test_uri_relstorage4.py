@@ -247,7 +247,7 @@ def test_postgres_ssl_mode_and_connect_timeout_connect():
     factory, rest = zodburi.resolve_uri(uri + '&keep_history=false')
     storage = factory()
     try:
-        session = storage._adapter.connect(for_store=False)
+        session = storage.adapter.connect(for_store=False)
         try:
             ssl = session.scalar('SELECT ssl FROM pg_stat_ssl '
                                  'WHERE pid = pg_backend_pid()')
@@ -274,7 +274,7 @@ def test_mysql_init_command_and_option_file_connect(tmp_path):
     assert rest == PLAIN
     storage = factory()
     try:
-        session = storage._adapter.connect(for_store=False)
+        session = storage.adapter.connect(for_store=False)
         try:
             assert session.scalar('SELECT @rs4_uri') == 42
             assert session.scalar('SELECT CURRENT_USER()').startswith(
