@@ -1,6 +1,9 @@
 """Fixtures shared by relstorage's own tests."""
+import logging
+
 import pytest
 
+import relstorage.options
 from relstorage.testing.dbs import DATABASES
 from relstorage.testing.dbs import DatabaseFactory
 
@@ -31,3 +34,13 @@ def hp_factory(request):
     f.storage(zap=True).close()
     yield f
     f.cleanup()
+
+
+@pytest.fixture
+def warnings(caplog):
+    """The WARNING records of the test, each option warning (said once per
+    process) said again."""
+    relstorage.options._warned.clear()
+    with caplog.at_level(logging.WARNING):
+        yield caplog
+    relstorage.options._warned.clear()

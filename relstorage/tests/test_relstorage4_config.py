@@ -3,7 +3,6 @@
 named in a warning (once), RelStorage's driver spellings work or are
 refused with the list of those that do, and a bad dsn keyword is named
 before anything connects."""
-import logging
 
 import pytest
 import transaction
@@ -16,7 +15,6 @@ from relstorage.exceptions import ConfigurationError
 from relstorage.testing.dbs import mysql_params
 from relstorage.testing.dbs import pg_dsn
 from relstorage.testing.dbs import require
-import relstorage.options
 
 #: Every <relstorage> key of RelStorage 4.3's component.xml, with the
 #: values a site might have, and the <sqlite3> ones.
@@ -69,14 +67,6 @@ IGNORED_NAMES = ('cache-local-dir-count', 'cache-local-dir-read-count',
                  'cache-local-dir-compress', 'cache-local-dir-write-max-size',
                  'cache-local-storage', 'cache-servers', 'cache-module-name',
                  'gevent_yield_interval')
-
-
-@pytest.fixture
-def warnings(caplog):
-    relstorage.options._warned.clear()
-    with caplog.at_level(logging.WARNING):
-        yield caplog
-    relstorage.options._warned.clear()
 
 
 def test_a_relstorage4_config_opens_unchanged(tmp_path, warnings):

@@ -3,7 +3,6 @@ RelStorage 4.3's resolver takes, read from that resolver itself (in a
 virtualenv of its own), is taken here with the same meaning; libpq's TLS
 keywords on postgres:// and the MySQL TLS keys on mysql:// too."""
 import json
-import logging
 import os
 import subprocess
 import tempfile
@@ -43,14 +42,6 @@ def rs4_arguments():
                           cwd=tempfile.gettempdir(), env=user_environment())
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout)
-
-
-@pytest.fixture
-def warnings(caplog):
-    relstorage.options._warned.clear()
-    with caplog.at_level(logging.WARNING):
-        yield caplog
-    relstorage.options._warned.clear()
 
 
 BASES = {'postgresql': 'postgres://u:p@db.example/app',
