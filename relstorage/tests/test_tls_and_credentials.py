@@ -5,11 +5,13 @@ MariaDB server that speaks TLS and a user it admits only over TLS
 whose password is changed between them."""
 import logging
 import textwrap
+from urllib.parse import quote
 
 import pytest
 import ZODB
 from persistent.mapping import PersistentMapping
 
+from relstorage import uriresolver
 from relstorage.config import storage_from_string
 from relstorage.exceptions import DatabaseUnavailable
 from relstorage.testing.dbs import in_ci
@@ -83,6 +85,11 @@ def _cipher(storage):
     finally:
         session.close()
     return row[1]
+
+
+def _from_uri(resolver, uri):
+    factory, _ = resolver(uri)
+    return factory()
 
 
 def _round_trip(storage, value):
@@ -204,6 +211,11 @@ def test_password_command_is_run_for_each_connection(plain_server, driver,
         secret.write_text(second + '\n')
         storage = storage_from_string(text)
         _round_trip(storage, 2)
+        # The same through a zodburi URI.
+        uri = ('mysql://%s@127.0.0.1:%d/relstoragetest_hp?driver=%s'
+               '&password_command=%s' % (ROTATING, plain_server.port, driver,
+                                         quote('cat %s' % secret)))
+        _round_trip(_from_uri(uriresolver.mysql, uri), 3)
         # A command printing a wrong password: refused, and said so
         # without it.
         secret.write_text('wrong-Pw\n')
@@ -246,6 +258,10 @@ def test_postgresql_password_command(checking_pg, tmp_path, caplog):
         checking_pg.set_password(second)
         secret.write_text(second + '\n')
         _round_trip(storage_from_string(text), 2)
+        uri = ('postgresql://%s@127.0.0.1:%d/relstoragetest_hp'
+               '?password_command=%s' % (CHECKED_USER, checking_pg.port,
+                                         quote('cat %s' % secret)))
+        _round_trip(_from_uri(uriresolver.postgresql, uri), 3)
         secret.write_text('wrong-Pg-Pw\n')
         with pytest.raises(DatabaseUnavailable) as exc:
             storage_from_string(text)

@@ -461,7 +461,7 @@ class MySQLAdapter(Adapter):
     uri_keys = ('driver', 'unix_socket', 'connect_timeout', 'read_timeout',
                 'write_timeout', 'compress', 'named_pipe', 'init_command',
                 'client_flag', 'load_infile', 'read_default_file',
-                'read_default_group') + TLS_KEYS
+                'read_default_group', 'password_command') + TLS_KEYS
 
     @classmethod
     def section_from_uri(cls, uri):

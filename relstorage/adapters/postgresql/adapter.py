@@ -464,7 +464,9 @@ class PostgreSQLAdapter(Adapter):
     upgrade_class = PostgreSQLUpgrade
     database_name = 'PostgreSQL'
 
-    uri_keys = (('driver', 'pooler') + TLS_KEYWORDS
+    #: The URI's keys that are the section's own, not libpq's.
+    section_uri_keys = ('driver', 'pooler', 'password_command')
+    uri_keys = (section_uri_keys + TLS_KEYWORDS
                 + tuple(RELSTORAGE4_KEYWORDS))
 
     @classmethod
@@ -477,7 +479,7 @@ class PostgreSQLAdapter(Adapter):
             ('port', uri.port), ('user', uri.user),
             ('password', uri.password)) if value}
         for key, value in uri.keys.items():
-            if key not in ('driver', 'pooler'):  # the section's own keys
+            if key not in cls.section_uri_keys:
                 keywords[RELSTORAGE4_KEYWORDS.get(key, key)] = value
         return {'dsn': make_dsn(keywords)}
     supports_commit_announcements = True
