@@ -1,0 +1,238 @@
+"""Packing the databases of a multi-database together.
+
+In a ZODB multi-database (``ZODB.DB(..., databases=...)``, the
+``<zodb_db>`` sections of a zope.conf, the ``<zodb>`` sections of a
+ZODB config) an object of one database may be referred to only from
+another: its pickles hold ``['m', (database, oid, class)]`` or ``['n',
+(database, oid)]`` persistent ids, which ZODB's referencesf leaves out. A
+garbage collection of one database alone would remove such an object.
+
+pack_databases() packs some databases of a multi-database, the *chosen*
+ones, knowing the references of all of them:
+
+- Each chosen RelStorage that collects garbage runs its pre-pack (see
+  pack.Pack.stages), which also notes, for every object it reads, the
+  objects of other databases it refers to. Then, before anything is
+  removed, each such database spares the objects that the others' live
+  objects refer to, with whatever those reach through its garbage; a
+  spared object may refer to others in turn, so this goes on until no
+  database spares anything more. Garbage that only garbage of another
+  database refers to (a cycle across databases included) is removed.
+- Every other database (not chosen, packed without garbage collection,
+  or not a RelStorage) is read whole, one current record after another
+  (``record_iternext``): everything its records refer to elsewhere is
+  kept, as if those records were all alive.
+- A chosen storage that is not a RelStorage (a FileStorage) is packed by
+  its own pack(); when another database refers to any of its objects,
+  without garbage collection, so that none of them is removed.
+
+The pre-packs run one after the other; each database keeps its pack
+lock, and the pre-pack's scratch state, until every database's garbage
+is known; the removals then run one database after the other.
+"""
+import logging
+
+from ZODB.POSException import Unsupported
+
+from ..pickledrefs import cross_references
+
+log = logging.getLogger(__name__)
+
+
+def _is_relstorage(storage):
+    return callable(getattr(storage, 'new_pack', None))
+
+
+def read_cross_references(name, storage):
+    """Every ``(database name, oid)`` the current records of *storage*
+    (the database *name*) refer to in other databases."""
+    iternext = getattr(storage, 'record_iternext', None)
+    if iternext is None:
+        raise Unsupported(
+            'the references of database %r (a %s) to the other databases '
+            'cannot be read: it cannot list its records (record_iternext); '
+            'pack the other databases without garbage collection '
+            '(pack-gc false in their sections)'
+            % (name, type(storage).__name__))
+    found = set()
+    next_oid = None
+    while True:
+        try:
+            _oid, _tid, data, next_oid = iternext(next_oid)
+        except ValueError:
+            break  # empty
+        if data:
+            found.update(cross_references(data))
+        if next_oid is None:
+            break
+    return found
+
+
+class _Together:
+    """The chosen RelStorages that collect garbage, each stopped once
+    its garbage is known (at the yield of Pack.stages)."""
+
+    def __init__(self):
+        self.packs = {}  # database name -> (Pack, its stages, session)
+
+    def start(self, name, pack):
+        """Run *pack* until its garbage is known; False if it ended
+        instead (an empty database)."""
+        pack.cross = {}
+        stages = pack.stages()
+        try:
+            session = next(stages)
+        except StopIteration:
+            return False
+        self.packs[name] = (pack, stages, session)
+        return True
+
+    def outgoing(self):
+        """``(database name, oid)`` that the packs' live objects refer
+        to."""
+        found = set()
+        for pack, _, session in self.packs.values():
+            found.update(pack.outgoing(session))
+        return found
+
+    def spare(self, name, oids):
+        """Spare *oids* (and what they reach through garbage) in the pack
+        of database *name*, if there is one; how many were garbage."""
+        if name not in self.packs:
+            return 0
+        pack, _, session = self.packs[name]
+        spared = pack.spare(session, oids)
+        pack.result['objects_kept_for_other_databases'] = \
+            pack.result.get('objects_kept_for_other_databases', 0) \
+            + len(spared)
+        return len(spared)
+
+    def finish(self, name):
+        pack, stages, _ = self.packs.pop(name)
+        for _ in stages:
+            pass
+        return pack.result
+
+    def close(self):
+        """End the packs not finished (after an error): nothing of theirs
+        is removed."""
+        for _, stages, _ in self.packs.values():
+            stages.close()
+        self.packs.clear()
+
+
+def _by_database(refs):
+    found = {}
+    for name, oid in refs:
+        found.setdefault(name, set()).add(oid)
+    return found
+
+
+def pack_databases(storages, t, referencesf, chosen=None, gc=None,
+                   progress=None, workers=None, prepack_only=None,
+                   use_prepack_state=None):
+    """Pack the databases *chosen* (names; default all) of the
+    multi-database *storages* (``{database name: storage}``, every
+    database whose references count) to time *t*, none of them removing
+    an object that another database refers to (see the module's
+    docstring). *gc* (default: each RelStorage's pack-gc option; other
+    storages: their own default), *workers*, *prepack_only* and
+    *use_prepack_state* are as for RelStorage.pack_with_result; *progress*
+    is ``{database name: progress callable}``. Returns ``{database name:
+    result}`` (a PackResult for each RelStorage, None for others)."""
+    names = list(storages) if not chosen else list(chosen)
+    unknown = [name for name in names if name not in storages]
+    if unknown:
+        raise ValueError('no database named %s among %s'
+                         % (', '.join(map(repr, unknown)),
+                            ', '.join(map(repr, storages))))
+    progress = progress or {}
+    packs = {}
+    for name in names:
+        storage = storages[name]
+        if _is_relstorage(storage):
+            packs[name] = storage.new_pack(
+                t, referencesf, gc, progress.get(name), prepack_only,
+                use_prepack_state, workers)
+    collecting = [name for name in names
+                  if (packs[name].gc if name in packs else gc is not False)]
+    results = {}
+    if not collecting:
+        # No garbage collection: no reference matters.
+        for name in names:
+            results[name] = _pack_alone(name, storages[name], packs, t,
+                                        referencesf, gc)
+        return results
+    gathered = [name for name in collecting if name in packs]
+    together = _Together()
+    try:
+        # The databases whose garbage is not found here: everything
+        # their records refer to stays.
+        fixed = set()
+        for name, storage in storages.items():
+            if name not in gathered:
+                fixed.update(read_cross_references(name, storage))
+        for name in gathered:
+            if not together.start(name, packs[name]):
+                results[name] = packs[name].result
+        kept = {}
+        while True:
+            wanted = _by_database(fixed | together.outgoing())
+            more = False
+            for name, oids in wanted.items():
+                new = oids - kept.setdefault(name, set())
+                if new:
+                    kept[name] |= new
+                    together.spare(name, new)
+                    more = True
+            if not more:
+                break
+        _warn_unknown(kept, storages)
+        for name in names:
+            if name in together.packs:
+                results[name] = together.finish(name)
+            elif name not in results:
+                # A database packed on its own: with
+                # garbage collection only when nothing refers into it.
+                results[name] = _pack_alone(
+                    name, storages[name], packs, t, referencesf,
+                    False if kept.get(name) else gc)
+    finally:
+        together.close()
+    return results
+
+
+def _pack_alone(name, storage, packs, t, referencesf, gc):
+    if name in packs:
+        pack = packs[name]
+        if gc is False:
+            pack.gc = False
+        return pack.run()
+    if gc is None:
+        storage.pack(t, referencesf)
+    else:
+        try:
+            storage.pack(t, referencesf, gc=gc)
+        except TypeError:
+            if gc:
+                raise
+            raise Unsupported(
+                'database %r (a %s) has objects that other databases '
+                'refer to, and its pack cannot be told to keep them (it '
+                'takes no gc argument): pack it without garbage '
+                'collection by its own means' % (
+                    name, type(storage).__name__)) from None
+        if not gc:
+            log.info('packed database %r without garbage collection: '
+                     'other databases refer to its objects', name)
+    return None
+
+
+def _warn_unknown(kept, storages):
+    for name, oids in sorted(kept.items()):
+        if name not in storages:
+            log.warning(
+                '%d objects of the databases packed refer to objects of '
+                'database %r, which is not among them (%s...): nothing '
+                'of it was looked at', len(oids), name,
+                ', '.join('0x%x' % oid for oid in sorted(oids)[:3]))
