@@ -353,6 +353,8 @@ class RelStorage(ConflictResolvingStorage):
                 storages, t, referencesf, [name], gc,
                 {name: progress}, workers, prepack_only,
                 use_prepack_state)[name]
+            if isinstance(result, Exception):
+                raise result
         log.info('packed %s to %s: %s', self._name, time.ctime(t),
                  dict(result))
         return result

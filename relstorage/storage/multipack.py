@@ -34,6 +34,9 @@ import logging
 
 from ZODB.POSException import Unsupported
 
+from ZODB.utils import u64
+
+from ..exceptions import PackedFurtherAlready
 from ..pickledrefs import cross_references
 
 log = logging.getLogger(__name__)
@@ -44,8 +47,9 @@ def _is_relstorage(storage):
 
 
 def read_cross_references(name, storage):
-    """Every ``(database name, oid)`` the current records of *storage*
-    (the database *name*) refer to in other databases."""
+    """``{oid: [(database name, oid)]}``: what each current record of
+    *storage* (the database *name*) refers to in other databases, for
+    those that refer to any (oids as integers)."""
     iternext = getattr(storage, 'record_iternext', None)
     if iternext is None:
         raise Unsupported(
@@ -54,18 +58,24 @@ def read_cross_references(name, storage):
             'pack the other databases without garbage collection '
             '(pack-gc false in their sections)'
             % (name, type(storage).__name__))
-    found = set()
+    found = {}
     next_oid = None
     while True:
         try:
-            _oid, _tid, data, next_oid = iternext(next_oid)
+            oid, _tid, data, next_oid = iternext(next_oid)
         except ValueError:
             break  # empty
-        if data:
-            found.update(cross_references(data))
+        refs = cross_references(data) if data else None
+        if refs:
+            found[u64(oid)] = refs
         if next_oid is None:
             break
     return found
+
+
+def _all(cross):
+    """Every reference of *cross* (read_cross_references())."""
+    return {ref for refs in cross.values() for ref in refs}
 
 
 class _Together:
@@ -139,7 +149,9 @@ def pack_databases(storages, t, referencesf, chosen=None, gc=None,
     storages: their own default), *workers*, *prepack_only* and
     *use_prepack_state* are as for RelStorage.pack_with_result; *progress*
     is ``{database name: progress callable}``. Returns ``{database name:
-    result}`` (a PackResult for each RelStorage, None for others)."""
+    result}``: a PackResult for each RelStorage, None for others, or the
+    PackedFurtherAlready error of a database an earlier pack took further
+    than *t* (not packed; its references count all the same)."""
     names = list(storages) if not chosen else list(chosen)
     unknown = [name for name in names if name not in storages]
     if unknown:
@@ -147,6 +159,14 @@ def pack_databases(storages, t, referencesf, chosen=None, gc=None,
                          % (', '.join(map(repr, unknown)),
                             ', '.join(map(repr, storages))))
     progress = progress or {}
+    if prepack_only or use_prepack_state:
+        others = [name for name in names
+                  if not _is_relstorage(storages[name])]
+        if others:
+            raise Unsupported(
+                'a pre-pack (and the use of its state) applies to '
+                'RelStorage only, not to database %s'
+                % ', '.join(map(repr, others)))
     packs = {}
     for name in names:
         storage = storages[name]
@@ -171,10 +191,22 @@ def pack_databases(storages, t, referencesf, chosen=None, gc=None,
         fixed = set()
         for name, storage in storages.items():
             if name not in gathered:
-                fixed.update(read_cross_references(name, storage))
+                fixed.update(_all(read_cross_references(name, storage)))
         for name in gathered:
-            if not together.start(name, packs[name]):
-                results[name] = packs[name].result
+            pack = packs[name]
+            try:
+                if not together.start(name, pack):
+                    results[name] = pack.result
+            except PackedFurtherAlready as e:
+                # Nothing to pack there; what it refers to still counts.
+                results[name] = e
+                fixed.update(_all(read_cross_references(name,
+                                                        storages[name])))
+                continue
+            if pack.use_prepack_state:
+                # Its states were not read: its records are, and what is
+                # not garbage counts.
+                pack.cross = read_cross_references(name, storages[name])
         kept = {}
         while True:
             wanted = _by_database(fixed | together.outgoing())
