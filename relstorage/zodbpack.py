@@ -37,6 +37,7 @@ from .exceptions import UsageError
 from .helptext import help_text
 from .siteconfig import add_database_argument
 from .siteconfig import chosen
+from .siteconfig import load_configured
 from .siteconfig import select
 from .storage import RelStorage
 from .storage.multipack import pack_databases
@@ -204,17 +205,20 @@ def pack_together(entries, names, days, out, prepack_only=False,
     return 0
 
 
-def multi_database(path):
-    """The ``[Configured]`` of the file at *path* when it configures a
-    multi-database (two databases or more); else None (a file that
-    cannot be read included: run_sections says what is wrong)."""
+def multi_database(path, names):
+    """``(databases, picked)`` when the file at *path* configures a
+    multi-database (two databases or more whose storages can be read
+    here): the ``[Configured]`` of those, and of the storages *names*
+    picks (select()); else None (a file that cannot be read, or a name
+    it has not, included: run_sections says what is wrong)."""
     try:
-        entries = select(path)
+        picked = select(path, names)
+        entries = load_configured(path)
     except (ZConfig.ConfigurationError, UsageError, OSError):
         return None
-    entries = [entry for entry in entries
-               if entry.database_name is not None]
-    return entries if len(entries) > 1 else None
+    entries = [entry for entry in entries if entry.storage is not None
+               and entry.database_name is not None]
+    return (entries, picked) if len(entries) > 1 else None
 
 
 def report(result, t, started, out):
@@ -285,13 +289,10 @@ def main(argv=None, out=None):
                      '--prepack and --use-prepack-state')
     if not (args.verbose or args.check_refs_only):
         out = io.StringIO()  # quiet on success: failures go to stderr
-    entries = None if args.check_refs_only else multi_database(args.config)
-    if entries is not None:
-        try:
-            picked = select(args.config, chosen(args))
-        except UsageError as e:
-            print('zodbpack: %s' % e, file=sys.stderr)
-            return EXIT_USAGE
+    found = (None if args.check_refs_only
+             else multi_database(args.config, chosen(args)))
+    if found is not None:
+        entries, picked = found
         status = 0
         names = [entry.name for entry in picked
                  if entry.database_name is not None]
