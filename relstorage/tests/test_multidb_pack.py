@@ -1,5 +1,6 @@
 """Packing the databases of a ZODB multi-database: no pack removes an
 object that another database refers to (see storage.multipack)."""
+import io
 import time
 
 import pytest
@@ -10,6 +11,9 @@ from ZODB.FileStorage import FileStorage
 from ZODB.POSException import POSKeyError
 from ZODB.serialize import referencesf
 
+from relstorage import zodbpack
+from relstorage.storage import pack as pack_module
+from relstorage.storage import refworkers
 from relstorage.testing.dbs import DatabaseFactory
 from relstorage.testing.dbs import mysql_params
 from relstorage.testing.dbs import pg_dsn
@@ -20,7 +24,7 @@ from relstorage.tests.test_zodbpack import run
 CATALOG = 'dst'
 
 
-def storage_section(factory, which):
+def storage_section(factory, which, options=''):
     if factory.db == 'sqlite':
         adapter = '<sqlite3>\n data-dir %s\n</sqlite3>' % factory.data_dir(
             which)
@@ -31,19 +35,20 @@ def storage_section(factory, which):
         adapter = ('<mysql>\n host %(host)s\n port %(port)s\n user %(user)s'
                    '\n passwd %(passwd)s\n db %(db)s\n</mysql>'
                    % mysql_params(factory.keep_history, which))
-    return '<relstorage>\n keep-history %s\n%s\n</relstorage>' % (
-        'true' if factory.keep_history else 'false', adapter)
+    return '<relstorage>\n keep-history %s\n%s%s\n</relstorage>' % (
+        'true' if factory.keep_history else 'false', options, adapter)
 
 
-def zope_conf(tmp_path, factory, main=None):
-    """A Zope zope.conf mounting the catalog database at /catalog."""
+def zope_conf(tmp_path, factory, main=None, options=''):
+    """A Zope zope.conf mounting the catalog database at /catalog (its
+    storages' sections with *options*)."""
     path = tmp_path / 'zope.conf'
     path.write_text(
         '%%define INSTANCE %s\ninstancehome $INSTANCE\n%%import relstorage\n'
         '<zodb_db main>\n%s\n mount-point /\n cache-size 5000\n</zodb_db>\n'
         '<zodb_db catalog>\n%s\n mount-point /catalog\n</zodb_db>\n'
-        % (tmp_path, main or storage_section(factory, 'main'),
-           storage_section(factory, CATALOG)))
+        % (tmp_path, main or storage_section(factory, 'main', options),
+           storage_section(factory, CATALOG, options)))
     return str(path)
 
 
@@ -83,13 +88,16 @@ def oid_of(obj):
     return obj._p_oid
 
 
-def populate(databases):
+def populate(databases, filler=0):
     """Objects of each database that only the other refers to, and
-    garbage in each, a cycle across the two included. Returns
-    ``{database name: {what: oid}}``."""
+    garbage in each, a cycle across the two included, after *filler*
+    other objects in each. Returns ``{database name: {what: oid}}``."""
     with databases['main'].transaction() as conn:
         root = conn.root()
         catalog = conn.get_connection('catalog')
+        root['filler'] = [PersistentMapping() for _ in range(filler)]
+        catalog.root()['filler'] = [PersistentMapping()
+                                    for _ in range(filler)]
         # Only main refers to 'kept' (in catalog); only 'kept' refers to
         # 'deep' (in main); only 'deep' to 'deeper' (in catalog).
         kept = PersistentMapping(name='kept')
@@ -270,4 +278,29 @@ def test_prepack_then_use_prepack_state_together(sqlite_pair, tmp_path):
     assert out.returncode == 0, out.stderr
     out = run('--use-prepack-state', config)
     assert out.returncode == 0, out.stderr
+    check_packed(sqlite_pair, oids)
+
+
+@pytest.mark.parametrize('options,says', [
+    ('', 'with 2 worker processes'),
+    (' pack-graph-mb 0\n', 'its graph followed in the database')],
+    ids=['workers', 'graph-in-database'])
+def test_the_references_read_by_workers_or_followed_in_the_database(
+        sqlite_pair, tmp_path, monkeypatch, options, says):
+    # Pages of 20 states, workers from the first: the cross-database
+    # references come back from worker processes; or the graph is
+    # followed in the database's scratch tables.
+    monkeypatch.setattr(pack_module, 'PAGE', 20)
+    monkeypatch.setattr(refworkers, 'START_AFTER', 1)
+    databases = open_databases(sqlite_pair)
+    try:
+        oids = populate(databases, filler=100)
+    finally:
+        close_databases(databases)
+    out = io.StringIO()
+    status = zodbpack.main(['-v', '-d', '0', '--workers', '2',
+                            zope_conf(tmp_path, sqlite_pair,
+                                      options=options)], out=out)
+    assert status == 0
+    assert out.getvalue().count(says) == 2, out.getvalue()
     check_packed(sqlite_pair, oids)
