@@ -28,12 +28,15 @@ ones, knowing the references of all of them:
 
 The pre-packs run one after the other; each database keeps its pack
 lock, and the pre-pack's scratch state, until every database's garbage
-is known; the removals then run one database after the other.
+is known; the removals then run one database after the other. Each
+batch of removals also spares what the other databases' commits since
+they were read refer to (see _Newer).
 """
 import logging
 
 from ZODB.POSException import Unsupported
 
+from ZODB.utils import p64
 from ZODB.utils import u64
 
 from ..exceptions import PackedFurtherAlready
@@ -71,6 +74,54 @@ def read_cross_references(name, storage):
         if next_oid is None:
             break
     return found
+
+
+class _Newer:
+    """What the databases commit after they were read, for each packed
+    database the references into it (Pack.referred): read from the
+    others' transaction iterators, under the packed database's commit
+    lock (a batch's), so that a reference moved from one database into
+    another while the pack runs is seen."""
+
+    def __init__(self, storages):
+        self.storages = storages
+        #: The newest tid of each database before it was read.
+        self.start = {name: u64(storage.lastTransaction())
+                      for name, storage in storages.items()}
+
+    def referred(self, name):
+        """Pack.referred for the database *name*."""
+        since = dict(self.start)
+
+        def referred():
+            found = set()
+            for other, tid in since.items():
+                if other != name:
+                    since[other] = self.scan(other, tid, name, found)
+            return found
+        return referred
+
+    def scan(self, other, tid, name, found):
+        """Add to *found* the oids of database *name* that the records
+        committed in database *other* after *tid* refer to; return the
+        newest tid read."""
+        iterator = getattr(self.storages[other], 'iterator', None)
+        if iterator is None:
+            return tid
+        transactions = iterator(p64(tid + 1))
+        try:
+            for transaction in transactions:
+                for record in transaction:
+                    if record.data:
+                        found.update(oid for database, oid
+                                     in cross_references(record.data)
+                                     if database == name)
+                tid = max(tid, u64(transaction.tid))
+        finally:
+            close = getattr(transactions, 'close', None)
+            if close is not None:
+                close()
+        return tid
 
 
 def _all(cross):
@@ -184,6 +235,7 @@ def pack_databases(storages, t, referencesf, chosen=None, gc=None,
                                         referencesf, gc)
         return results
     gathered = [name for name in collecting if name in packs]
+    newer = _Newer(storages)
     together = _Together()
     try:
         # The databases whose garbage is not found here: everything
@@ -194,6 +246,7 @@ def pack_databases(storages, t, referencesf, chosen=None, gc=None,
                 fixed.update(_all(read_cross_references(name, storage)))
         for name in gathered:
             pack = packs[name]
+            pack.referred = newer.referred(name)
             try:
                 if not together.start(name, pack):
                     results[name] = pack.result

@@ -161,6 +161,10 @@ class Pack:
         #: the roots (objects committed after the pack time) refer to.
         self.cross = None
         self.rooted_cross = set()
+        #: While packing together: gives the oids of this database that
+        #: the other databases' commits since they were read refer to
+        #: (spared by each batch, as this database's own commits are).
+        self.referred = None
         self.result = PackResult(
             objects_removed=0, revisions_removed=0, bytes_removed=0,
             batches=0, busy_waits=0, busy_seconds=0.0)
@@ -572,6 +576,8 @@ class Pack:
         started = time.monotonic()
         if self.garbage_after is not None and last and last > checked_tid:
             self.rescue(session, checked_tid)
+        if self.garbage_after is not None and self.referred is not None:
+            self.spare(session, self.referred())
         steps = 0  # every batch makes progress, whatever the timeout
         gone, kept = [], {}
         removed_before = (self.result['objects_removed'],

@@ -12,6 +12,7 @@ from ZODB.POSException import POSKeyError
 from ZODB.serialize import referencesf
 
 from relstorage import zodbpack
+from relstorage.storage import multipack
 from relstorage.storage import pack as pack_module
 from relstorage.storage import refworkers
 from relstorage.testing.dbs import DatabaseFactory
@@ -304,3 +305,34 @@ def test_the_references_read_by_workers_or_followed_in_the_database(
     assert status == 0
     assert out.getvalue().count(says) == 2, out.getvalue()
     check_packed(sqlite_pair, oids)
+
+
+def test_a_reference_moved_across_databases_while_packing(
+        sqlite_pair, monkeypatch):
+    # Between the pre-pack of main and that of the catalog, a transaction
+    # moves the only reference to a catalog object from the catalog into
+    # main: neither pre-pack sees it referred to; the catalog's batches
+    # read main's newer commits and keep it.
+    databases = open_databases(sqlite_pair)
+    try:
+        with databases['main'].transaction() as conn:
+            moved = PersistentMapping(name='moved')
+            conn.get_connection('catalog').root()['r'] = moved
+        time.sleep(0.01)
+        start = multipack._Together.start
+
+        def start_then_move(together, name, pack):
+            if name == 'catalog':
+                with databases['main'].transaction() as conn:
+                    croot = conn.get_connection('catalog').root()
+                    conn.root()['s'] = croot.pop('r')
+            return start(together, name, pack)
+        monkeypatch.setattr(multipack._Together, 'start', start_then_move)
+        storages = {name: db.storage for name, db in databases.items()}
+        results = multipack.pack_databases(storages, time.time(),
+                                           referencesf)
+        assert results['catalog']['objects_removed'] == 0
+        with databases['main'].transaction() as conn:
+            assert conn.root()['s']['name'] == 'moved'
+    finally:
+        close_databases(databases)
