@@ -293,6 +293,15 @@ def main(argv=None, out=None):
              else multi_database(args.config, chosen(args)))
     if found is not None:
         entries, picked = found
+        names = [entry.database_name for entry in entries]
+        twice = sorted({name for name in names if names.count(name) > 1})
+        if twice:
+            print('zodbpack: %s: more than one database named %s: give '
+                  'each <zodb> section a name or a database-name, as a '
+                  'multi-database needs' % (
+                      args.config, ', '.join(map(repr, twice))),
+                  file=sys.stderr)
+            return EXIT_USAGE
         status = 0
         names = [entry.name for entry in picked
                  if entry.database_name is not None]

@@ -336,3 +336,14 @@ def test_a_reference_moved_across_databases_while_packing(
             assert conn.root()['s']['name'] == 'moved'
     finally:
         close_databases(databases)
+
+
+def test_two_databases_of_one_name_are_refused(sqlite_pair, tmp_path):
+    path = tmp_path / 'zodb.conf'
+    path.write_text('%%import relstorage\n<zodb>\n%s\n</zodb>\n'
+                    '<zodb>\n%s\n</zodb>\n'
+                    % (storage_section(sqlite_pair, 'main'),
+                       storage_section(sqlite_pair, CATALOG)))
+    out = run('-d', '0', str(path))
+    assert out.returncode == 2
+    assert "more than one database named ''" in out.stderr, out.stderr
