@@ -15,6 +15,12 @@ not a failure. Nothing is printed on success (``-v`` prints a summary of
 each pack); any failure is reported by name and the exit status is
 non-zero.
 
+The databases of a multi-database (two ``<zodb>`` or ``<zodb_db>``
+sections or more) are packed together: none removes an object that
+another database refers to (see relstorage.storage.multipack). With
+``--database NAME``, the others are read for their references to it,
+not packed.
+
 ``--prepack`` only finds the garbage (the long, lock-free part) and keeps
 the finding in the database; a later ``--use-prepack-state`` run removes
 it, to the pack time the pre-pack used, without finding it again. Both
