@@ -168,6 +168,20 @@ class _Together:
             + len(spared)
         return len(spared)
 
+    def settle(self):
+        """Let every pack commit what it found (and end its reading
+        session) before any removes: none keeps a transaction open while
+        another removes. Returns ``{database name: result}`` of those
+        that ended there (a pre-pack only)."""
+        ended = {}
+        for name, (pack, stages, _) in list(self.packs.items()):
+            try:
+                next(stages)
+            except StopIteration:
+                del self.packs[name]
+                ended[name] = pack.result
+        return ended
+
     def finish(self, name):
         pack, stages, _ = self.packs.pop(name)
         for _ in stages:
@@ -273,6 +287,7 @@ def pack_databases(storages, t, referencesf, chosen=None, gc=None,
             if not more:
                 break
         _warn_unknown(kept, storages)
+        results.update(together.settle())
         for name in names:
             if name in together.packs:
                 results[name] = together.finish(name)

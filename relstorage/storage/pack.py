@@ -177,10 +177,12 @@ class Pack:
         return self.result
 
     def stages(self):
-        """run(), as a generator: it stops once, with the removing session,
-        when the garbage is found and nothing is removed yet (see
-        multipack: the references of other databases then spare what
-        they refer to); an empty database ends it at once."""
+        """run(), as a generator: it stops once, giving the removing
+        session, when the garbage is found and nothing is removed yet
+        (see multipack: the references of other databases then spare
+        what they refer to), and once more, giving None, when that is
+        committed and the removal is about to begin; an empty database
+        ends it at once."""
         adapter = self.adapter
         started = time.monotonic()
         # The session that removes also holds the pack lock throughout.
@@ -233,6 +235,7 @@ class Pack:
             session.close()
             writer.rollback()
         writer.end_reads()
+        yield None
         self.remove(writer, old + garbage, checked_tid)
         blobs = self.blobs
         if blobs is not None and not adapter.keep_history:
