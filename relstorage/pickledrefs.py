@@ -94,6 +94,7 @@ def page_references(page):
     stream = BytesIO(b''.join([state for _, state in page if state]))
     found = []
     cross = []
+    other = set()  # the cross-database references of one state
     persistent_ids = []
     reader = _unpickler(stream, persistent_ids)
     noload = reader.noload
@@ -103,7 +104,6 @@ def page_references(page):
         if not state:
             continue
         end += len(state)
-        other = set()
         try:
             noload()
             noload()
@@ -123,6 +123,7 @@ def page_references(page):
             found.append((oid, refs))
         if other:
             cross.append((oid, sorted(other)))
+            other.clear()
     return found, None, cross
 
 
