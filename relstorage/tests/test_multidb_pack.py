@@ -204,9 +204,10 @@ def test_zodbpack_of_a_zodb_config(pair, tmp_path):
     check_packed(pair, oids)
 
 
-@pytest.fixture
-def sqlite_pair():
-    factory = DatabaseFactory('sqlite', False)
+@pytest.fixture(params=[True, False], ids=['HP', 'HF'])
+def sqlite_pair(request):
+    """Two SQLite databases, in each history mode."""
+    factory = DatabaseFactory('sqlite', request.param)
     try:
         yield factory
     finally:
