@@ -36,6 +36,7 @@ import logging
 
 from ZODB.POSException import Unsupported
 
+from ZODB.serialize import referencesf as zodb_referencesf
 from ZODB.utils import p64
 from ZODB.utils import u64
 
@@ -249,6 +250,13 @@ def pack_databases(storages, t, referencesf, chosen=None, gc=None,
                                         referencesf, gc)
         return results
     gathered = [name for name in collecting if name in packs]
+    if gathered and referencesf is not zodb_referencesf:
+        # What another reader leaves out, nothing here can tell.
+        raise Unsupported(
+            'packing databases together reads their cross-database '
+            'references as ZODB\'s pickles hold them: pass '
+            'ZODB.serialize.referencesf, or pack without garbage '
+            'collection')
     newer = _Newer(storages)
     together = _Together()
     try:

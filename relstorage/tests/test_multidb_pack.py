@@ -9,6 +9,7 @@ import ZODB.config
 from persistent.mapping import PersistentMapping
 from ZODB.FileStorage import FileStorage
 from ZODB.POSException import POSKeyError
+from ZODB.POSException import Unsupported
 from ZODB.serialize import referencesf
 
 from relstorage import zodbpack
@@ -348,3 +349,18 @@ def test_two_databases_of_one_name_are_refused(sqlite_pair, tmp_path):
     out = run('-d', '0', str(path))
     assert out.returncode == 2
     assert "more than one database named ''" in out.stderr, out.stderr
+
+
+def test_another_references_reader_is_refused(sqlite_pair):
+    # A reader other than ZODB's may leave out what the pack must see.
+    oids = make(sqlite_pair)
+    databases = open_databases(sqlite_pair)
+    try:
+        storages = {name: db.storage for name, db in databases.items()}
+        with pytest.raises(Unsupported, match='referencesf'):
+            multipack.pack_databases(storages, time.time(),
+                                     lambda data, oids=None:
+                                     referencesf(data, oids))
+    finally:
+        close_databases(databases)
+    check_packed(sqlite_pair, oids, packed=())
