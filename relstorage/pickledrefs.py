@@ -16,20 +16,43 @@ _HEADER = struct.Struct('>Q')
 READY = b'relstorage-refworker-ready'
 
 
-def _oids(persistent_ids):
+#: The persistent ids of strong references to another database of a
+#: multi-database: ``['m', (database, oid, class)]`` and ``['n',
+#: (database, oid)]`` (a weak one, ``['w', (oid, database)]``, keeps
+#: nothing alive).
+CROSS_DATABASE = ('m', 'n')
+
+
+def _oid(ref):
+    if isinstance(ref, str):
+        ref = ref.encode('ascii')
+    return _OID.unpack(ref)[0]
+
+
+def _oids(persistent_ids, cross=None):
     """The oids of ordinary references among *persistent_ids*, as ZODB's
     referencesf takes them (weak and cross-database references are
-    lists, and left out), as integers, each once, in order."""
+    lists, and left out), as integers, each once, in order. The
+    ``(database name, oid)`` of each cross-database reference is added to
+    the set *cross*, if given."""
     found = set()
     for ref in persistent_ids:
         if isinstance(ref, tuple):
             ref = ref[0]
         elif isinstance(ref, list):
+            if cross is not None and ref and ref[0] in CROSS_DATABASE:
+                cross.add((ref[1][0], _oid(ref[1][1])))
             continue
-        if isinstance(ref, str):
-            ref = ref.encode('ascii')
-        found.add(_OID.unpack(ref)[0])
+        found.add(_oid(ref))
     return sorted(found)
+
+
+def cross_references(state):
+    """The ``(database name, oid)`` of each cross-database reference of
+    the record *state*, each once, in order."""
+    cross = set()
+    _oids(_persistent_ids(state), cross)
+    return sorted(cross)
 
 
 def _unpickler(stream, persistent_ids):
@@ -38,23 +61,31 @@ def _unpickler(stream, persistent_ids):
     return reader
 
 
-def state_references(state):
-    """The oids (integers, each once, in order) that the record *state*
-    (its class pickle, then its state pickle) refers to, as ZODB's
-    referencesf finds them; an error if it does not unpickle."""
+def _persistent_ids(state):
+    """The persistent ids of the record *state* (its class pickle, then
+    its state pickle); an error if it does not unpickle."""
     persistent_ids = []
     reader = _unpickler(BytesIO(state), persistent_ids)
     reader.noload()
     reader.noload()
-    return _oids(persistent_ids)
+    return persistent_ids
+
+
+def state_references(state):
+    """The oids (integers, each once, in order) that the record *state*
+    refers to, as ZODB's referencesf finds them; an error if it does not
+    unpickle."""
+    return _oids(_persistent_ids(state))
 
 
 def page_references(page):
-    """``(found, bad)`` for *page*, a list of ``(oid, state)``: *found*
-    lists ``(oid, [oids it refers to])`` for each state that refers to
-    any object, in order (the oids as state_references() gives them);
-    *bad* is None, or the oid of a state that does not unpickle (*found*
-    then stops before it).
+    """``(found, bad, cross)`` for *page*, a list of ``(oid, state)``:
+    *found* lists ``(oid, [oids it refers to])`` for each state that
+    refers to any object, in order (the oids as state_references() gives
+    them); *bad* is None, or the oid of a state that does not unpickle
+    (*found* then stops before it); *cross* lists ``(oid, [(database
+    name, oid)])`` for each state that refers to objects of other
+    databases (see cross_references()), in order.
 
     One unpickler reads the whole page (an unpickler per state costs
     twice as much); a state it cannot read, or that does not end where
@@ -62,6 +93,8 @@ def page_references(page):
     """
     stream = BytesIO(b''.join([state for _, state in page if state]))
     found = []
+    cross = []
+    other = set()  # the cross-database references of one state
     persistent_ids = []
     reader = _unpickler(stream, persistent_ids)
     noload = reader.noload
@@ -76,19 +109,22 @@ def page_references(page):
             noload()
             if tell() != end:
                 raise ValueError('the pickles end elsewhere')
-            refs = _oids(persistent_ids) if persistent_ids else None
+            refs = _oids(persistent_ids, other) if persistent_ids else None
         except Exception:  # noqa: BLE001 -- read again on its own
             try:
-                refs = state_references(state)
+                refs = _oids(_persistent_ids(state), other)
             except Exception:  # noqa: BLE001 -- the caller names it
-                return found, oid
+                return found, oid, cross
             stream.seek(end)
             reader = _unpickler(stream, persistent_ids)
             noload = reader.noload
         del persistent_ids[:]
         if refs:
             found.append((oid, refs))
-    return found, None
+        if other:
+            cross.append((oid, sorted(other)))
+            other.clear()
+    return found, None, cross
 
 
 def send(stream, obj):

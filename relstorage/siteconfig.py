@@ -62,7 +62,10 @@ ZOPE_SCHEMA = """
 
 #: One storage of the file: *name* is its database's name (the name of
 #: its ``<zodb_db>`` or ``<zodb>`` section, else its ``database-name``),
-#: or, at the top level, the storage section's name; *storage* is the
+#: or, at the top level, the storage section's name; *database_name* is
+#: the name the database has in a ZODB multi-database (its
+#: ``database-name``, else its section's name), None for a storage at
+#: the top level; *storage* is the
 #: ZConfig factory (``.open()``), None where the storage's section type
 #: is unknown here (its package is not installed: *missing* says which
 #: section that was).
@@ -186,8 +189,10 @@ def _strict(path):
     for database in config.databases:
         name = (database.name or database.config.database_name
                 or 'database %d' % (len(found) + 1))
+        # The name ZODB's config gives the database (ZODB.config).
         found.append(Configured(name, database.config.storage,
-                                database.config.database_name, None))
+                                database.config.database_name
+                                or database.name or '', None))
     return found
 
 

@@ -15,6 +15,12 @@ not a failure. Nothing is printed on success (``-v`` prints a summary of
 each pack); any failure is reported by name and the exit status is
 non-zero.
 
+The databases of a multi-database (two ``<zodb>`` or ``<zodb_db>``
+sections or more) are packed together: none removes an object that
+another database refers to (see relstorage.storage.multipack). With
+``--database NAME``, the others are read for their references to it,
+not packed.
+
 ``--prepack`` only finds the garbage (the long, lock-free part) and keeps
 the finding in the database; a later ``--use-prepack-state`` run removes
 it, to the pack time the pre-pack used, without finding it again. Both
@@ -37,8 +43,10 @@ from .exceptions import UsageError
 from .helptext import help_text
 from .siteconfig import add_database_argument
 from .siteconfig import chosen
+from .siteconfig import load_configured
 from .siteconfig import select
 from .storage import RelStorage
+from .storage.multipack import pack_databases
 
 log = logging.getLogger('zodbpack')
 
@@ -118,12 +126,16 @@ def setup_logging(level=logging.INFO):
         format='%(asctime)s %(levelname)s %(name)s: %(message)s')
 
 
+def heading(name, storage, out):
+    print('%s (%s):' % (name, getattr(storage, 'describe',
+                                      storage.getName)()), file=out)
+
+
 def pack_one(name, section, days, check_only, out, prepack_only=False,
              use_prepack_state=False, workers=None):
     storage = section.open()
     try:
-        print('%s (%s):' % (name, getattr(storage, 'describe',
-                                          storage.getName)()), file=out)
+        heading(name, storage, out)
         if check_only:
             return EXIT_DANGLING if check_refs(storage, out) else 0
         t = time.time() - days * 86400
@@ -138,17 +150,7 @@ def pack_one(name, section, days, check_only, out, prepack_only=False,
                     use_prepack_state=use_prepack_state or None,
                     workers=workers)
             except PackedFurtherAlready as e:
-                # As RelStorage 4, which found nothing to pack there: a
-                # cron line keeping a day, after a pack to now by hand.
-                print('  nothing to pack: %s' % e, file=out)
-                return 0
-            if 'garbage_found' in result:
-                print('  pre-pack to %s: %d unreachable objects found and '
-                      'kept for --use-prepack-state, in %.1f s'
-                      % (time.strftime('%Y-%m-%d %H:%M:%S',
-                                       time.localtime(t)),
-                         result['garbage_found'],
-                         time.monotonic() - started), file=out)
+                nothing_to_pack(e, out)
                 return 0
         elif prepack_only or use_prepack_state:
             raise Unsupported(
@@ -157,21 +159,98 @@ def pack_one(name, section, days, check_only, out, prepack_only=False,
         else:
             storage.pack(t, referencesf)
             result = {}
-        seconds = time.monotonic() - started
-        print('  packed to %s: %s in %.1f s%s'
-              % (time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(t)),
-                 describe(result), seconds,
-                 ' (pre-pack %.1f s%s%s, then %d batches; %.0f s spent '
-                 'letting commits go first)'
-                 % (result.get('prepack_seconds', 0),
-                    workers_text(result.get('prepack_workers')),
-                    ', its graph followed in the database'
-                    if result.get('prepack_graph') == 'database' else '',
-                    result['batches'], result['busy_seconds'])
-                 if 'batches' in result else ''), file=out)
+        report(result, t, started, out)
         return 0
     finally:
         storage.close()
+
+
+def nothing_to_pack(error, out):
+    # As RelStorage 4, which found nothing to pack there: a cron line
+    # keeping a day, after a pack to now by hand.
+    print('  nothing to pack: %s' % error, file=out)
+
+
+def pack_together(entries, names, days, out, prepack_only=False,
+                  use_prepack_state=False, workers=None):
+    """Pack the databases *names* of the multi-database *entries*
+    (``[Configured]``, each with its database_name) together:
+    none removes an object another refers to (see
+    relstorage.storage.multipack). Returns the exit status."""
+    storages = {}
+    chosen = [entry.database_name for entry in entries
+              if entry.name in names]
+    titles = {entry.database_name: entry.name for entry in entries}
+    try:
+        for entry in entries:
+            storages[entry.database_name] = entry.storage.open()
+        t = time.time() - days * 86400
+        started = time.monotonic()
+        results = pack_databases(
+            storages, t, referencesf, chosen,
+            progress={name: TerminalProgress(out, started)
+                      for name in chosen} if out.isatty() else None,
+            prepack_only=prepack_only or None,
+            use_prepack_state=use_prepack_state or None, workers=workers)
+        for name in chosen:
+            heading(titles[name], storages[name], out)
+            result = results[name]
+            if isinstance(result, PackedFurtherAlready):
+                nothing_to_pack(result, out)
+            else:
+                report(result or {}, t, started, out)
+    except Exception as e:  # noqa: BLE001 -- reported, then exit 1
+        log.debug('failure details', exc_info=True)
+        print('zodbpack: %s (packed together): %s: %s'
+              % (', '.join(titles[name] for name in chosen),
+                 type(e).__name__, e), file=sys.stderr)
+        return EXIT_FAILED
+    finally:
+        for storage in storages.values():
+            storage.close()
+    return 0
+
+
+def multi_database(path, names):
+    """``(databases, picked)`` when the file at *path* configures a
+    multi-database (two databases or more whose storages can be read
+    here): the ``[Configured]`` of those, and of the storages *names*
+    picks (select()); else None (a file that cannot be read, or a name
+    it has not, included: run_sections says what is wrong)."""
+    try:
+        picked = select(path, names)
+        entries = load_configured(path)
+    except (ZConfig.ConfigurationError, UsageError, OSError):
+        return None
+    entries = [entry for entry in entries if entry.storage is not None
+               and entry.database_name is not None]
+    return (entries, picked) if len(entries) > 1 else None
+
+
+def report(result, t, started, out):
+    """Print what a pack to *t* begun at *started* (time.monotonic) did:
+    its *result* (a PackResult, or {} for another storage's pack)."""
+    when = time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(t))
+    if 'garbage_found' in result:
+        print('  pre-pack to %s: %d unreachable objects found and '
+              'kept for --use-prepack-state, in %.1f s'
+              % (when, result['garbage_found'],
+                 time.monotonic() - started), file=out)
+        return
+    seconds = time.monotonic() - started
+    kept = result.get('objects_kept_for_other_databases')
+    print('  packed to %s: %s in %.1f s%s%s'
+          % (when, describe(result), seconds,
+             ' (pre-pack %.1f s%s%s, then %d batches; %.0f s spent '
+             'letting commits go first)'
+             % (result.get('prepack_seconds', 0),
+                workers_text(result.get('prepack_workers')),
+                ', its graph followed in the database'
+                if result.get('prepack_graph') == 'database' else '',
+                result['batches'], result['busy_seconds'])
+             if 'batches' in result else '',
+             '; %d unreachable objects kept: other databases refer to '
+             'them' % kept if kept else ''), file=out)
 
 
 def main(argv=None, out=None):
@@ -216,6 +295,34 @@ def main(argv=None, out=None):
                      '--prepack and --use-prepack-state')
     if not (args.verbose or args.check_refs_only):
         out = io.StringIO()  # quiet on success: failures go to stderr
+    found = (None if args.check_refs_only
+             else multi_database(args.config, chosen(args)))
+    if found is not None:
+        entries, picked = found
+        names = [entry.database_name for entry in entries]
+        twice = sorted({name for name in names if names.count(name) > 1})
+        if twice:
+            print('zodbpack: %s: more than one database named %s: give '
+                  'each <zodb> section a name or a database-name, as a '
+                  'multi-database needs' % (
+                      args.config, ', '.join(map(repr, twice))),
+                  file=sys.stderr)
+            return EXIT_USAGE
+        status = 0
+        names = [entry.name for entry in picked
+                 if entry.database_name is not None]
+        if names:
+            status = pack_together(entries, names, days, out, args.prepack,
+                                   args.use_prepack_state, args.workers)
+        # A storage at the top level, beside the databases: alone.
+        names = [entry.name for entry in picked
+                 if entry.database_name is None]
+        if not names:
+            return status
+        return max(status, run_sections(
+            'zodbpack', args.config, lambda name, section: pack_one(
+                name, section, days, False, out, args.prepack,
+                args.use_prepack_state, args.workers), names))
     return run_sections('zodbpack', args.config, lambda name, section:
                         pack_one(name, section, days,
                                  args.check_refs_only, out, args.prepack,

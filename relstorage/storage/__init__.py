@@ -1,12 +1,14 @@
 """RelStorage: the ZODB-facing storage. It knows ZODB and never writes SQL;
 everything database-specific happens behind ``relstorage.adapters``."""
 import logging
+import sys
 import threading
 import time
 import weakref
 
 import ZODB.interfaces
 from ZODB.ConflictResolution import ConflictResolvingStorage
+from ZODB.DB import DB
 from ZODB.POSException import ReadOnlyError
 from ZODB.utils import p64
 from zope.interface import alsoProvides
@@ -22,6 +24,7 @@ from .history import History
 from .history import UndoableHistory
 from .iteration import Iteration
 from .load import Loader
+from .multipack import pack_databases
 from .pack import Pack
 from .readahead import ReadAhead
 from .tpc import Commit
@@ -63,6 +66,18 @@ def _weakly(method):
     def call(*args, **kwargs):
         return ref()(*args, **kwargs)
     return call
+
+
+def _multi_database(db, storage):
+    """``(name, {database name: storage})`` of the multi-database *db*
+    is one of (*storage* standing for *db*'s own), or None when *db* is
+    alone."""
+    if len(db.databases) < 2:
+        return None
+    storages = {name: other.storage for name, other
+                in db.databases.items()}
+    storages[db.database_name] = storage
+    return db.database_name, storages
 
 
 @implementer(
@@ -294,15 +309,31 @@ class RelStorage(ConflictResolvingStorage):
         copy_transactions(other, self)
 
     def pack(self, t, referencesf, gc=None, progress=None):
-        """IStorage.pack: see pack_with_result (this returns None)."""
-        self.pack_with_result(t, referencesf, gc, progress)
+        """IStorage.pack: see pack_with_result (this returns None).
+
+        Called by ``ZODB.DB.pack`` (Zope's "Pack" button) of a DB that is
+        one of a multi-database, this packs together with the others:
+        the objects they refer to are kept (ZODB tells a storage that
+        provides IMVCCStorage nothing of its DB, so the DB is the one
+        calling here)."""
+        caller = sys._getframe(1).f_locals.get('self')
+        databases = None
+        if isinstance(caller, DB) and caller.storage is self:
+            databases = _multi_database(caller, self)
+        self.pack_with_result(t, referencesf, gc, progress,
+                              databases=databases)
 
     def pack_with_result(self, t, referencesf, gc=None, progress=None,
                          prepack_only=None, use_prepack_state=None,
-                         workers=None):
+                         workers=None, databases=None):
         """Remove revisions not current at time *t* and, with pack-gc (or
         *gc*), objects unreachable from the root at *t*. Returns counts
         (a PackResult).
+
+        *databases*, ``(this database's name, {database name: storage})``
+        of a multi-database this storage is part of (see pack()), keeps
+        the objects the other databases refer to: their records are read
+        for their references to this one (see multipack).
 
         *progress*, if given, is called after every committed batch with
         ``(done, total)`` counts of objects handled. *prepack_only* (default:
@@ -312,6 +343,26 @@ class RelStorage(ConflictResolvingStorage):
         to the pack time it used, instead of running one. *workers* is
         how many worker processes the pre-pack reads references in
         (default: the pack-workers option)."""
+        pack = self.new_pack(t, referencesf, gc, progress, prepack_only,
+                             use_prepack_state, workers)
+        if databases is None or not pack.gc:
+            result = pack.run()
+        else:
+            name, storages = databases
+            result = pack_databases(
+                storages, t, referencesf, [name], gc,
+                {name: progress}, workers, prepack_only,
+                use_prepack_state)[name]
+            if isinstance(result, Exception):
+                raise result
+        log.info('packed %s to %s: %s', self._name, time.ctime(t),
+                 dict(result))
+        return result
+
+    def new_pack(self, t, referencesf, gc=None, progress=None,
+                 prepack_only=None, use_prepack_state=None, workers=None):
+        """A pack of this storage, as pack_with_result() makes (a
+        storage.pack.Pack, not yet run), alone."""
         self._commit.check_writable()
         options = self._options
         if gc is None:
@@ -326,12 +377,9 @@ class RelStorage(ConflictResolvingStorage):
             raise ValueError('a pack cannot both only pre-pack and skip the '
                              'pre-pack (pack-prepack-only and '
                              'pack-skip-prepack)')
-        result = Pack(self._adapter, options, self._cache, self._blobs,
-                      self._metrics, t, referencesf, gc, progress,
-                      prepack_only, use_prepack_state, workers).run()
-        log.info('packed %s to %s: %s', self._name, time.ctime(t),
-                 dict(result))
-        return result
+        return Pack(self._adapter, options, self._cache, self._blobs,
+                    self._metrics, t, referencesf, gc, progress,
+                    prepack_only, use_prepack_state, workers)
 
     def zap_all(self):
         """Remove every object and transaction (tests, zodbconvert)."""

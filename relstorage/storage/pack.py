@@ -34,6 +34,7 @@ from ..exceptions import CorruptRecord
 from ..exceptions import InvalidPackTime
 from ..exceptions import PackAlreadyRunning  # re-exported too
 from ..exceptions import PackedFurtherAlready
+from ..pickledrefs import cross_references
 from ..pickledrefs import page_references
 from .load import MAX_ID
 from .refgraph import ReferenceGraph
@@ -154,6 +155,16 @@ class Pack:
         #: Batches a cluster refused (and that were done again).
         self.batch_conflicts = 0
         self.metrics = metrics
+        #: While packing together with other databases (see multipack),
+        #: a dict: the ``[(database name, oid)]`` each object read by the
+        #: pre-pack refers to in other databases, by oid; and a set, those
+        #: the roots (objects committed after the pack time) refer to.
+        self.cross = None
+        self.rooted_cross = set()
+        #: While packing together: gives the oids of this database that
+        #: the other databases' commits since they were read refer to
+        #: (spared by each batch, as this database's own commits are).
+        self.referred = None
         self.result = PackResult(
             objects_removed=0, revisions_removed=0, bytes_removed=0,
             batches=0, busy_waits=0, busy_seconds=0.0)
@@ -161,6 +172,17 @@ class Pack:
             self.result['transactions_removed'] = 0
 
     def run(self):
+        for _ in self.stages():
+            pass
+        return self.result
+
+    def stages(self):
+        """run(), as a generator: it stops once, giving the removing
+        session, when the garbage is found and nothing is removed yet
+        (see multipack: the references of other databases then spare
+        what they refer to), and once more, giving None, when that is
+        committed and the removal is about to begin; an empty database
+        ends it at once."""
         adapter = self.adapter
         started = time.monotonic()
         # The session that removes also holds the pack lock throughout.
@@ -171,7 +193,7 @@ class Pack:
                     'another pack of the %s is running; not starting a '
                     'second one' % adapter.describe())
             writer.before_pack()
-            self.prepack_and_remove(writer)
+            yield from self.prepack_and_remove(writer)
             writer.wrote_outside_commits()
             self.result['seconds'] = time.monotonic() - started
         finally:
@@ -198,6 +220,7 @@ class Pack:
                 self.pack_tid, checked_tid = state
             else:
                 checked_tid = self.prepack(session, writer, view)
+            yield writer
             if self.prepack_only:
                 self.save_prepack(writer, checked_tid)
                 return
@@ -212,6 +235,7 @@ class Pack:
             session.close()
             writer.rollback()
         writer.end_reads()
+        yield None
         self.remove(writer, old + garbage, checked_tid)
         blobs = self.blobs
         if blobs is not None and not adapter.keep_history:
@@ -282,7 +306,7 @@ class Pack:
                 if refs:
                     found.append((oid, sorted(set(refs))))
             return found
-        return self.checked(page, *page_references(page))
+        return self.checked(page, *page_references(page)[:2])
 
     def checked(self, page, found, bad):
         """*found*, unless page_references() met a *bad* state: then the
@@ -314,13 +338,17 @@ class Pack:
         if self.referencesf is referencesf:
             workers = Workers(self.workers)
         else:
-            workers = Workers(0, lambda page: (self.referring(page), None))
+            workers = Workers(0, lambda page: (self.referring(page), None,
+                                               ()))
+        cross = self.cross
         # closing(): on an error, the reader and the writer stop before
         # their sessions are used again.
         with closing(self.pages(session, deleted)) as pages, workers, \
                 _ReferenceWriter(writer) as writing:
-            for page, found, bad in workers.read_in_order(pages):
+            for page, found, bad, other in workers.read_in_order(pages):
                 found = self.checked(page, found, bad)
+                if cross is not None:
+                    cross.update(other)
                 if memory is not None:
                     memory.add_page([oid for oid, _ in page], found)
                     if memory.nbytes > budget:
@@ -347,6 +375,8 @@ class Pack:
         for oid, state in session.states_after(self.pack_tid):
             roots.add(oid)
             roots.update(self.references(oid, state))
+            if cross is not None and state:
+                self.rooted_cross.update(cross_references(state))
         if memory is None:
             writer.add_roots(roots)
             writer.mark()
@@ -416,14 +446,34 @@ class Pack:
         for oid, state in session.states_after(since):
             touched.add(oid)
             touched.update(self.references(oid, state))
-        alive = session.still_garbage(touched)
+        return self.spare(session, touched)
+
+    def spare(self, session, oids):
+        """Take *oids* out of the garbage, and whatever they reference
+        through other garbage; return the oids so taken out."""
+        spared = set()
+        alive = session.still_garbage(oids)
         while alive:
             session.spare(alive)
+            spared.update(alive)
             referenced = set()
             found = session.load_many(alive)
             for oid, (state, _tid) in found.items():
                 referenced.update(self.references(oid, state))
             alive = session.still_garbage(referenced)
+        return spared
+
+    def outgoing(self, session):
+        """The ``(database name, oid)`` this database keeps alive in
+        others: what its roots refer to, and the objects of the pre-pack
+        that are not garbage (in *session*'s pack_gc)."""
+        found = set(self.rooted_cross)
+        if self.cross:
+            garbage = set(session.still_garbage(list(self.cross)))
+            for oid, refs in self.cross.items():
+                if oid not in garbage:
+                    found.update(refs)
+        return found
 
     def remove(self, session, total, checked_tid):
         """Remove pack_gc's objects, then the old revisions, in batches;
@@ -529,6 +579,8 @@ class Pack:
         started = time.monotonic()
         if self.garbage_after is not None and last and last > checked_tid:
             self.rescue(session, checked_tid)
+        if self.garbage_after is not None and self.referred is not None:
+            self.spare(session, self.referred())
         steps = 0  # every batch makes progress, whatever the timeout
         gone, kept = [], {}
         removed_before = (self.result['objects_removed'],

@@ -101,7 +101,7 @@ class _Worker(threading.Thread):
             self.busy_since = time.monotonic()
             try:
                 send(self.process.stdin, page)
-                found, bad = receive(self.process.stdout)
+                answer = receive(self.process.stdout)
             except Exception as e:  # noqa: BLE001 -- reported
                 self.busy_since = None
                 if self.hung:
@@ -110,7 +110,7 @@ class _Worker(threading.Thread):
                 self.fail(e, page)
                 return
             self.busy_since = None
-            self.done.put((page, found, bad))
+            self.done.put((page, answer))
 
     def watch(self, now):
         """Kill the process if it has spent PAGE_TIMEOUT on a page (the
@@ -137,7 +137,7 @@ class _Worker(threading.Thread):
         if page is None:
             page = self.pages.get()
         while page is not None:
-            self.done.put((page, None, None))
+            self.done.put((page, None))
             page = self.pages.get()
 
     def stop(self):
@@ -194,8 +194,8 @@ class Workers:
                 worker.watch(now)
 
     def read(self, pages):
-        """``(page, found, bad)`` for each page of *pages* (in any
-        order), as page_references() gives them."""
+        """``(page, found, bad, cross)`` for each page of *pages* (in
+        any order), as page_references() gives them."""
         seen = 0
         for page in pages:
             seen += 1
@@ -236,15 +236,15 @@ class Workers:
         """The pages workers have finished (all of them if *block*)."""
         while self.out:
             try:
-                page, found, bad = self.done.get(block=block)
+                page, answer = self.done.get(block=block)
             except queue.Empty:
                 return
             self.out -= 1
-            if found is None:  # the worker failed
-                found, bad = self.local(page)
+            if answer is None:  # the worker failed
+                answer = self.local(page)
             else:
                 self.by_workers += 1
-            yield page, found, bad
+            yield (page,) + tuple(answer)
 
     def close(self):
         """Stop the workers; pages not yet read are dropped."""

@@ -214,7 +214,7 @@ def test_a_worker_process_reads_pages_as_this_process_does(workers):
         assert expected[0]  # references found...
         assert (expected[1] is None) == (pages is page)  # ...and the bad
         with refworkers.Workers(1) as workers:
-            assert [(found, bad) for _, found, bad in workers.read([pages])]\
+            assert [tuple(answer) for _, *answer in workers.read([pages])]\
                 == [expected]
             assert workers.by_workers == 1
     assert pickledrefs.page_references(broken)[1] == broken[7][0]
@@ -276,10 +276,16 @@ def test_state_references_agree_with_zodb():
     for oid, state in records:
         assert pickledrefs.state_references(state) \
             == sorted({u64(ref) for ref in referencesf(state)})
-    found, bad = pickledrefs.page_references(records)
+    found, bad, cross = pickledrefs.page_references(records)
     assert bad is None
     assert found == [(oid, pickledrefs.state_references(state))
                      for oid, state in records
                      if pickledrefs.state_references(state)]
+    # The reference to the other database, which referencesf leaves out,
+    # is found too (and the weak one is not).
+    far = u64(elsewhere['x']._p_oid)
+    assert cross == [(u64(root['a']._p_oid), [('other', far)])]
+    assert [pickledrefs.cross_references(state) for _, state in records
+            if pickledrefs.cross_references(state)] == [[('other', far)]]
     other.close()
     db.close()

@@ -1,0 +1,346 @@
+"""Packing the databases of a multi-database together.
+
+In a ZODB multi-database (``ZODB.DB(..., databases=...)``, the
+``<zodb_db>`` sections of a zope.conf, the ``<zodb>`` sections of a
+ZODB config) an object of one database may be referred to only from
+another: its pickles hold ``['m', (database, oid, class)]`` or ``['n',
+(database, oid)]`` persistent ids, which ZODB's referencesf leaves out. A
+garbage collection of one database alone would remove such an object.
+
+pack_databases() packs some databases of a multi-database, the *chosen*
+ones, knowing the references of all of them:
+
+- Each chosen RelStorage that collects garbage runs its pre-pack (see
+  pack.Pack.stages), which also notes, for every object it reads, the
+  objects of other databases it refers to. Then, before anything is
+  removed, each such database spares the objects that the others' live
+  objects refer to, with whatever those reach through its garbage; a
+  spared object may refer to others in turn, so this goes on until no
+  database spares anything more. Garbage that only garbage of another
+  database refers to (a cycle across databases included) is removed.
+- Every other database (not chosen, packed without garbage collection,
+  or not a RelStorage) is read whole, one current record after another
+  (``record_iternext``): everything its records refer to elsewhere is
+  kept, as if those records were all alive.
+- A chosen storage that is not a RelStorage (a FileStorage) is packed by
+  its own pack(); when another database refers to any of its objects,
+  without garbage collection, so that none of them is removed.
+
+The pre-packs run one after the other; each database keeps its pack
+lock, and the pre-pack's scratch state, until every database's garbage
+is known; the removals then run one database after the other. Each
+batch of removals also spares what the other databases' commits since
+they were read refer to (see _Newer).
+"""
+import logging
+
+from ZODB.POSException import Unsupported
+
+from ZODB.serialize import referencesf as zodb_referencesf
+from ZODB.utils import p64
+from ZODB.utils import u64
+
+from ..exceptions import PackedFurtherAlready
+from ..pickledrefs import cross_references
+
+log = logging.getLogger(__name__)
+
+
+def _is_relstorage(storage):
+    return callable(getattr(storage, 'new_pack', None))
+
+
+def read_cross_references(name, storage):
+    """``{oid: [(database name, oid)]}``: what each current record of
+    *storage* (the database *name*) refers to in other databases, for
+    those that refer to any (oids as integers)."""
+    iternext = getattr(storage, 'record_iternext', None)
+    if iternext is None:
+        raise Unsupported(
+            'the references of database %r (a %s) to the other databases '
+            'cannot be read: it cannot list its records (record_iternext); '
+            'pack the other databases without garbage collection '
+            '(pack-gc false in their sections)'
+            % (name, type(storage).__name__))
+    found = {}
+    next_oid = None
+    while True:
+        try:
+            oid, _tid, data, next_oid = iternext(next_oid)
+        except ValueError:
+            break  # empty
+        refs = cross_references(data) if data else None
+        if refs:
+            found[u64(oid)] = refs
+        if next_oid is None:
+            break
+    return found
+
+
+class _Newer:
+    """What the databases commit after they were read, for each packed
+    database the references into it (Pack.referred): read from the
+    others' transaction iterators, under the packed database's commit
+    lock (a batch's), so that a reference moved from one database into
+    another while the pack runs is seen."""
+
+    def __init__(self, storages):
+        self.storages = storages
+        #: The newest tid of each database before it was read.
+        self.start = {name: u64(storage.lastTransaction())
+                      for name, storage in storages.items()}
+
+    def referred(self, name):
+        """Pack.referred for the database *name*."""
+        since = dict(self.start)
+
+        def referred():
+            found = set()
+            for other, tid in since.items():
+                if other != name:
+                    since[other] = self.scan(other, tid, name, found)
+            return found
+        return referred
+
+    def scan(self, other, tid, name, found):
+        """Add to *found* the oids of database *name* that the records
+        committed in database *other* after *tid* refer to; return the
+        newest tid read."""
+        iterator = getattr(self.storages[other], 'iterator', None)
+        if iterator is None:
+            return tid
+        transactions = iterator(p64(tid + 1))
+        try:
+            for transaction in transactions:
+                for record in transaction:
+                    if record.data:
+                        found.update(oid for database, oid
+                                     in cross_references(record.data)
+                                     if database == name)
+                tid = max(tid, u64(transaction.tid))
+        finally:
+            close = getattr(transactions, 'close', None)
+            if close is not None:
+                close()
+        return tid
+
+
+def _all(cross):
+    """Every reference of *cross* (read_cross_references())."""
+    return {ref for refs in cross.values() for ref in refs}
+
+
+class _Together:
+    """The chosen RelStorages that collect garbage, each stopped once
+    its garbage is known (at the yield of Pack.stages)."""
+
+    def __init__(self):
+        self.packs = {}  # database name -> (Pack, its stages, session)
+
+    def start(self, name, pack):
+        """Run *pack* until its garbage is known; False if it ended
+        instead (an empty database)."""
+        pack.cross = {}
+        stages = pack.stages()
+        try:
+            session = next(stages)
+        except StopIteration:
+            return False
+        self.packs[name] = (pack, stages, session)
+        return True
+
+    def outgoing(self):
+        """``(database name, oid)`` that the packs' live objects refer
+        to."""
+        found = set()
+        for pack, _, session in self.packs.values():
+            found.update(pack.outgoing(session))
+        return found
+
+    def spare(self, name, oids):
+        """Spare *oids* (and what they reach through garbage) in the pack
+        of database *name*, if there is one; how many were garbage."""
+        if name not in self.packs:
+            return 0
+        pack, _, session = self.packs[name]
+        spared = pack.spare(session, oids)
+        pack.result['objects_kept_for_other_databases'] = \
+            pack.result.get('objects_kept_for_other_databases', 0) \
+            + len(spared)
+        return len(spared)
+
+    def settle(self):
+        """Let every pack commit what it found (and end its reading
+        session) before any removes: none keeps a transaction open while
+        another removes. Returns ``{database name: result}`` of those
+        that ended there (a pre-pack only)."""
+        ended = {}
+        for name, (pack, stages, _) in list(self.packs.items()):
+            try:
+                next(stages)
+            except StopIteration:
+                del self.packs[name]
+                ended[name] = pack.result
+        return ended
+
+    def finish(self, name):
+        pack, stages, _ = self.packs.pop(name)
+        for _ in stages:
+            pass
+        return pack.result
+
+    def close(self):
+        """End the packs not finished (after an error): nothing of theirs
+        is removed."""
+        for _, stages, _ in self.packs.values():
+            stages.close()
+        self.packs.clear()
+
+
+def _by_database(refs):
+    found = {}
+    for name, oid in refs:
+        found.setdefault(name, set()).add(oid)
+    return found
+
+
+def pack_databases(storages, t, referencesf, chosen=None, gc=None,
+                   progress=None, workers=None, prepack_only=None,
+                   use_prepack_state=None):
+    """Pack the databases *chosen* (names; default all) of the
+    multi-database *storages* (``{database name: storage}``, every
+    database whose references count) to time *t*, none of them removing
+    an object that another database refers to (see the module's
+    docstring). *gc* (default: each RelStorage's pack-gc option; other
+    storages: their own default), *workers*, *prepack_only* and
+    *use_prepack_state* are as for RelStorage.pack_with_result; *progress*
+    is ``{database name: progress callable}``. Returns ``{database name:
+    result}``: a PackResult for each RelStorage, None for others, or the
+    PackedFurtherAlready error of a database an earlier pack took further
+    than *t* (not packed; its references count all the same)."""
+    names = list(storages) if not chosen else list(chosen)
+    unknown = [name for name in names if name not in storages]
+    if unknown:
+        raise ValueError('no database named %s among %s'
+                         % (', '.join(map(repr, unknown)),
+                            ', '.join(map(repr, storages))))
+    progress = progress or {}
+    if prepack_only or use_prepack_state:
+        others = [name for name in names
+                  if not _is_relstorage(storages[name])]
+        if others:
+            raise Unsupported(
+                'a pre-pack (and the use of its state) applies to '
+                'RelStorage only, not to database %s'
+                % ', '.join(map(repr, others)))
+    packs = {}
+    for name in names:
+        storage = storages[name]
+        if _is_relstorage(storage):
+            packs[name] = storage.new_pack(
+                t, referencesf, gc, progress.get(name), prepack_only,
+                use_prepack_state, workers)
+    collecting = [name for name in names
+                  if (packs[name].gc if name in packs else gc is not False)]
+    results = {}
+    if not collecting:
+        # No garbage collection: no reference matters.
+        for name in names:
+            results[name] = _pack_alone(name, storages[name], packs, t,
+                                        referencesf, gc)
+        return results
+    gathered = [name for name in collecting if name in packs]
+    if gathered and referencesf is not zodb_referencesf:
+        # What another reader leaves out, nothing here can tell.
+        raise Unsupported(
+            'packing databases together reads their cross-database '
+            'references as ZODB\'s pickles hold them: pass '
+            'ZODB.serialize.referencesf, or pack without garbage '
+            'collection')
+    newer = _Newer(storages)
+    together = _Together()
+    try:
+        # The databases whose garbage is not found here: everything
+        # their records refer to stays.
+        fixed = set()
+        for name, storage in storages.items():
+            if name not in gathered:
+                fixed.update(_all(read_cross_references(name, storage)))
+        for name in gathered:
+            pack = packs[name]
+            pack.referred = newer.referred(name)
+            try:
+                if not together.start(name, pack):
+                    results[name] = pack.result
+            except PackedFurtherAlready as e:
+                # Nothing to pack there; what it refers to still counts.
+                results[name] = e
+                fixed.update(_all(read_cross_references(name,
+                                                        storages[name])))
+                continue
+            if pack.use_prepack_state:
+                # Its states were not read: its records are, and what is
+                # not garbage counts.
+                pack.cross = read_cross_references(name, storages[name])
+        kept = {}
+        while True:
+            wanted = _by_database(fixed | together.outgoing())
+            more = False
+            for name, oids in wanted.items():
+                new = oids - kept.setdefault(name, set())
+                if new:
+                    kept[name] |= new
+                    together.spare(name, new)
+                    more = True
+            if not more:
+                break
+        _warn_unknown(kept, storages)
+        results.update(together.settle())
+        for name in names:
+            if name in together.packs:
+                results[name] = together.finish(name)
+            elif name not in results:
+                # A database packed on its own: with
+                # garbage collection only when nothing refers into it.
+                results[name] = _pack_alone(
+                    name, storages[name], packs, t, referencesf,
+                    False if kept.get(name) else gc)
+    finally:
+        together.close()
+    return results
+
+
+def _pack_alone(name, storage, packs, t, referencesf, gc):
+    if name in packs:
+        pack = packs[name]
+        if gc is False:
+            pack.gc = False
+        return pack.run()
+    if gc is None:
+        storage.pack(t, referencesf)
+    else:
+        try:
+            storage.pack(t, referencesf, gc=gc)
+        except TypeError:
+            if gc:
+                raise
+            raise Unsupported(
+                'database %r (a %s) has objects that other databases '
+                'refer to, and its pack cannot be told to keep them (it '
+                'takes no gc argument): pack it without garbage '
+                'collection by its own means' % (
+                    name, type(storage).__name__)) from None
+        if not gc:
+            log.info('packed database %r without garbage collection: '
+                     'other databases refer to its objects', name)
+    return None
+
+
+def _warn_unknown(kept, storages):
+    for name, oids in sorted(kept.items()):
+        if name not in storages:
+            log.warning(
+                '%d objects of the databases packed refer to objects of '
+                'database %r, which is not among them (%s...): nothing '
+                'of it was looked at', len(oids), name,
+                ', '.join('0x%x' % oid for oid in sorted(oids)[:3]))

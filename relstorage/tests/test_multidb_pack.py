@@ -1,0 +1,366 @@
+"""Packing the databases of a ZODB multi-database: no pack removes an
+object that another database refers to (see storage.multipack)."""
+import io
+import time
+
+import pytest
+import ZODB
+import ZODB.config
+from persistent.mapping import PersistentMapping
+from ZODB.FileStorage import FileStorage
+from ZODB.POSException import POSKeyError
+from ZODB.POSException import Unsupported
+from ZODB.serialize import referencesf
+
+from relstorage import zodbpack
+from relstorage.storage import multipack
+from relstorage.storage import pack as pack_module
+from relstorage.storage import refworkers
+from relstorage.testing.dbs import DatabaseFactory
+from relstorage.testing.dbs import mysql_params
+from relstorage.testing.dbs import pg_dsn
+from relstorage.tests.test_zodbpack import run
+
+#: The second database of each test lives where the fixtures keep the
+#: copy target of zodbconvert's tests.
+CATALOG = 'dst'
+
+
+def storage_section(factory, which, options=''):
+    if factory.db == 'sqlite':
+        adapter = '<sqlite3>\n data-dir %s\n</sqlite3>' % factory.data_dir(
+            which)
+    elif factory.db == 'postgresql':
+        adapter = '<postgresql>\n dsn %s\n</postgresql>' % pg_dsn(
+            factory.keep_history, which)
+    else:
+        adapter = ('<mysql>\n host %(host)s\n port %(port)s\n user %(user)s'
+                   '\n passwd %(passwd)s\n db %(db)s\n</mysql>'
+                   % mysql_params(factory.keep_history, which))
+    return '<relstorage>\n keep-history %s\n%s%s\n</relstorage>' % (
+        'true' if factory.keep_history else 'false', options, adapter)
+
+
+def zope_conf(tmp_path, factory, main=None, options=''):
+    """A Zope zope.conf mounting the catalog database at /catalog (its
+    storages' sections with *options*)."""
+    path = tmp_path / 'zope.conf'
+    path.write_text(
+        '%%define INSTANCE %s\ninstancehome $INSTANCE\n%%import relstorage\n'
+        '<zodb_db main>\n%s\n mount-point /\n cache-size 5000\n</zodb_db>\n'
+        '<zodb_db catalog>\n%s\n mount-point /catalog\n</zodb_db>\n'
+        % (tmp_path, main or storage_section(factory, 'main', options),
+           storage_section(factory, CATALOG, options)))
+    return str(path)
+
+
+def zodb_conf(tmp_path, factory):
+    path = tmp_path / 'zodb.conf'
+    path.write_text(
+        '%%import relstorage\n<zodb main>\n%s\n</zodb>\n'
+        '<zodb>\n database-name catalog\n%s\n</zodb>\n'
+        % (storage_section(factory, 'main'),
+           storage_section(factory, CATALOG)))
+    return str(path)
+
+
+@pytest.fixture
+def pair(factory):
+    """The factory, with its second database emptied too."""
+    factory.storage(CATALOG, zap=True).close()
+    return factory
+
+
+def open_databases(factory, main_storage=None):
+    databases = {}
+    if main_storage is None:  # (an empty storage is false)
+        main_storage = factory.storage('main')
+    ZODB.DB(main_storage, databases=databases, database_name='main')
+    ZODB.DB(factory.storage(CATALOG), databases=databases,
+            database_name='catalog')
+    return databases
+
+
+def close_databases(databases):
+    for db in list(databases.values()):
+        db.close()
+
+
+def oid_of(obj):
+    return obj._p_oid
+
+
+def populate(databases, filler=0):
+    """Objects of each database that only the other refers to, and
+    garbage in each, a cycle across the two included, after *filler*
+    other objects in each. Returns ``{database name: {what: oid}}``."""
+    with databases['main'].transaction() as conn:
+        root = conn.root()
+        catalog = conn.get_connection('catalog')
+        root['filler'] = [PersistentMapping() for _ in range(filler)]
+        catalog.root()['filler'] = [PersistentMapping()
+                                    for _ in range(filler)]
+        # Only main refers to 'kept' (in catalog); only 'kept' refers to
+        # 'deep' (in main); only 'deep' to 'deeper' (in catalog).
+        kept = PersistentMapping(name='kept')
+        catalog.add(kept)
+        deep = PersistentMapping(name='deep')
+        conn.add(deep)
+        deeper = PersistentMapping(name='deeper')
+        catalog.add(deeper)
+        kept['deep'] = deep
+        deep['deeper'] = deeper
+        root['far'] = kept
+        # Garbage to be: one object in each, and a cycle across them.
+        root['gone'] = PersistentMapping()
+        catalog.root()['gone'] = PersistentMapping()
+        x = PersistentMapping(name='x')
+        y = PersistentMapping(name='y')
+        conn.add(x)
+        catalog.add(y)
+        x['y'] = y
+        y['x'] = x
+        root['x'] = x
+    with databases['main'].transaction() as conn:
+        root = conn.root()
+        croot = conn.get_connection('catalog').root()
+        oids = {'main': {'deep': oid_of(root['far']['deep']),
+                         'gone': oid_of(root['gone']),
+                         'x': oid_of(root['x'])},
+                'catalog': {'kept': oid_of(root['far']),
+                            'deeper': oid_of(root['far']['deep']['deeper']),
+                            'gone': oid_of(croot['gone']),
+                            'y': oid_of(root['x']['y'])}}
+        del root['gone']
+        del root['x']
+        del croot['gone']
+    # The pack time must follow the last commit.
+    time.sleep(0.01)
+    return oids
+
+
+def assert_reachable(databases):
+    with databases['main'].transaction() as conn:
+        kept = conn.root()['far']
+        assert kept['name'] == 'kept'
+        assert kept._p_jar is conn.get_connection('catalog')
+        assert kept['deep']['name'] == 'deep'
+        assert kept['deep']['deeper']['name'] == 'deeper'
+
+
+def present(databases, oids, name):
+    """Which of the objects *oids* names in database *name* are still
+    there."""
+    storage = databases[name].storage
+    found = set()
+    for what, oid in oids[name].items():
+        try:
+            storage.load(oid)
+        except POSKeyError:
+            continue
+        found.add(what)
+    return found
+
+
+def check_packed(factory, oids, packed=('main', 'catalog')):
+    """Everything reachable loads; the garbage of the databases *packed*
+    is gone (the cycle across them only when both were)."""
+    databases = open_databases(factory)
+    try:
+        assert_reachable(databases)
+        both = set(packed) == {'main', 'catalog'}
+        expected = {
+            'main': {'deep'} | ({'gone', 'x'} if 'main' not in packed
+                                else set() if both else {'x'}),
+            'catalog': {'kept', 'deeper'} | (
+                {'gone', 'y'} if 'catalog' not in packed
+                else set() if both else {'y'})}
+        for name in ('main', 'catalog'):
+            assert present(databases, oids, name) == expected[name], name
+    finally:
+        close_databases(databases)
+
+
+def make(factory):
+    databases = open_databases(factory)
+    try:
+        return populate(databases)
+    finally:
+        close_databases(databases)
+
+
+def test_zodbpack_of_a_zope_conf_packs_the_databases_together(
+        pair, tmp_path):
+    oids = make(pair)
+    out = run('-d', '0', zope_conf(tmp_path, pair))
+    assert out.returncode == 0, out.stderr
+    assert 'main (' in out.stdout and 'catalog (' in out.stdout
+    check_packed(pair, oids)
+
+
+def test_zodbpack_of_a_zodb_config(pair, tmp_path):
+    oids = make(pair)
+    out = run('-d', '0', zodb_conf(tmp_path, pair))
+    assert out.returncode == 0, out.stderr
+    check_packed(pair, oids)
+
+
+@pytest.fixture(params=[True, False], ids=['HP', 'HF'])
+def sqlite_pair(request):
+    """Two SQLite databases, in each history mode."""
+    factory = DatabaseFactory('sqlite', request.param)
+    try:
+        yield factory
+    finally:
+        factory.cleanup()
+
+
+@pytest.mark.parametrize('name', ['catalog', 'main'])
+def test_zodbpack_of_one_database_keeps_what_the_other_refers_to(
+        sqlite_pair, tmp_path, name):
+    oids = make(sqlite_pair)
+    out = run('-d', '0', '--database', name, zope_conf(tmp_path,
+                                                       sqlite_pair))
+    assert out.returncode == 0, out.stderr
+    assert ('%s (' % name) in out.stdout
+    assert ('%s (' % ({'main', 'catalog'} - {name}).pop()) \
+        not in out.stdout
+    # The other database is read, not packed: its cycle half keeps this
+    # one's alive, and its garbage stays.
+    check_packed(sqlite_pair, oids, packed=(name,))
+
+
+def test_db_pack_of_one_database_of_a_multi_database(sqlite_pair):
+    # Zope's "Pack" button: DB.pack of the mounted database.
+    oids = make(sqlite_pair)
+    databases = open_databases(sqlite_pair)
+    try:
+        databases['catalog'].pack(time.time())
+    finally:
+        close_databases(databases)
+    check_packed(sqlite_pair, oids, packed=('catalog',))
+    # Alone, the same pack would have removed what main refers to: the
+    # test above is one of the multi-database.
+    storage = sqlite_pair.storage(CATALOG)
+    try:
+        storage.pack(time.time(), referencesf)
+        with pytest.raises(POSKeyError):
+            storage.load(oids['catalog']['kept'])
+    finally:
+        storage.close()
+
+
+def test_a_filestorage_among_the_databases(sqlite_pair, tmp_path):
+    # main in a FileStorage: its references to the catalog are read from
+    # its records, and since the catalog refers to main's objects, main
+    # is packed without garbage collection.
+    fs_path = str(tmp_path / 'Data.fs')
+    databases = open_databases(sqlite_pair, FileStorage(fs_path))
+    try:
+        oids = populate(databases)
+    finally:
+        close_databases(databases)
+    main = '<filestorage>\n path %s\n</filestorage>' % fs_path
+    out = run('-d', '0', zope_conf(tmp_path, sqlite_pair, main))
+    assert out.returncode == 0, out.stderr
+    databases = open_databases(sqlite_pair, FileStorage(fs_path))
+    try:
+        assert_reachable(databases)
+        # (main's records are all taken as alive: x keeps y.)
+        assert present(databases, oids, 'catalog') == {'kept', 'deeper',
+                                                       'y'}
+        assert present(databases, oids, 'main') == {'deep', 'gone', 'x'}
+    finally:
+        close_databases(databases)
+
+
+def test_prepack_then_use_prepack_state_together(sqlite_pair, tmp_path):
+    oids = make(sqlite_pair)
+    config = zope_conf(tmp_path, sqlite_pair)
+    out = run('-d', '0', '--prepack', config)
+    assert out.returncode == 0, out.stderr
+    out = run('--use-prepack-state', config)
+    assert out.returncode == 0, out.stderr
+    check_packed(sqlite_pair, oids)
+
+
+@pytest.mark.parametrize('options,says', [
+    ('', 'with 2 worker processes'),
+    (' pack-graph-mb 0\n', 'its graph followed in the database')],
+    ids=['workers', 'graph-in-database'])
+def test_the_references_read_by_workers_or_followed_in_the_database(
+        sqlite_pair, tmp_path, monkeypatch, options, says):
+    # Pages of 20 states, workers from the first: the cross-database
+    # references come back from worker processes; or the graph is
+    # followed in the database's scratch tables.
+    monkeypatch.setattr(pack_module, 'PAGE', 20)
+    monkeypatch.setattr(refworkers, 'START_AFTER', 1)
+    databases = open_databases(sqlite_pair)
+    try:
+        oids = populate(databases, filler=100)
+    finally:
+        close_databases(databases)
+    out = io.StringIO()
+    status = zodbpack.main(['-v', '-d', '0', '--workers', '2',
+                            zope_conf(tmp_path, sqlite_pair,
+                                      options=options)], out=out)
+    assert status == 0
+    assert out.getvalue().count(says) == 2, out.getvalue()
+    check_packed(sqlite_pair, oids)
+
+
+def test_a_reference_moved_across_databases_while_packing(
+        sqlite_pair, monkeypatch):
+    # Between the pre-pack of main and that of the catalog, a transaction
+    # moves the only reference to a catalog object from the catalog into
+    # main: neither pre-pack sees it referred to; the catalog's batches
+    # read main's newer commits and keep it.
+    databases = open_databases(sqlite_pair)
+    try:
+        with databases['main'].transaction() as conn:
+            moved = PersistentMapping(name='moved')
+            conn.get_connection('catalog').root()['r'] = moved
+        time.sleep(0.01)
+        start = multipack._Together.start
+
+        def start_then_move(together, name, pack):
+            if name == 'catalog':
+                with databases['main'].transaction() as conn:
+                    croot = conn.get_connection('catalog').root()
+                    conn.root()['s'] = croot.pop('r')
+            return start(together, name, pack)
+        monkeypatch.setattr(multipack._Together, 'start', start_then_move)
+        storages = {name: db.storage for name, db in databases.items()}
+        results = multipack.pack_databases(storages, time.time(),
+                                           referencesf)
+        assert results['catalog']['objects_removed'] == 0
+        with databases['main'].transaction() as conn:
+            assert conn.root()['s']['name'] == 'moved'
+    finally:
+        close_databases(databases)
+
+
+def test_two_databases_of_one_name_are_refused(sqlite_pair, tmp_path):
+    path = tmp_path / 'zodb.conf'
+    path.write_text('%%import relstorage\n<zodb>\n%s\n</zodb>\n'
+                    '<zodb>\n%s\n</zodb>\n'
+                    % (storage_section(sqlite_pair, 'main'),
+                       storage_section(sqlite_pair, CATALOG)))
+    out = run('-d', '0', str(path))
+    assert out.returncode == 2
+    assert "more than one database named ''" in out.stderr, out.stderr
+
+
+def test_another_references_reader_is_refused(sqlite_pair):
+    # A reader other than ZODB's may leave out what the pack must see.
+    oids = make(sqlite_pair)
+    databases = open_databases(sqlite_pair)
+    try:
+        storages = {name: db.storage for name, db in databases.items()}
+        with pytest.raises(Unsupported, match='referencesf'):
+            multipack.pack_databases(storages, time.time(),
+                                     lambda data, oids=None:
+                                     referencesf(data, oids))
+    finally:
+        close_databases(databases)
+    check_packed(sqlite_pair, oids, packed=())
