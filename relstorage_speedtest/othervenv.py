@@ -49,41 +49,50 @@ def _marker(venv):
     return os.path.join(venv, '.speedtest-installed')
 
 
-def ready(venv=None, spec=RS4, extra=SHOOTOUT):
-    """The virtualenv at *venv* (default ``DEFAULT_DIR``) if its marker
-    says it holds *spec* and *extra*, else None."""
-    venv = os.path.abspath(venv or DEFAULT_DIR)
+def _read_marker(venv):
+    """The lines of *venv*'s marker (its requirement first), or []."""
     try:
         with open(_marker(venv)) as f:
-            if f.read() == '\n'.join((spec,) + tuple(extra)):
-                return venv
+            return f.read().splitlines()
     except OSError:
-        pass
+        return []
+
+
+def ready(venv=None, spec=RS4, extra=SHOOTOUT):
+    """The virtualenv at *venv* (default ``DEFAULT_DIR``) if its marker
+    says it holds *spec* and *extra* (and perhaps more), else None."""
+    venv = os.path.abspath(venv or DEFAULT_DIR)
+    held = _read_marker(venv)
+    if held[:1] == [spec] and set(extra) <= set(held):
+        return venv
     return None
 
 
-def ensure(venv=None, spec=RS4, extra=SHOOTOUT, log=print):
+def ensure(venv=None, spec=RS4, extra=SHOOTOUT, log=print, python=None):
     """The virtualenv at *venv* (default ``DEFAULT_DIR``) holding *spec*
-    and *extra*: made, or installed into, when its marker differs.
-    Returns its directory."""
+    and *extra*: made with *python* (default: the Python this runs on),
+    or installed into, when its marker lacks them. Returns its
+    directory."""
     made = ready(venv, spec, extra)
     if made:
         return made
     venv = os.path.abspath(venv or DEFAULT_DIR)
-    wanted = '\n'.join((spec,) + tuple(extra))
-    marker = _marker(venv)
-    python = os.path.join(venv, 'bin', 'python')
+    held = _read_marker(venv)
+    # What an earlier install of the same requirement added stays listed.
+    kept = held[1:] if held[:1] == [spec] else []
+    wanted = [spec] + sorted(set(kept) | set(extra))
+    executable = os.path.join(venv, 'bin', 'python')
     # An existing virtualenv (somebody's own, or made for other
     # requirements) is added to, never cleared.
-    if not os.path.exists(python):
+    if not os.path.exists(executable):
         log('making %s with %s (once; later runs reuse it)'
             % (venv, ', '.join((spec,) + tuple(extra))))
-        base = getattr(sys, '_base_executable', sys.executable)
+        base = python or getattr(sys, '_base_executable', sys.executable)
         _run([base, '-m', 'venv', venv], 'make the virtualenv')
-    _run([python, '-m', 'pip', 'install', '-q', spec] + list(extra),
+    _run([executable, '-m', 'pip', 'install', '-q', spec] + list(extra),
          'install %s' % spec)
-    with open(marker, 'w') as f:
-        f.write(wanted)
+    with open(_marker(venv), 'w') as f:
+        f.write('\n'.join(wanted))
     return venv
 
 
