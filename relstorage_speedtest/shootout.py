@@ -495,8 +495,12 @@ def main(argv=None):
         pooler = start_pooler(args)
         contenders.append(Contender('pooled', sys.executable, args,
                                     workdir, ours_env, pooler))
-    names = [c.database(m) for c in contenders for m in modes]
-    _create_databases(args, databases, names)
+    names = []
+    for database in databases:
+        here = [c.database(m) for c in contenders if c.runs_on(database)
+                for m in modes]
+        _create_databases(args, [database], here)
+        names.extend(name for name in here if name not in names)
     galera = None
     if args.galera and 'mysql' in databases:
         galera = start_galera(args, workdir, ours_env, modes)

@@ -93,3 +93,35 @@ def test_a_virtualenv_holding_more_is_ready(tmp_path):
                            + ('gevent',)) == venv
     assert othervenv.ready(venv, extra=('gevent', 'more')) is None
     assert othervenv.ready(venv, spec='RelStorage==4.2.0') is None
+
+
+def test_beside_relstorage_4(tmp_path):
+    """RelStorage 4.3's gevent drivers and its blocking ones, named
+    (its ``auto`` would take gevent MySQLdb with gevent installed), when
+    its virtualenv is already made (tests never install it)."""
+    import pytest
+    from relstorage_speedtest.gevent_mode import DEFAULT_VENV
+    from relstorage_speedtest.gevent_mode import GEVENT_EXTRA
+    require('postgresql')
+    venv = othervenv.ready(DEFAULT_VENV, extra=GEVENT_EXTRA)
+    if venv is None:
+        pytest.skip('no %s with its marker; not installed by tests'
+                    % DEFAULT_VENV)
+    data = _run(tmp_path, '--databases', 'sqlite,postgresql',
+                '--contenders', 'ours-gevent,ours-threads,rs4-gevent,'
+                'rs4-threads', '--other-venv', venv)
+    assert data['other']['version'] == '4.3.0'
+    names = ['ours-gevent', 'ours-threads', 'rs4-gevent', 'rs4-threads']
+    _check(data, ['sqlite hf', 'postgresql hf'], names)
+    drivers = {key: {name: result['driver']
+                     for name, result in row.items()}
+               for key, row in data['rounds'][0].items()}
+    assert drivers['postgresql hf']['rs4-gevent'] == 'gevent psycopg2'
+    assert drivers['postgresql hf']['rs4-threads'] == 'psycopg2'
+    assert drivers['postgresql hf']['ours-gevent'].endswith('(cooperative)')
+    assert not drivers['postgresql hf']['ours-threads'].endswith(
+        '(cooperative)')
+    assert drivers['sqlite hf']['rs4-gevent'] == 'gevent sqlite3'
+    for line in data['summary']:
+        assert line['ratios']['ours-gevent/rs4-gevent'][0] > 0
+        assert line['ratios']['rs4-gevent/rs4-threads'][0] > 0
