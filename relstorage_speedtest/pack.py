@@ -8,7 +8,7 @@ identical database.
     python -m relstorage_speedtest.pack [--objects 100000] [--database sqlite]
         [--keep-history|--no-keep-history] [--other-venv [DIR]]
         [--rounds 1] [--pack-timeout SECONDS] [--no-writer]
-        [--json FILE] [--verbose]
+        [--pgjsonb-venv [DIR]] [--json FILE] [--verbose]
 
 Each side builds its database, commits beside the pack and counts what is left
 with its own Python, running the same script
@@ -22,8 +22,14 @@ zodbpack take the server for MySQL 5.7 (see packscripts). Both sides must leave
 the same live data. A zodbpack still running after ``--pack-timeout`` seconds
 is killed with the processes it started: the other side's time then gives a
 ratio of at least that much, this side's makes the run fail. ``--no-writer``
-packs with no client committing beside it. Not a test: nothing here asserts on
-time.
+packs with no client committing beside it. With ``--pgjsonb-venv``
+(PostgreSQL only), zodb-pgjsonb (in a virtualenv of its own, made with Python
+3.12 or later) packs an identical database too, in the ``dst`` test database,
+with no writer beside it whatever ``--no-writer`` says (its history-free pack
+deletes objects committed while it runs); it has no zodbpack, so the side's
+script calls its storage's ``pack`` with ZODB's reference finder, garbage
+collection included, in a process of its own measured alike. Not a test:
+nothing here asserts on time.
 """
 import argparse
 import json
@@ -55,12 +61,25 @@ class Side:
     environment), how its zodbpack starts, and which test database it
     packs."""
 
+    #: The first line of its config files.
+    imports = '%import relstorage'
+    #: Whether it packs while its writer commits (with the writer on).
+    beside_writer = True
+
     def __init__(self, name, python, env, zodbpack, which):
         self.name = name
         self.python = python
         self.env = env
         self.zodbpack = zodbpack
         self.which = which
+
+    def section(self, database, keep_history, workdir):
+        """Its storage section for an empty database, and the SQLite
+        data directory (else None)."""
+        return storage_section(database, keep_history, self.which, workdir)
+
+    def current_sql(self, keep_history):
+        return CURRENT_SQL[keep_history]
 
     def run(self, script, action, spec, workdir):
         """The JSON that *action* of the script prints last."""
@@ -90,6 +109,31 @@ def other_side(venv, database):
                 'misc')
 
 
+class PgjsonbSide(Side):
+    """zodb-pgjsonb from *venv*, packing with the script's ``zodbpack``
+    (PostgreSQL only), never beside a writer."""
+
+    imports = '%import zodb_pgjsonb'
+    beside_writer = False
+
+    def __init__(self, venv, script):
+        python = os.path.join(venv, 'bin', 'python')
+        super().__init__('pgjsonb', python, othervenv.neutral_env(),
+                         [python, script, 'zodbpack'], 'dst')
+
+    def section(self, database, keep_history, workdir):
+        from relstorage.testing.dbs import pg_dsn
+
+        from .shootout import pgjsonb_section
+        empty_database(database, keep_history, self.which)
+        return pgjsonb_section(pg_dsn(keep_history, self.which),
+                               keep_history), None
+
+    def current_sql(self, keep_history):
+        # object_state holds the current states in both modes.
+        return CURRENT_SQL[False]
+
+
 def storage_section(database, keep_history, which, workdir):
     """A ``<relstorage>`` section for an empty database, and its SQLite
     data directory (else None)."""
@@ -112,7 +156,7 @@ CURRENT_SQL = {
     False: 'SELECT COUNT(*) FROM object_state WHERE state IS NOT NULL'}
 
 
-def current_objects(database, keep_history, which, data_dir):
+def current_objects(database, keep_history, which, data_dir, sql=None):
     """The current objects of a side's database, counted by the database:
     exact (len() may be the server's estimate) and quick (iterating with
     record_iternext makes a round trip per object here)."""
@@ -132,7 +176,7 @@ def current_objects(database, keep_history, which, data_dir):
         conn = MySQLdb.connect(**mysql_params(keep_history, which))
     try:
         cur = conn.cursor()
-        cur.execute(CURRENT_SQL[keep_history])
+        cur.execute(sql or CURRENT_SQL[keep_history])
         return cur.fetchone()[0]
     finally:
         conn.close()
@@ -259,7 +303,8 @@ def pack(side, script, spec, workdir, verbose=False, timeout=None,
     and the writer's figures."""
     config = os.path.join(workdir, side.name + '.conf')
     with open(config, 'w') as f:
-        f.write('%import relstorage\n' + spec['section'] + '\n')
+        f.write(side.imports + '\n' + spec['section'] + '\n')
+    with_writer = with_writer and side.beside_writer
     writer = Writer(side, script, spec, workdir) if with_writer else None
     if writer is not None:
         time.sleep(0.5)
@@ -277,7 +322,7 @@ def pack(side, script, spec, workdir, verbose=False, timeout=None,
     figures = {
         'command': side.zodbpack + ['--days', '0', 'CONFIG'],
         'seconds': seconds, 'peak_mb': peak_mb, 'exit_status': code,
-        'timed_out': timed_out,
+        'timed_out': timed_out, 'with_writer': with_writer,
         'output_tail': output.strip().splitlines()[-5:],
         'writer_commits': len(durations),
         'writer_longest_wait': durations[-1] if durations else 0,
@@ -305,11 +350,12 @@ def one_round(sides, script, args, workdir):
     what each left. A dict of figures per side name."""
     specs, row, where = {}, {}, {}
     for side in sides:
-        section, data_dir = storage_section(args.database, args.keep_history,
-                                            side.which, workdir)
+        section, data_dir = side.section(args.database, args.keep_history,
+                                         workdir)
         where[side.name] = (args.database, args.keep_history, side.which,
-                            data_dir)
-        specs[side.name] = {'section': section, 'objects': args.objects}
+                            data_dir, side.current_sql(args.keep_history))
+        specs[side.name] = {'section': section, 'objects': args.objects,
+                            'imports': side.imports}
         row[side.name] = side.run(script, 'build', specs[side.name], workdir)
         row[side.name]['objects_before'] = current_objects(*where[side.name])
         print('%-5s built %d objects (%d current) in %.1f s' % (
@@ -339,26 +385,37 @@ def one_round(sides, script, args, workdir):
             print('      zodbpack: %s' % said[-1].strip())
         if figures['writer_errors']:
             print('      writer errors: %s' % figures['writer_errors'])
-    ours, other = row['ours'], row.get('other')
-    if other and 'error' not in ours and other['timed_out']:
+    for side in sides[1:]:
+        compare(row, side.name)
+    return row
+
+
+def compare(row, name):
+    """Set the ratios of side *name*'s pack to ours in *row* (keys
+    prefixed with the name but for RelStorage 4.3's, ``other``)."""
+    ours, theirs = row['ours'], row[name]
+    prefix = '' if name == 'other' else name + '_'
+    if 'error' not in ours and theirs['timed_out']:
         # Killed at the timeout: it would have taken longer still.
-        row['time_ratio_at_least'] = other['seconds'] / ours['seconds']
-        print('ratio: time other/ours at least %.2f (the other zodbpack '
-              'was stopped)' % row['time_ratio_at_least'], flush=True)
-    if other and 'error' not in ours and 'error' not in other:
-        row['time_ratio'] = other['seconds'] / ours['seconds']
-        row['memory_ratio'] = ours['peak_mb'] / other['peak_mb']
+        row[prefix + 'time_ratio_at_least'] = theirs['seconds'] / ours[
+            'seconds']
+        print('ratio: time %s/ours at least %.2f (its pack was stopped)'
+              % (name, row[prefix + 'time_ratio_at_least']), flush=True)
+    if 'error' not in ours and 'error' not in theirs:
+        row[prefix + 'time_ratio'] = theirs['seconds'] / ours['seconds']
+        row[prefix + 'memory_ratio'] = ours['peak_mb'] / theirs['peak_mb']
         keys = ('objects_after', 'tree_items', 'tree_digest')
-        row['same_live_data'] = all(ours[k] == other[k] for k in keys)
-        print('ratios: time other/ours %.2f, peak memory ours/other %.2f'
-              % (row['time_ratio'], row['memory_ratio']))
+        same = row[prefix + 'same_live_data'] = all(
+            ours[k] == theirs[k] for k in keys)
+        print('ratios: time %s/ours %.2f, peak memory ours/%s %.2f'
+              % (name, row[prefix + 'time_ratio'], name,
+                 row[prefix + 'memory_ratio']))
         print('live data: %s' % (
             '%d current objects on both sides, the same %d tree items'
             % (ours['objects_after'], ours['tree_items'])
-            if row['same_live_data'] else 'DIFFERENT: ' + ', '.join(
-                '%s ours %s other %s' % (k, ours[k], other[k])
+            if same else 'DIFFERENT: ' + ', '.join(
+                '%s ours %s %s %s' % (k, ours[k], name, theirs[k])
                 for k in keys)), flush=True)
-    return row
 
 
 FIGURES = (('seconds', 'pack s', '%.2f'), ('peak_mb', 'peak MB', '%.0f'),
@@ -376,7 +433,10 @@ def summarize(rows, names):
                 summary.setdefault(name, {})[key] = {
                     'median': statistics.median(values),
                     'min': min(values), 'max': max(values)}
-    for key in ('time_ratio', 'memory_ratio', 'time_ratio_at_least'):
+    ratios = [(prefix + key) for prefix in [''] + [
+        name + '_' for name in names if name not in ('ours', 'other')]
+        for key in ('time_ratio', 'memory_ratio', 'time_ratio_at_least')]
+    for key in ratios:
         values = [r[key] for r in rows if key in r]
         if values:
             summary[key] = {'median': statistics.median(values),
@@ -384,23 +444,28 @@ def summarize(rows, names):
     return summary
 
 
-def print_summary(summary, rounds):
+def print_summary(summary, rounds, names=('ours', 'other')):
     print('over %d rounds: median (lowest-highest)' % rounds)
-    for name in ('ours', 'other'):
+    for name in names:
         if name in summary:
-            print('%-5s %s' % (name, '; '.join(
+            print('%-7s %s' % (name, '; '.join(
                 '%s %s (%s-%s)' % ((label,) + tuple(
                     fmt % summary[name][key][k]
                     for k in ('median', 'min', 'max')))
                 for key, label, fmt in FIGURES if key in summary[name])))
-    for key, label in (('time_ratio', 'time other/ours'),
-                       ('memory_ratio', 'peak memory ours/other'),
-                       ('time_ratio_at_least',
-                        'time other/ours, other stopped, at least')):
-        if key in summary:
-            print('%s: %.2f (%.2f-%.2f)' % (label, summary[key]['median'],
-                                            summary[key]['min'],
-                                            summary[key]['max']))
+    for name in names[1:]:
+        prefix = '' if name == 'other' else name + '_'
+        for key, label in (
+                ('time_ratio', 'time %s/ours' % name),
+                ('memory_ratio', 'peak memory ours/%s' % name),
+                ('time_ratio_at_least',
+                 'time %s/ours, %s stopped, at least' % (name, name))):
+            key = prefix + key
+            if key not in summary:
+                continue
+            print('%s: %.2f (%.2f-%.2f)' % (
+                label, summary[key]['median'], summary[key]['min'],
+                summary[key]['max']))
 
 
 def main(argv=None):
@@ -435,16 +500,23 @@ def main(argv=None):
     parser.add_argument('--no-writer', dest='writer', action='store_false',
                         default=True,
                         help='pack with no client committing beside it')
+    parser.add_argument('--pgjsonb-venv', nargs='?', const='', metavar='DIR',
+                        help='also pack with zodb-pgjsonb in this '
+                             'virtualenv, PostgreSQL only, without a writer '
+                             '(made when missing; default %s)'
+                             % othervenv.PGJSONB_DIR)
     parser.add_argument('--json', help='write the figures to this file')
     parser.add_argument('--verbose', action='store_true',
                         help="show each zodbpack's output and the longest "
                              'writer waits')
     args = parser.parse_args(argv)
+    if args.pgjsonb_venv is not None and args.database != 'postgresql':
+        parser.error('--pgjsonb-venv needs --database postgresql')
 
     workdir = othervenv.neutral_dir()
     script = write_script(workdir)
     sides = [our_side()]
-    other = None
+    other = pgjsonb = None
     try:
         if args.other_venv is not None:
             venv = othervenv.ensure(args.other_venv or None)
@@ -455,6 +527,14 @@ def main(argv=None):
                 '; its build, writer and zodbpack take MariaDB for MySQL '
                 '5.7'
                 if args.database == 'mysql' else ''), flush=True)
+        if args.pgjsonb_venv is not None:
+            venv = othervenv.ensure_pgjsonb(args.pgjsonb_venv or None)
+            pgjsonb = dict(othervenv.check(venv, 'zodb_pgjsonb',
+                                           'zodb-pgjsonb'), venv=venv)
+            sides.append(PgjsonbSide(venv, script))
+            print('pgjsonb: zodb-pgjsonb %s from %s; it packs with no '
+                  'writer beside it' % (pgjsonb['version'], pgjsonb['path']),
+                  flush=True)
         rows = []
         for number in range(args.rounds):
             if args.rounds > 1:
@@ -467,22 +547,24 @@ def main(argv=None):
         shutil.rmtree(workdir, ignore_errors=True)
     summary = summarize(rows, [side.name for side in sides])
     if args.rounds > 1:
-        print_summary(summary, args.rounds)
+        print_summary(summary, args.rounds, [side.name for side in sides])
     if args.json:
         with open(args.json, 'w') as f:
             json.dump({'database': args.database,
                        'keep_history': args.keep_history,
                        'objects': args.objects, 'other': other,
+                       'pgjsonb': pgjsonb,
                        'writer': args.writer,
                        'pack_timeout': args.pack_timeout,
                        'rounds': rows, 'summary': summary,
                        'cpus': os.cpu_count(),
                        'python': sys.version.split()[0]}, f, indent=2)
-    # The other side stopped at the timeout is a figure, not a failure.
+    # Another side stopped at the timeout is a figure, not a failure.
     failed = any('error' in row[side.name]
-                 and not (side.name == 'other' and row[side.name]['timed_out'])
+                 and not (side.name != 'ours' and row[side.name]['timed_out'])
                  for row in rows for side in sides)
-    different = any(row.get('same_live_data') is False for row in rows)
+    different = any(row.get(key) is False for row in rows
+                    for key in ('same_live_data', 'pgjsonb_same_live_data'))
     return 1 if failed or different else 0
 
 

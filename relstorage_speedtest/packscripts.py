@@ -6,6 +6,11 @@ It imports ZODB and whichever ``relstorage`` its Python has, never this
 package, so that the same text runs in the other side's virtualenv.
 
     python packside.py build|writer|verify SPEC
+    python packside.py zodbpack --days DAYS CONFIG
+
+The last packs the storage CONFIG opens as zodbpack does, for a storage
+that comes without one (zodb-pgjsonb): its storage's own pack, garbage
+collection included, with ZODB's reference finder.
 
 On MariaDB, RelStorage 4.3 is adjusted by the start-up module
 relstorage_speedtest.othervenv installs in its virtualenv (the environment of
@@ -30,7 +35,8 @@ from persistent.mapping import PersistentMapping
 
 def open_db(spec):
     return ZODB.config.databaseFromString(
-        '%import relstorage\n<zodb>\n' + spec['section'] + '\n</zodb>\n')
+        spec.get('imports', '%import relstorage') + '\n<zodb>\n'
+        + spec['section'] + '\n</zodb>\n')
 
 
 def build(db, objects, batch=1000):
@@ -115,9 +121,24 @@ def do_verify(spec):
     db.close()
 
 
+def do_zodbpack(argv):
+    from ZODB.serialize import referencesf
+    days = float(argv[argv.index('--days') + 1]) if '--days' in argv else 0
+    with open(argv[-1]) as f:
+        storage = ZODB.config.storageFromFile(f)
+    try:
+        storage.pack(time.time() - days * 86400, referencesf)
+    finally:
+        storage.close()
+    print('packed')
+
+
 if __name__ == '__main__':
-    {'build': do_build, 'writer': do_writer,
-     'verify': do_verify}[sys.argv[1]](json.loads(sys.argv[2]))
+    if sys.argv[1] == 'zodbpack':
+        do_zodbpack(sys.argv[2:])
+    else:
+        {'build': do_build, 'writer': do_writer,
+         'verify': do_verify}[sys.argv[1]](json.loads(sys.argv[2]))
 '''
 
 

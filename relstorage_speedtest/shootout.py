@@ -8,7 +8,8 @@ the rounds, and the state of each server.
         [--databases sqlite,postgresql,mysql]
         [--modes hf,hp] [--concurrency 1,2] [--rounds 3] [--objects 1000]
         [--tests add,update,cold,warm,hot,tpc] [--filestorage]
-        [--pgbouncer] [--galera] [--other-venv DIR] [--json FILE]
+        [--pgbouncer] [--galera] [--other-venv DIR] [--no-other]
+        [--pgjsonb] [--pgjsonb-venv DIR] [--json FILE]
 
 Start it from outside any checkout: ``python -m`` puts the working
 directory first on ``sys.path``. The other side always runs in a
@@ -26,7 +27,15 @@ zodbshootout empties them (``--zap force``) before each run. With
 ``--galera``, this storage on a private three-node MariaDB Galera cluster
 (started for the run on loopback ports, writing on node 1, see
 relstorage.testing.galera_cluster) joins the MySQL rows: what the cluster
-costs per commit beside the single server. RelStorage 4.3 is
+costs per commit beside the single server. With ``--pgjsonb``,
+zodb-pgjsonb (in a virtualenv of its own, made with Python 3.12 or later)
+joins the PostgreSQL rows with its default options but for its cache
+warmer (``cache-warm-pct 0``: a background thread loading objects
+a while after start-up); a start-up module in its virtualenv gives it the
+``zap_all`` and ``_cache`` zodbshootout empties a storage and its caches with
+(see othervenv.pgjsonb_shim);
+``--no-other`` leaves RelStorage 4.3 out.
+RelStorage 4.3 is
 made to create its schema on MariaDB by a start-up module in its virtualenv
 (see relstorage_speedtest.othervenv). Not a test: nothing here asserts on time.
 """
@@ -51,9 +60,10 @@ TESTS = {'add': 'add', 'update': 'update', 'cold': 'read %d cold',
 NAMES = {'ours': 'this storage', 'other': 'RelStorage 4.3',
          'filestorage': 'FileStorage',
          'pooled': 'this storage through pgbouncer',
-         'galera': 'this storage on a 3-node Galera cluster'}
+         'galera': 'this storage on a 3-node Galera cluster',
+         'pgjsonb': 'zodb-pgjsonb'}
 #: The sides whose times are set against ours, round by round.
-COMPARED = ('other', 'filestorage', 'pooled', 'galera')
+COMPARED = ('other', 'filestorage', 'pooled', 'galera', 'pgjsonb')
 
 
 def parse_args(argv):
@@ -90,6 +100,14 @@ def parse_args(argv):
         help='the virtualenv of the other side, made when missing '
              '(%(default)s)')
     add('--other-spec', default=othervenv.RS4,
+        help='what it installs (%(default)s)')
+    add('--no-other', dest='other', action='store_false', default=True,
+        help='leave RelStorage 4.3 out')
+    add('--pgjsonb', action='store_true',
+        help='zodb-pgjsonb as a contender in the PostgreSQL rows')
+    add('--pgjsonb-venv', default=othervenv.PGJSONB_DIR,
+        help="zodb-pgjsonb's virtualenv, made when missing (%(default)s)")
+    add('--pgjsonb-spec', default=othervenv.PGJSONB,
         help='what it installs (%(default)s)')
     add('--prefix', default='rsshoot',
         help='database names begin with this (%(default)s)')
@@ -154,9 +172,17 @@ def _keywords(text):
     return dict(part.split('=', 1) for part in text.split())
 
 
+#: What zodbshootout logs when a benchmark raised (it then records 666
+#: seconds for it, divided by the loops).
+FAILED_BENCHMARK = 'When running <'
+
+
 class Contender:
     """One side: the Python it runs zodbshootout with and its config
     for each database and mode."""
+
+    #: The config file's first line.
+    imports = '%import relstorage'
 
     def __init__(self, name, python, args, workdir, env=None,
                  pooler=None):
@@ -193,8 +219,8 @@ class Contender:
         label = '%s-%s-%s' % (self.name, database, mode)
         config = os.path.join(self.workdir, label + '.conf')
         with open(config, 'w') as f:
-            f.write('%%import relstorage\n<zodb %s>\n%s\n</zodb>\n'
-                    % (label, self.section(database, mode)))
+            f.write('%s\n<zodb %s>\n%s\n</zodb>\n'
+                    % (self.imports, label, self.section(database, mode)))
         out = os.path.join(self.workdir, label + '.json')
         if os.path.exists(out):
             os.unlink(out)
@@ -204,8 +230,9 @@ class Contender:
                 '-c', str(concurrency), '--include-mapping', 'no',
                 # (PYTHONPATH: pyperf's workers import what this side
                 # imports; the other side's environment has none.)
-                '--inherit-environ',
-                othervenv.MARIADB_SHIM_VAR + ',PYTHONPATH',
+                '--inherit-environ', ','.join((
+                    othervenv.MARIADB_SHIM_VAR, othervenv.PGJSONB_SHIM_VAR,
+                    'PYTHONPATH')),
                 '-o', out]
         if self.name != 'filestorage':
             argv += ['--zap', 'force']
@@ -221,7 +248,40 @@ class Contender:
             tail = (done.stderr.strip() or done.stdout.strip()).splitlines()
             return {'error': tail[-1] if tail else 'exit %d'
                     % done.returncode}
+        if FAILED_BENCHMARK in done.stderr:
+            # zodbshootout logs the exception and records 666 seconds.
+            lines = done.stderr[done.stderr.index(FAILED_BENCHMARK):]
+            found = [line for line in lines.splitlines()
+                     if line and not line.startswith((' ', 'Traceback'))]
+            return {'error': found[1] if len(found) > 1 else found[0]}
         return dict(_means(out, tests, self.args.objects), _seconds=seconds)
+
+
+class PgjsonbContender(Contender):
+    """zodb-pgjsonb from the virtualenv *venv*, on PostgreSQL only."""
+
+    imports = '%import zodb_pgjsonb'
+
+    def __init__(self, venv, args, workdir):
+        othervenv.pgjsonb_shim(venv)
+        super().__init__('pgjsonb', os.path.join(venv, 'bin', 'python'),
+                         args, workdir, dict(othervenv.neutral_env(), **{
+                             othervenv.PGJSONB_SHIM_VAR: '1'}))
+
+    def runs_on(self, database):
+        return database == 'postgresql'
+
+    def section(self, database, mode):
+        return pgjsonb_section('%s dbname=%s' % (
+            self.args.pg_dsn, self.database(mode)), mode == 'hp')
+
+
+def pgjsonb_section(dsn, keep_history):
+    """zodb-pgjsonb's storage section: its defaults but for the cache
+    warmer, a thread loading objects a while after start-up."""
+    return ('<pgjsonb>\n dsn %s\n history-preserving %s\n'
+            ' cache-warm-pct 0\n</pgjsonb>'
+            % (dsn, 'true' if keep_history else 'false'))
 
 
 class GaleraContender(Contender):
@@ -370,10 +430,13 @@ def summarise(rows, tests):
 
 
 def print_table(table, file=sys.stdout):
+    pgjsonb = any('pgjsonb' in line['sides'] for line in table)
     print('%-22s %-7s %22s %22s %20s %20s %20s' % (
         'database mode c', 'test', 'ours ms med [min-max]',
         'RS 4.3 ms med [range]', 'RS4/ours [range]', 'FS/ours [range]',
-        'pooled|Galera/ours'), file=file)
+        'pooled|Galera/ours') + (
+        ' %22s %20s' % ('pgjsonb ms med [range]', 'pgjsonb/ours [range]')
+        if pgjsonb else ''), file=file)
     for line in table:
         def side(name):
             s = line['sides'].get(name)
@@ -385,8 +448,9 @@ def print_table(table, file=sys.stdout):
         print('%-22s %-7s %22s %22s %20s %20s %20s' % (
             ' '.join(map(str, line['key'])), line['test'], side('ours'),
             side('other'), ratio('other'), ratio('filestorage'),
-            ratio('pooled') if 'pooled' in line else ratio('galera')),
-            file=file)
+            ratio('pooled') if 'pooled' in line else ratio('galera'))
+            + (' %22s %20s' % (side('pgjsonb'), ratio('pgjsonb'))
+               if pgjsonb else ''), file=file)
 
 
 def main(argv=None):
@@ -406,30 +470,46 @@ def main(argv=None):
         raise SystemExit("this side needs zodbshootout: pip install "
                          "'relstorage[bench]' (or zodbshootout==0.8.0 "
                          "pyperf==2.3.1 six)")
-    try:
-        venv = othervenv.ensure(args.other_venv, spec=args.other_spec)
-        other = othervenv.check(venv)
-        if 'mysql' in databases:
-            othervenv.mariadb_shim(venv)
-    except othervenv.OtherVenvError as e:
-        raise SystemExit(str(e))
     workdir = tempfile.mkdtemp(prefix='speedtest-shootout-')
     ours_env = dict(os.environ)
-    contenders = [Contender('ours', sys.executable, args, workdir, ours_env),
-                  Contender('other', os.path.join(venv, 'bin', 'python'),
-                            args, workdir)]
+    contenders = [Contender('ours', sys.executable, args, workdir, ours_env)]
+    other = pgjsonb = None
+    try:
+        if args.other:
+            venv = othervenv.ensure(args.other_venv, spec=args.other_spec)
+            other = othervenv.check(venv)
+            if 'mysql' in databases:
+                othervenv.mariadb_shim(venv)
+            contenders.append(Contender(
+                'other', os.path.join(venv, 'bin', 'python'), args,
+                workdir))
+        if args.pgjsonb and 'postgresql' in databases:
+            venv = othervenv.ensure_pgjsonb(args.pgjsonb_venv,
+                                            args.pgjsonb_spec)
+            pgjsonb = othervenv.check(venv, 'zodb_pgjsonb', 'zodb-pgjsonb')
+            contenders.append(PgjsonbContender(venv, args, workdir))
+    except othervenv.OtherVenvError as e:
+        raise SystemExit(str(e))
     pooler = None
     if args.pgbouncer and 'postgresql' in databases:
         pooler = start_pooler(args)
         contenders.append(Contender('pooled', sys.executable, args,
                                     workdir, ours_env, pooler))
-    names = [c.database(m) for c in contenders for m in modes]
-    _create_databases(args, databases, names)
+    names = []
+    for database in databases:
+        here = [c.database(m) for c in contenders if c.runs_on(database)
+                for m in modes]
+        _create_databases(args, [database], here)
+        names.extend(name for name in here if name not in names)
     galera = None
     if args.galera and 'mysql' in databases:
         galera = start_galera(args, workdir, ours_env, modes)
-    print('other side: RelStorage %s from %s' % (other['version'],
-                                                 other['path']), flush=True)
+    if other:
+        print('other side: RelStorage %s from %s' % (
+            other['version'], other['path']), flush=True)
+    if pgjsonb:
+        print('zodb-pgjsonb %s from %s' % (pgjsonb['version'],
+                                           pgjsonb['path']), flush=True)
     rows = {}
     started = time.perf_counter()
     for round_ in range(args.rounds):
@@ -473,7 +553,8 @@ def main(argv=None):
         print(line)
     if args.json:
         with open(args.json, 'w') as f:
-            json.dump({'args': vars(args), 'other': other, 'state': state,
+            json.dump({'args': vars(args), 'other': other,
+                       'pgjsonb': pgjsonb, 'state': state,
                        'runs': [{'key': list(k), 'results': v}
                                 for k, v in rows.items()],
                        'summary': table}, f, indent=1)

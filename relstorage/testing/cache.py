@@ -15,6 +15,9 @@ What is kept there (docs/testing.rst lists it with its sizes):
                4.3 from PyPI, which builds the databases to upgrade.
 ``rs4-bench/`` the benchmarks' other side (``--other-venv``): RelStorage
                4.3 and zodbshootout, made only when a benchmark asks.
+``rs4-gevent/`` the gevent mode's other side: RelStorage 4.3 and gevent.
+``pgjsonb-bench/`` zodb-pgjsonb and zodbshootout on Python 3.12, for the
+               shootout and pack benchmarks, made only when they ask.
 
 Two test runs sharing the directory (from two checkouts, say) take
 turns through a lock file in ``buildout/`` and in ``rs4/``.

@@ -341,7 +341,8 @@ def test_gevent_is_imported_by_the_cooperative_module_alone():
     storage never imports gevent."""
     storage = [(path, package) for path, package
                in modules_outside_the_tests()
-               if not package.startswith(('speedtest', TESTING_PACKAGE))]
+               if not package.startswith(('relstorage_speedtest',
+                                         TESTING_PACKAGE))]
     found = gevent_imports(storage)
     assert found
     assert {path for path, _, _ in found} == {

@@ -90,3 +90,54 @@ def test_pack_beside_the_other_zodbpack(tmp_path, capsys):
     assert row['time_ratio'] > 0 and row['memory_ratio'] > 0
     assert 'live data: %d current objects on both sides' % (
         row['ours']['objects_after']) in capsys.readouterr().out
+
+
+def _pgjsonb_venv():
+    """zodb-pgjsonb's virtualenv when it is already made (tests never
+    install it)."""
+    venv = othervenv.ready(othervenv.PGJSONB_DIR, othervenv.PGJSONB)
+    if venv is None:
+        pytest.skip('no %s with its marker (made by `python -m '
+                    'relstorage_speedtest.pack --database postgresql '
+                    '--pgjsonb-venv`); not installed by tests'
+                    % othervenv.PGJSONB_DIR)
+    return venv
+
+
+@pytest.mark.parametrize('history', ['--keep-history', '--no-keep-history'])
+def test_pack_beside_zodb_pgjsonb(tmp_path, capsys, history):
+    from relstorage.testing.dbs import require
+    require('postgresql')
+    venv = _pgjsonb_venv()
+    out = tmp_path / 'pack.json'
+    assert main(['--objects', '300', '--database', 'postgresql', history,
+                 '--pgjsonb-venv', venv, '--json', str(out)]) == 0
+    data = json.loads(out.read_text())
+    assert data['pgjsonb']['version'] == othervenv.PGJSONB.split('==')[1]
+    (row,) = data['rounds']
+    _check_side(row['ours'], 300)
+    assert row['ours']['with_writer']
+    theirs = row['pgjsonb']
+    assert 'error' not in theirs and theirs['exit_status'] == 0
+    # Never beside a writer: its pack would delete what one commits.
+    assert not theirs['with_writer'] and theirs['writer_commits'] == 0
+    assert theirs['objects_before'] == row['ours']['objects_before']
+    assert theirs['tree_items'] == 300 - len(range(0, 300, 3))
+    assert row['pgjsonb_same_live_data']
+    assert row['pgjsonb_time_ratio'] > 0 and row['pgjsonb_memory_ratio'] > 0
+    assert 'ratios: time pgjsonb/ours' in capsys.readouterr().out
+
+
+def test_zodb_pgjsonb_packs_postgresql_only(capsys):
+    with pytest.raises(SystemExit):
+        main(['--database', 'sqlite', '--pgjsonb-venv'])
+    assert '--pgjsonb-venv needs --database postgresql' in (
+        capsys.readouterr().err)
+
+
+def test_a_python_for_zodb_pgjsonb_is_found():
+    python = othervenv.find_python()
+    if python is None:
+        pytest.skip('no Python 3.12 or 3.13 here')
+    assert othervenv._is_version(python, python.rsplit('python', 1)[1])
+    assert othervenv.find_python(('2.1',)) is None

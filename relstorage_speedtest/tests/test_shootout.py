@@ -96,3 +96,45 @@ def test_this_side_through_pgbouncer(tmp_path):
     result = contender.run('postgresql', 'hf', 1, ['add', 'tpc'])
     assert 'error' not in result, result
     assert result['add'] > 0 and result['tpc'] > 0
+
+
+def _pgjsonb(tmp_path):
+    """zodb-pgjsonb's contender on a test database, when its virtualenv
+    is already made (tests never install it)."""
+    from relstorage.testing import dbs
+    dbs.require('postgresql')
+    venv = othervenv.ready(othervenv.PGJSONB_DIR, othervenv.PGJSONB)
+    if venv is None:
+        pytest.skip('no %s with its marker; not installed by tests'
+                    % othervenv.PGJSONB_DIR)
+    args = _args(pg_dsn='host=%s port=%s user=%s password=%s' % (
+        dbs.PG_HOST, dbs.PG_PORT, dbs.PG_USER, dbs.PG_PASSWORD))
+    contender = shootout.PgjsonbContender(venv, args, str(tmp_path))
+    dbs.empty_database('postgresql', False, 'dst')
+    # The test database, not one the contender would name itself.
+    contender.database = lambda mode: dbs.pg_dsn(False, 'dst').split()[0][
+        len('dbname='):]
+    return contender
+
+
+def test_zodb_pgjsonb_on_postgresql(tmp_path):
+    contender = _pgjsonb(tmp_path)
+    assert contender.runs_on('postgresql')
+    assert not contender.runs_on('sqlite') and not contender.runs_on('mysql')
+    section = contender.section('postgresql', 'hf')
+    assert 'history-preserving false' in section
+    assert 'cache-warm-pct 0' in section
+    result = contender.run('postgresql', 'hf', 1, ['add', 'hot', 'tpc'])
+    assert 'error' not in result, result
+    assert all(0 < result[t] < 1 for t in ('add', 'hot', 'tpc')), result
+
+
+def test_a_failed_benchmark_is_an_error_not_a_figure(tmp_path):
+    # Without the start-up module's zap_all, zodb-pgjsonb's own
+    # cleanup fails in zodbshootout, which logs it and records 666 s.
+    contender = _pgjsonb(tmp_path)
+    contender.env = othervenv.neutral_env()
+    contender.env.pop(othervenv.PGJSONB_SHIM_VAR, None)
+    result = contender.run('postgresql', 'hf', 1, ['add'])
+    assert 'add' not in result
+    assert 'connection is closed' in result['error'], result
