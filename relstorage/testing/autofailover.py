@@ -33,6 +33,18 @@ from .servers import ServerError
 #: Seconds a formation may take to reach its states.
 TIMEOUT = 120
 
+#: The monitor's health checks, quickened (pgautofailover.*, in ms): a
+#: node that stops answering is failed over in seconds, not the 20 s and
+#: 30 s of the defaults.
+HEALTH_CHECKS = {
+    'health_check_period': 1000,
+    'health_check_timeout': 1000,
+    'health_check_max_retries': 1,
+    'health_check_retry_delay': 500,
+    'node_considered_unhealthy_timeout': 2000,
+    'primary_demote_timeout': 3000,
+}
+
 
 class Formation:
     """The monitor and *nodes* data nodes of one formation ('default')."""
@@ -88,7 +100,7 @@ class Formation:
         done = subprocess.run(
             self._command(['pg_autoctl'] + list(args)), cwd=self.dir,
             env=self._env(), stdin=subprocess.DEVNULL, capture_output=True,
-            text=True, timeout=timeout or self.timeout)
+            text=True, errors='replace', timeout=timeout or self.timeout)
         if done.returncode != 0:
             raise ServerError('pg_autoctl %s failed (%s):\n%s' % (
                 ' '.join(args), done.returncode, done.stderr[-3000:]))
@@ -140,6 +152,10 @@ class Formation:
                          '--monitor', monitor, *common)
             self._run_keeper(name)
             self.wait_for(lambda: len(self.settled()) == index)
+        for name, value in sorted(HEALTH_CHECKS.items()):
+            self.admin('monitor', 'ALTER SYSTEM SET pgautofailover.%s = %d'
+                       % (name, value))
+        self.admin('monitor', 'SELECT pg_reload_conf()')
         self._setup()
 
     def _setup(self):
@@ -154,6 +170,21 @@ class Formation:
             for db in DATABASES:
                 cur.execute("CREATE DATABASE %s OWNER %s ENCODING 'UTF8' "
                             "TEMPLATE template0" % (db, self.user))
+        finally:
+            conn.close()
+
+    def admin(self, name, sql, database='postgres'):
+        """Run *sql* as the superuser on node *name*, outside a
+        transaction; its rows, if any."""
+        import psycopg2
+        conn = psycopg2.connect(host=self.host, port=self.ports[name],
+                                user=self.system_user, dbname=database,
+                                connect_timeout=10)
+        conn.autocommit = True
+        try:
+            cur = conn.cursor()
+            cur.execute(sql)
+            return cur.fetchall() if cur.description else None
         finally:
             conn.close()
 
@@ -234,6 +265,33 @@ class Formation:
         if pid is not None and alive(pid):
             os.kill(pid, signal.SIGKILL)
         return pid
+
+    def asynchronous(self, standby):
+        """Replicate to *standby* asynchronously (its replication-quorum
+        false): commits on the primary no longer wait for it, and a
+        failover to it may lose the last of them."""
+        self.autoctl('set', 'node', 'replication-quorum', 'false',
+                     '--pgdata', self.pgdata(standby))
+        self.wait_for(lambda: self.admin(
+            self.primary(), 'SHOW synchronous_standby_names') == [('',)])
+
+    def pause_replication(self, standby):
+        """SIGSTOP the WAL receiver of *standby*: what the primary sends
+        from now on waits unread in its socket. Returns its pid."""
+        [(pid,)] = self.admin(standby, 'SELECT pid FROM pg_stat_wal_receiver')
+        os.kill(pid, signal.SIGSTOP)
+        return pid
+
+    def crash_unreplicated(self, primary, receiver):
+        """Lose node *primary* for good (its keeper and its postmaster
+        SIGKILLed) and with it the WAL the stopped *receiver* (see
+        pause_replication) had not read: SIGKILLed, its standby restarts
+        from what it has replayed, and the monitor promotes it."""
+        keeper = self.keepers[primary]
+        os.killpg(keeper.pid, signal.SIGKILL)
+        keeper.wait()
+        self.kill_postmaster(primary)
+        os.kill(receiver, signal.SIGKILL)
 
     # -- the end ---------------------------------------------------------------
 
