@@ -33,9 +33,9 @@ from .servers import ServerError
 #: Seconds a formation may take to reach its states.
 TIMEOUT = 120
 
-#: The monitor's health checks, quickened (pgautofailover.*, in ms): a
-#: node that stops answering is failed over in seconds, not the 20 s and
-#: 30 s of the defaults.
+#: The monitor's health checks, quickened (pgautofailover.*, in ms; see
+#: Formation.quicken_health_checks): a primary that stops answering is
+#: failed over in seconds, not the 20 s and 30 s of the defaults.
 HEALTH_CHECKS = {
     'health_check_period': 1000,
     'health_check_timeout': 1000,
@@ -152,10 +152,6 @@ class Formation:
                          '--monitor', monitor, *common)
             self._run_keeper(name)
             self.wait_for(lambda: len(self.settled()) == index)
-        for name, value in sorted(HEALTH_CHECKS.items()):
-            self.admin('monitor', 'ALTER SYSTEM SET pgautofailover.%s = %d'
-                       % (name, value))
-        self.admin('monitor', 'SELECT pg_reload_conf()')
         self._setup()
 
     def _setup(self):
@@ -235,6 +231,18 @@ class Formation:
         return self.autoctl('show', 'uri', '--formation', 'default',
                             '--pgdata', self.pgdata('monitor')).strip()
 
+    def client_uri(self, database=DATABASES[0]):
+        """uri() for *database*, as the test user (the manager's names
+        the formation's own database and no user)."""
+        from urllib.parse import parse_qsl
+        from urllib.parse import urlencode
+        from urllib.parse import urlsplit
+        parts = urlsplit(self.uri())
+        query = dict(parse_qsl(parts.query), user=self.user,
+                     password=self.password, connect_timeout='5')
+        return parts._replace(path='/' + database,
+                              query=urlencode(query)).geturl()
+
     def dsn(self, database=DATABASES[0], user=None):
         """A libpq connection string to *database* on whichever node is
         the primary (every node, target_session_attrs=read-write)."""
@@ -274,6 +282,17 @@ class Formation:
                      '--pgdata', self.pgdata(standby))
         self.wait_for(lambda: self.admin(
             self.primary(), 'SHOW synchronous_standby_names') == [('',)])
+
+    def quicken_health_checks(self):
+        """HEALTH_CHECKS on the monitor: a primary lost is failed over in
+        seconds. (With these, a primary's postmaster SIGKILLed makes the
+        monitor race its keeper, which restarts it in place: in some runs
+        neither node then took writes for over a minute; with the
+        defaults the keeper wins.)"""
+        for name, value in sorted(HEALTH_CHECKS.items()):
+            self.admin('monitor', 'ALTER SYSTEM SET pgautofailover.%s = %d'
+                       % (name, value))
+        self.admin('monitor', 'SELECT pg_reload_conf()')
 
     def pause_replication(self, standby):
         """SIGSTOP the WAL receiver of *standby*: what the primary sends

@@ -47,6 +47,7 @@ def formation():
 
 def test_the_uri_the_manager_prints_names_every_node(formation):
     uri = formation.uri()
+    print('\n' + uri)
     for name, port in formation.ports.items():
         if name != 'monitor':
             assert '%s:%d' % (formation.host, port) in uri
@@ -97,7 +98,7 @@ class Writer(threading.Thread):
 @pytest.mark.parametrize('driver', ['psycopg2', 'psycopg'])
 def test_commits_go_on_across_a_failover(formation, driver):
     storage = RelStorage(PostgreSQLAdapter(
-        formation.dsn(), driver=driver,
+        formation.client_uri(), driver=driver,
         options=Options(commit_lock_timeout=10)))
     storage.zap_all()
     db = ZODB.DB(storage)
@@ -249,6 +250,7 @@ def test_a_lost_future_is_said_and_never_served(formation, caplog):
     standby = [name for name in formation.ports
                if name not in ('monitor', primary)][0]
     formation.asynchronous(standby)
+    formation.quicken_health_checks()
     storage = _storage(formation)
     storage.zap_all()
     strict = ZODB.DB(storage)
