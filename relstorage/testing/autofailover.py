@@ -256,6 +256,17 @@ class Formation:
             dsn += ' password=%s' % self.password
         return dsn
 
+    def logs(self, lines=30):
+        """The last *lines* of each data node's keeper log."""
+        result = {}
+        for name in sorted(self.keepers):
+            if name == 'monitor':
+                continue
+            with open(os.path.join(self.dir, name + '.log'), 'rb') as f:
+                text = f.read().decode('utf-8', 'replace')
+            result[name] = '\n'.join(text.splitlines()[-lines:])
+        return result
+
     # -- faults --------------------------------------------------------------
 
     def failover(self):

@@ -27,7 +27,7 @@ from relstorage.testing.dbs import in_ci
 from .chaos import Chaos
 
 #: Seconds writers may go without a commit across a failover.
-RESUME_WITHIN = 60
+RESUME_WITHIN = 120
 
 
 @pytest.fixture(scope='module')
@@ -168,10 +168,11 @@ class FailoverBank(Chaos):
         while not predicate():
             assert time.monotonic() < deadline, (
                 'hung: %s not within %ss; the formation: %s; the writers\' '
-                'last errors: %s' % (what, RESUME_WITHIN,
-                                     self.formation.state(),
-                                     [self._errors(name)[-600:]
-                                      for name in self.writer_names()]))
+                'last errors: %s; the keepers\' logs: %s' % (
+                    what, RESUME_WITHIN, self.formation.state(),
+                    [self._errors(name)[-600:]
+                     for name in self.writer_names()],
+                    self.formation.logs()))
             time.sleep(0.1)
 
     def inject_faults(self):
