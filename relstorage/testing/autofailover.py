@@ -289,10 +289,13 @@ class Formation:
         """Replicate to *standby* asynchronously (its replication-quorum
         false): commits on the primary no longer wait for it, and a
         failover to it may lose the last of them."""
+        primary = self.primary()
         self.autoctl('set', 'node', 'replication-quorum', 'false',
                      '--pgdata', self.pgdata(standby))
+        # (The primary passes through apply_settings meanwhile.)
         self.wait_for(lambda: self.admin(
-            self.primary(), 'SHOW synchronous_standby_names') == [('',)])
+            primary, 'SHOW synchronous_standby_names') == [('',)]
+            and self.primary() == primary)
 
     def quicken_health_checks(self):
         """HEALTH_CHECKS on the monitor: a primary lost is failed over in
