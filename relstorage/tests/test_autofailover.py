@@ -5,9 +5,9 @@ as ``pg_autoctl show uri`` prints it. A commit loop goes on across
 ``pg_autoctl perform failover``: every acknowledged commit is there, and
 the time without a commit is bounded (printed). The bank workload (three
 writer processes, a reader) goes on across a failover and across the
-primary's postmaster SIGKILLed. Last, with the standby asynchronous and
-behind, the primary is lost: the storage says that the promoted standby
-lacks what it had seen, and serves none of it."""
+primary's postmaster and keeper SIGKILLed. Last, with the standby
+asynchronous and behind, the primary is lost: the storage says that the
+promoted standby lacks what it had seen, and serves none of it."""
 import json
 import logging
 import threading
@@ -143,8 +143,9 @@ class FailoverBank(Chaos):
     """Chaos's bank transfers, three writer processes and a reader, on
     the formation's primary through every node's host and port; *fault*
     once the writers commit: ``failover`` (pg_autoctl perform failover)
-    or ``kill`` (SIGKILL of the primary's postmaster). The run ends once
-    every writer has committed again after it."""
+    or ``kill`` (SIGKILL of the primary's postmaster and its keeper, see
+    Formation.crash; the node rejoins afterwards). The run ends once every
+    writer has committed again after it."""
 
     def __init__(self, formation, keep_history, fault):
         super().__init__('postgresql', keep_history, seconds=RESUME_WITHIN,
@@ -185,13 +186,15 @@ class FailoverBank(Chaos):
         if self.fault == 'failover':
             self.formation.failover()
         else:
-            self.formation.kill_postmaster(before)
+            self.formation.crash(before)
         self.faults[self.fault] += 1
         self.wait(lambda: len(self.committed_since(self.fault_at)) == 3,
                   'every writer committing after the %s' % self.fault)
         self.events['primary'] = '%s -> %s' % (before,
                                                self.formation.primary())
         time.sleep(1)
+        if self.fault == 'kill':
+            self.formation.rejoin(before)
 
     def run(self):
         summary = super().run()
@@ -212,6 +215,8 @@ class FailoverBank(Chaos):
 @pytest.mark.parametrize('fault, keep_history', [
     ('failover', True), ('kill', False)], ids=['failover-HP', 'kill-HF'])
 def test_bank_across(formation, fault, keep_history):
+    # A primary lost is failed over in seconds.
+    formation.quicken_health_checks()
     bank = FailoverBank(formation, keep_history, fault)
     try:
         summary = bank.run()
