@@ -272,8 +272,11 @@ class Formation:
     def failover(self):
         """``pg_autoctl perform failover``: returns once the monitor has
         a new primary."""
-        self.autoctl('perform', 'failover', '--pgdata',
-                     self.pgdata('monitor'))
+        # pg_autoctl's own wait (60 s) is not always enough on a loaded
+        # machine: the old primary rejoins first (pg_rewind).
+        self.autoctl('perform', 'failover', '--wait', str(self.timeout),
+                     '--pgdata', self.pgdata('monitor'),
+                     timeout=self.timeout + 30)
 
     def postmaster_pid(self, name):
         return read_pid(os.path.join(self.pgdata(name), 'postmaster.pid'))
