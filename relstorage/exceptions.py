@@ -5,6 +5,7 @@ them carries a driver traceback as its only explanation.
 """
 from transaction.interfaces import TransientError
 from ZODB.POSException import ConflictError
+from ZODB.POSException import ReadConflictError
 from ZODB.POSException import ReadOnlyError  # noqa: F401 re-exported
 from ZODB.POSException import StorageError
 from ZODB.POSException import StorageTransactionError  # noqa: F401
@@ -110,6 +111,15 @@ class CommitOutcomeUnknown(RelStorageError):
     """The connection was lost while the commit was being sent, and the
     database could not be asked afterwards whether it happened. Not a
     TransientError: retrying could apply the transaction twice."""
+
+
+class StaleDatabase(RelStorageError, ReadConflictError):
+    """The database's newest transaction is older than one this process
+    has already seen of it: the transactions after it were lost (a
+    failover to a standby that had not received them, or a restore from
+    a backup). Raised by the poll of each connection that had seen them,
+    after every cache of them was dropped; a retry reads what the
+    database has now."""
 
 
 class UpgradeRefused(SchemaError):

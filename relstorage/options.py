@@ -169,9 +169,9 @@ OPTIONS = (
                    'process has seen before loading from the read-write '
                    'server.'),
     OptionSpec('revert_when_stale', False, 'bool',
-               doc='On a read-write server older than what was seen, go '
-                   'back to its view instead of raising '
-                   'ReadConflictError.'),
+               doc='On a database older than what was seen (transactions '
+                   'lost in a failover), go back to its view, saying so in '
+                   'the log, instead of raising StaleDatabase.'),
     OptionSpec('poll-interval', 0.0, 'float', minimum=0,
                doc='Seconds a connection may skip polling for changes.'),
     OptionSpec('pack-gc', True, 'bool',

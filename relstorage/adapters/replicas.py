@@ -12,9 +12,9 @@ from a replica only once the replica has replayed at least that much. A
 replica behind it is waited for at most ``replica-max-lag`` seconds, then
 the read-write server answers instead. A read-write server that is older
 than what was seen on another one (a failover to a standby that had not
-received everything) is *stale*: ReadConflictError until it catches up,
-or with ``revert_when_stale`` a logged warning and a view that goes back,
-with every cache of it dropped.
+received everything) is *stale*: StaleDatabase (a ReadConflictError)
+until it catches up, or with ``revert_when_stale`` a logged warning and
+a view that goes back, with every cache of it dropped.
 
 The database module says how a line of the file becomes connection
 parameters (``Adapter.server_params``) and whether a server takes writes
@@ -28,11 +28,10 @@ import re
 import threading
 import time
 
-from ZODB.POSException import ReadConflictError
-
 from ..exceptions import ConfigurationError
 from ..exceptions import DatabaseDisconnected
 from ..exceptions import DatabaseUnavailable
+from ..exceptions import StaleDatabase
 from .loadstore import LoadSession
 from .loadstore import StoreSession
 
@@ -395,7 +394,7 @@ class Replicas:
             % (session.server.describe(), tid, known,
                where.describe(), tid))
         if not self.revert_when_stale:
-            raise ReadConflictError(
+            raise StaleDatabase(
                 message + '; retrying until it catches up (revert_when_stale '
                 'is false)')
         log.error('%s; going back to its view and dropping what was cached '

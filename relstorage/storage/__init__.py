@@ -28,6 +28,7 @@ from .multipack import pack_databases
 from .pack import Pack
 from .readahead import ReadAhead
 from .tpc import Commit
+from .view import Seen
 from .view import View
 from .view import kept_states
 
@@ -116,6 +117,7 @@ class RelStorage(ConflictResolvingStorage):
             self._open_root(adapter, options)
         else:
             self._cache = _parent._cache
+            self._seen = _parent._seen
             self._blobs = _parent._blobs
             self._metrics = _parent._metrics
         self._oid_lock = threading.Lock()
@@ -140,6 +142,7 @@ class RelStorage(ConflictResolvingStorage):
                 options.poll_interval, adapter.describe(),
                 options.poll_interval)
         adapter.prepare()
+        self._seen = Seen()
         self._cache = StorageCache(
             int(options.cache_local_mb * 1000000),
             object_max_bytes=options.cache_local_object_max,
@@ -164,7 +167,7 @@ class RelStorage(ConflictResolvingStorage):
         readahead = (ReadAhead(cache.holds) if cache.limit_bytes else None)
         self._view = view = View(
             adapter, cache, kept_states(keep_history), readahead, metrics,
-            options, self._name, self._is_root)
+            options, self._name, self._is_root, self._seen)
         resolve = _weakly(self.tryToResolveConflict)
         self._commit = commit = Commit(
             adapter, options.read_only, blobs, metrics, resolve,

@@ -14,6 +14,7 @@ from collections import OrderedDict
 from ZODB.utils import p64
 
 from ..exceptions import RelStorageError
+from ..exceptions import StaleDatabase
 
 log = logging.getLogger(__name__)
 
@@ -122,6 +123,39 @@ def called_by_zodb(*names):
     return True
 
 
+class Seen:
+    """What the instances of one storage have seen of its database: the
+    newest tid any of them polled or committed. A poll that finds an
+    older one has met a database that lost transactions (a failover to a
+    standby that had not received them, a restore from a backup), unless
+    this storage emptied it itself (zap_all, which starts it again)."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.tid = 0
+        #: How many times this storage emptied the database.
+        self.zaps = 0
+
+    def emptied(self):
+        with self.lock:
+            self.tid = 0
+            self.zaps += 1
+
+    def saw(self, tid):
+        with self.lock:
+            if tid > self.tid:
+                self.tid = tid
+
+    def went_back(self, tid):
+        """The database's newest is *tid*: the newest this storage has
+        seen if that is newer (the first to find the loss), else None."""
+        with self.lock:
+            if not 0 < tid < self.tid:
+                return None
+            lost, self.tid = self.tid, tid
+            return lost
+
+
 class View:
     """The snapshot one storage instance reads from, and its polling.
 
@@ -134,14 +168,18 @@ class View:
     """
 
     def __init__(self, adapter, cache, kept, readahead, metrics, options,
-                 name, is_root):
+                 name, is_root, seen):
         self.adapter = adapter
+        #: Shared by the instances of one storage (see Seen).
+        self.seen = seen
+        self.zaps = seen.zaps
         self.cache = cache
         self.kept = kept
         self.exact = kept.keeps
         self.readahead = readahead
         self.metrics = metrics
         self.poll_interval = options.poll_interval
+        self.revert_when_stale = options.revert_when_stale
         self.name = name
         self.is_root = is_root
         self.lock = threading.RLock()
@@ -220,6 +258,7 @@ class View:
         self.poll_failed = True
         self.fresh = False
         new = session.restart() if snapshot else session.poll()
+        self.check_not_behind(new, old)
         if old is None or unknown or new < old:
             # A first poll; or the changes since the last view are unknown,
             # or the database was emptied or replaced under us.
@@ -260,8 +299,51 @@ class View:
         self.poll_failed = False
         self.fresh = not self.is_root
         self.kept.forget(oids)
+        self.seen.saw(new)
         self.metrics.polled(started, oids)
         return oids
+
+    def check_not_behind(self, new, old):
+        """The database's newest tid is *new*; this instance's view was
+        *old*. A database older than what this storage has seen lost the
+        transactions in between (see Seen): no cache may serve them, so
+        the shared cache and the kept states are dropped, and the poll
+        after this one invalidates every object (the poll counts as
+        failed); an instance that had seen them says so with
+        StaleDatabase, once, since no later poll can tell that they ever
+        were (new commits soon give the database newer tids than theirs).
+        A database that is empty (0) was emptied, which loses nothing
+        that anyone can be served."""
+        if self.zaps != self.seen.zaps:
+            # This storage emptied the database since this instance's
+            # last poll: its view is of a database that is gone.
+            self.zaps = self.seen.zaps
+            return
+        own = max(old or 0, self.last_tid)
+        lost = self.seen.went_back(new)
+        if lost is not None:
+            self.cache.clear()
+            log.error(
+                '%s has gone back in time: its newest transaction is %016x, '
+                'but %016x was seen; the transactions after %016x were lost '
+                '(a failover to a standby that had not received them, or a '
+                'restore); every cached state of them was dropped',
+                self.name, new, lost, new)
+        if not 0 < new < own:
+            return
+        self.kept.forget(None)
+        self.tid = new
+        self.poll_base = None
+        del self.own_changes[:]
+        self.own_tids.clear()
+        self.last_tid = 0
+        if not self.revert_when_stale:
+            raise StaleDatabase(
+                '%s has gone back in time: its newest transaction is %016x, '
+                'but this connection saw %016x; the transactions after '
+                '%016x were lost (a failover to a standby that had not '
+                'received them?); the next transaction reads what the '
+                'database has now' % (self.name, new, own, new))
 
     def fetch_changes(self, after_tid, upto_tid):
         return self.session().changes(after_tid, upto_tid)
@@ -376,6 +458,7 @@ class View:
         objects since the view can hide behind this commit."""
         self.last_tid = tid
         self.poll_forced = True
+        self.seen.saw(tid)
         cache = self.cache
         # One (state, tid) tuple per object, held by both the shared cache
         # and the kept states.
@@ -407,7 +490,9 @@ class View:
 
     def forget_all(self):
         """The database was emptied (zap_all): no view, no own commits."""
+        self.seen.emptied()
         with self.lock:
+            self.zaps = self.seen.zaps
             self.tid = self.poll_base = None
             self.fresh = False
             del self.own_changes[:]

@@ -33,6 +33,18 @@ from .servers import ServerError
 #: Seconds a formation may take to reach its states.
 TIMEOUT = 120
 
+#: The monitor's health checks, quickened (pgautofailover.*, in ms; see
+#: Formation.quicken_health_checks): a primary that stops answering is
+#: failed over in seconds, not the 20 s and 30 s of the defaults.
+HEALTH_CHECKS = {
+    'health_check_period': 1000,
+    'health_check_timeout': 1000,
+    'health_check_max_retries': 1,
+    'health_check_retry_delay': 500,
+    'node_considered_unhealthy_timeout': 2000,
+    'primary_demote_timeout': 3000,
+}
+
 
 class Formation:
     """The monitor and *nodes* data nodes of one formation ('default')."""
@@ -88,7 +100,7 @@ class Formation:
         done = subprocess.run(
             self._command(['pg_autoctl'] + list(args)), cwd=self.dir,
             env=self._env(), stdin=subprocess.DEVNULL, capture_output=True,
-            text=True, timeout=timeout or self.timeout)
+            text=True, errors='replace', timeout=timeout or self.timeout)
         if done.returncode != 0:
             raise ServerError('pg_autoctl %s failed (%s):\n%s' % (
                 ' '.join(args), done.returncode, done.stderr[-3000:]))
@@ -157,6 +169,21 @@ class Formation:
         finally:
             conn.close()
 
+    def admin(self, name, sql, database='postgres'):
+        """Run *sql* as the superuser on node *name*, outside a
+        transaction; its rows, if any."""
+        import psycopg2
+        conn = psycopg2.connect(host=self.host, port=self.ports[name],
+                                user=self.system_user, dbname=database,
+                                connect_timeout=10)
+        conn.autocommit = True
+        try:
+            cur = conn.cursor()
+            cur.execute(sql)
+            return cur.fetchall() if cur.description else None
+        finally:
+            conn.close()
+
     # -- what it is now ------------------------------------------------------
 
     def state(self):
@@ -204,6 +231,18 @@ class Formation:
         return self.autoctl('show', 'uri', '--formation', 'default',
                             '--pgdata', self.pgdata('monitor')).strip()
 
+    def client_uri(self, database=DATABASES[0]):
+        """uri() for *database*, as the test user (the manager's names
+        the formation's own database and no user)."""
+        from urllib.parse import parse_qsl
+        from urllib.parse import urlencode
+        from urllib.parse import urlsplit
+        parts = urlsplit(self.uri())
+        query = dict(parse_qsl(parts.query), user=self.user,
+                     password=self.password, connect_timeout='5')
+        return parts._replace(path='/' + database,
+                              query=urlencode(query)).geturl()
+
     def dsn(self, database=DATABASES[0], user=None):
         """A libpq connection string to *database* on whichever node is
         the primary (every node, target_session_attrs=read-write)."""
@@ -217,16 +256,47 @@ class Formation:
             dsn += ' password=%s' % self.password
         return dsn
 
+    def logs(self, lines=30):
+        """The last *lines* of each data node's keeper log."""
+        result = {}
+        for name in sorted(self.keepers):
+            if name == 'monitor':
+                continue
+            with open(os.path.join(self.dir, name + '.log'), 'rb') as f:
+                text = f.read().decode('utf-8', 'replace')
+            result[name] = '\n'.join(text.splitlines()[-lines:])
+        return result
+
     # -- faults --------------------------------------------------------------
 
     def failover(self):
         """``pg_autoctl perform failover``: returns once the monitor has
         a new primary."""
-        self.autoctl('perform', 'failover', '--pgdata',
-                     self.pgdata('monitor'))
+        # pg_autoctl's own wait (60 s) is not always enough on a loaded
+        # machine: the old primary rejoins first (pg_rewind).
+        self.autoctl('perform', 'failover', '--wait', str(self.timeout),
+                     '--pgdata', self.pgdata('monitor'),
+                     timeout=self.timeout + 30)
 
     def postmaster_pid(self, name):
         return read_pid(os.path.join(self.pgdata(name), 'postmaster.pid'))
+
+    def crash(self, name):
+        """SIGKILL the keeper of node *name* and its postmaster: the node
+        is gone until rejoin(), and the monitor fails over. (Its
+        postmaster alone SIGKILLed, the keeper restarts it in place, or
+        the monitor fails over meanwhile: in 3 of 10 runs under load, the
+        promoted node then stayed read-only in wait_primary, the old one
+        in recovery, for over a minute.)"""
+        keeper = self.keepers[name]
+        os.killpg(keeper.pid, signal.SIGKILL)
+        keeper.wait()
+        return self.kill_postmaster(name)
+
+    def rejoin(self, name):
+        """Start the keeper of a node crash() took down again: it
+        rejoins the formation as a standby (pg_rewind)."""
+        self._run_keeper(name)
 
     def kill_postmaster(self, name):
         """SIGKILL the postmaster of node *name*."""
@@ -234,6 +304,41 @@ class Formation:
         if pid is not None and alive(pid):
             os.kill(pid, signal.SIGKILL)
         return pid
+
+    def asynchronous(self, standby):
+        """Replicate to *standby* asynchronously (its replication-quorum
+        false): commits on the primary no longer wait for it, and a
+        failover to it may lose the last of them."""
+        primary = self.primary()
+        self.autoctl('set', 'node', 'replication-quorum', 'false',
+                     '--pgdata', self.pgdata(standby))
+        # (The primary passes through apply_settings meanwhile.)
+        self.wait_for(lambda: self.admin(
+            primary, 'SHOW synchronous_standby_names') == [('',)]
+            and self.primary() == primary)
+
+    def quicken_health_checks(self):
+        """HEALTH_CHECKS on the monitor: a primary lost is failed over in
+        seconds."""
+        for name, value in sorted(HEALTH_CHECKS.items()):
+            self.admin('monitor', 'ALTER SYSTEM SET pgautofailover.%s = %d'
+                       % (name, value))
+        self.admin('monitor', 'SELECT pg_reload_conf()')
+
+    def pause_replication(self, standby):
+        """SIGSTOP the WAL receiver of *standby*: what the primary sends
+        from now on waits unread in its socket. Returns its pid."""
+        [(pid,)] = self.admin(standby, 'SELECT pid FROM pg_stat_wal_receiver')
+        os.kill(pid, signal.SIGSTOP)
+        return pid
+
+    def crash_unreplicated(self, primary, receiver):
+        """Lose node *primary* for good (its keeper and its postmaster
+        SIGKILLed) and with it the WAL the stopped *receiver* (see
+        pause_replication) had not read: SIGKILLed, its standby restarts
+        from what it has replayed, and the monitor promotes it."""
+        self.crash(primary)
+        os.kill(receiver, signal.SIGKILL)
 
     # -- the end ---------------------------------------------------------------
 

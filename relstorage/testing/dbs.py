@@ -72,10 +72,14 @@ def pg_dsn(keep_history, which='main', server=None):
     """The DSN of one of the test databases: ``main`` and ``dst`` exist per
     history mode, ``misc`` for tests that create their own schema. On the
     configured test server, or on *server* (a private server of the run,
-    see private_servers)."""
+    see private_servers, or one with a ``dsn(database)`` method)."""
     if server is None:
         host, port, user, password = PG_HOST, PG_PORT, PG_USER, PG_PASSWORD
         prefix = PG_DB_PREFIX
+    elif hasattr(server, 'dsn'):
+        # Several servers (a failover formation) that say how to reach
+        # them.
+        return server.dsn(_db_name('relstoragetest', keep_history, which))
     else:
         host, port, user, password = (server.host, server.port, server.user,
                                       server.password)
@@ -301,7 +305,7 @@ class DatabaseFactory:
             require(self.db)
         # One key per server database ('misc' serves both modes).
         key = (self.db, None if which == 'misc' else self.keep_history, which,
-               None if self.server is None else self.server.port)
+               getattr(self.server, 'port', self.server))
         if self.db != 'sqlite' and not self._child and key not in _dropped:
             _dropped.add(key)
             if which == 'misc' and self.db in ('postgresql', 'mysql'):

@@ -36,12 +36,18 @@ START = 1000
 PAUSE = (0.5, 2.0)
 #: Seconds the workers may take to start and open their database.
 STARTUP = 120
+#: The port argument of workers whose host argument is a whole DSN (a
+#: server with a dsn() method: several hosts, say).
+DSN = 'dsn'
 
 
 def _factory(db, keep_history, data_dir, host=None, port=None):
     from relstorage.testing.dbs import DatabaseFactory
     server = None
-    if host:
+    if port == DSN:
+        # host: the DSN, with {} for the database's name.
+        server = types.SimpleNamespace(dsn=host.format)
+    elif host:
         server = types.SimpleNamespace(host=host, port=int(port),
                                        user='relstoragetest',
                                        password='relstoragetest')
@@ -99,7 +105,8 @@ def worker(role, kind, keep_history, data_dir, host, port, log_path, seed,
     its controller gone, for an hour); logs one line per event to
     *log_path*: ``O`` its database opened the first time, ``C key time``
     committed, ``U key`` outcome unknown, ``R error`` a retry, ``B n`` a
-    reader saw total n, ``S seconds`` the longest stall."""
+    reader saw total n, ``G old new`` a reader was served accounts of an
+    older transaction than before, ``S seconds`` the longest stall."""
     import transaction
     import ZODB
     from transaction.interfaces import TransientError
@@ -118,6 +125,7 @@ def worker(role, kind, keep_history, data_dir, host, port, log_path, seed,
         os.fsync(log.fileno())
 
     total = ACCOUNTS * START
+    newest_read = b'\0' * 8
     db = None
     tm = transaction.TransactionManager()
     seq = 0
@@ -147,6 +155,12 @@ def worker(role, kind, keep_history, data_dir, host, port, log_path, seed,
                 seen = sum(accounts[k] for k in range(ACCOUNTS))
                 if seen != total:
                     note('B %d' % seen)
+                # Every transfer changes the accounts: their revision is
+                # the newest transaction this reader was served.
+                serial = accounts._p_serial
+                if serial < newest_read:
+                    note('G %s %s' % (newest_read.hex(), serial.hex()))
+                newest_read = max(newest_read, serial)
                 tm.abort()
             else:
                 seq += 1
@@ -221,7 +235,11 @@ class Chaos:
         if db != 'sqlite':
             from relstorage.testing.private_servers import private_server
             self.server = server or private_server(db)
-            self.host, self.port = self.server.host, str(self.server.port)
+            if hasattr(self.server, 'dsn'):
+                self.host, self.port = self.server.dsn('{}'), DSN
+            else:
+                self.host, self.port = (self.server.host,
+                                        str(self.server.port))
         self.procs = {}
         self.faults = {'kill writer': 0, 'kill backends': 0,
                        'restart server': 0, 'pack': 0, 'pack failed': 0}
@@ -370,6 +388,7 @@ class Chaos:
     def check(self):
         import ZODB
         committed, unknown, retries, bad, stalls, errors = [], [], 0, [], [], {}
+        backwards = []
         by_error = {}
         tried, failed = set(), set()
         for name in self.procs:
@@ -393,6 +412,8 @@ class Chaos:
                             by_error[rest] = by_error.get(rest, 0) + 1
                     elif kind == 'B':
                         bad.append(int(rest))
+                    elif kind == 'G':
+                        backwards.append(rest)
                     elif kind == 'S':
                         stalls.append(float(rest))
                     elif kind == 'X':
@@ -443,6 +464,10 @@ class Chaos:
                                                   ACCOUNTS * START))
         if bad:
             problems.append('readers saw totals %s' % bad[:5])
+        if backwards:
+            problems.append('readers were served older transactions than '
+                            'before (newest, then served): %s'
+                            % backwards[:5])
         if not committed:
             problems.append('nothing was committed')
         summary = {
@@ -459,6 +484,19 @@ class Chaos:
             'errors seen by workers': errors,
             'worker tracebacks': tracebacks[:3], 'problems': problems}
         return summary
+
+    def commit_times(self, names=None):
+        """The sorted times of the commits of the workers *names* (None:
+        all)."""
+        times = []
+        for name in self.procs if names is None else names:
+            path = os.path.join(self.dir, name + '.log')
+            if not os.path.exists(path):
+                continue
+            with open(path) as f:
+                times += [float(line.split()[2]) for line in f
+                          if line.startswith('C ')]
+        return sorted(times)
 
     def remove(self):
         shutil.rmtree(self.dir, ignore_errors=True)

@@ -132,16 +132,12 @@ class GaleraBank(Chaos):
         """``{node: sorted times}`` of the commits of each node's
         writers."""
         times = {}
-        for name, node in self.node_of.items():
-            path = os.path.join(self.dir, name + '.log')
-            if not os.path.exists(path):
-                continue
-            with open(path) as f:
-                for line in f:
-                    if line.startswith('C '):
-                        times.setdefault(node, []).append(
-                            float(line.split()[2]))
-        return {node: sorted(t) for node, t in times.items()}
+        for node in sorted(set(self.node_of.values())):
+            found = super().commit_times(
+                [name for name, of in self.node_of.items() if of == node])
+            if found:
+                times[node] = found
+        return times
 
     def gaps(self):
         """Per node, the longest time its writers went without a
