@@ -38,12 +38,20 @@ if have timeout && [ "$limit" != 0 ]; then
     guard=(timeout --foreground --signal=ABRT --kill-after=30 "$limit")
 fi
 
-# A whole run (no arguments) runs the tests that only use servers of
-# their own (private_servers, replica_pairs: replicated pairs, chaos, a
-# silent network, galera_cluster: a Galera cluster) in a second pytest
-# process beside the others, which
-# use the shared servers: they wait on servers more than on the CPU.
-# RELSTORAGE_TEST_SERIAL=1 runs everything in one process.
+# A whole run (no arguments) runs in three pytest processes at once,
+# which spend most of their time waiting (on servers, on child
+# processes) rather than on the processor:
+#   - the tests that only use servers of their own (OWN_SERVERS:
+#     private_servers, replica_pairs: replicated pairs, chaos, a silent
+#     network, galera_cluster: a Galera cluster, pgbouncer,
+#     pg_auto_failover);
+#   - the tests that mostly wait on child processes (BESIDE: gevent's
+#     children, buildout, the docs build, the wheel), on test databases
+#     of their own (relstoragetest_side_*), followed by the other
+#     supported Pythons' subset (scripts/other_pythons.sh);
+#   - all the others, on the shared servers' relstoragetest_* databases.
+# RELSTORAGE_TEST_SERIAL=1 runs everything in one process (and not the
+# other Pythons).
 OWN_SERVERS=(relstorage/tests/test_conformance_replicas.py
              relstorage/tests/test_replicas.py
              relstorage/tests/test_conformance_pgbouncer.py
@@ -53,33 +61,52 @@ OWN_SERVERS=(relstorage/tests/test_conformance_replicas.py
              relstorage/tests/test_silent_network.py
              relstorage/tests/test_conformance_galera.py
              relstorage/tests/test_galera.py)
+BESIDE=(relstorage/tests/test_gevent.py
+        relstorage/tests/test_buildout.py
+        relstorage/tests/test_docs.py
+        relstorage/tests/test_packaging.py)
 set +e
 if [ "$#" -eq 0 ] && [ "${RELSTORAGE_TEST_SERIAL:-0}" != 1 ]; then
-    side_log=$(mktemp "${TMPDIR:-/tmp}/relstorage-tests-XXXXXX")
+    own_log=$(mktemp "${TMPDIR:-/tmp}/relstorage-tests-XXXXXX")
+    beside_log=$(mktemp "${TMPDIR:-/tmp}/relstorage-tests-XXXXXX")
     say "running beside the others (output below, at the end): python -m pytest ${OWN_SERVERS[*]}"
     PYTHONFAULTHANDLER=1 "${guard[@]}" "$VENV/bin/python" -m pytest \
-        -p no:cacheprovider "${OWN_SERVERS[@]}" >"$side_log" 2>&1 &
-    side=$!
+        -p no:cacheprovider "${OWN_SERVERS[@]}" >"$own_log" 2>&1 &
+    own=$!
+    say "running beside the others (output below, at the end): python -m pytest ${BESIDE[*]}, then scripts/other_pythons.sh"
+    (
+        PYTHONFAULTHANDLER=1 RELSTORAGE_TEST_PG_DB_PREFIX=relstoragetest_side \
+            RELSTORAGE_TEST_MYSQL_DB_PREFIX=relstoragetest_side \
+            "${guard[@]}" "$VENV/bin/python" -m pytest -p no:cacheprovider \
+            "${BESIDE[@]}"
+        beside_status=$?
+        say "the other supported Pythons (scripts/other_pythons.sh):"
+        "${guard[@]}" bash "$ROOT/scripts/other_pythons.sh"
+        others_status=$?
+        say "exit status: $beside_status for ${BESIDE[*]}, $others_status for the other Pythons"
+        [ "$beside_status" = 0 ] && [ "$others_status" = 0 ]
+    ) >"$beside_log" 2>&1 &
+    beside=$!
     ignore=()
-    for path in "${OWN_SERVERS[@]}"; do ignore+=("--ignore=$path"); done
+    for path in "${OWN_SERVERS[@]}" "${BESIDE[@]}"; do
+        ignore+=("--ignore=$path")
+    done
     say "running: python -m pytest ${ignore[*]}"
     PYTHONFAULTHANDLER=1 "${guard[@]}" "$VENV/bin/python" -m pytest "${ignore[@]}"
     status=$?
-    wait "$side"
-    side_status=$?
+    wait "$own"
+    own_status=$?
+    wait "$beside"
+    beside_status=$?
     say "the tests on servers of their own (python -m pytest ${OWN_SERVERS[*]}):"
-    cat "$side_log"
-    rm -f "$side_log"
-    # Then the other supported Pythons' subset, alone: its PostgreSQL
-    # suites beside the main run's would share the server's connections
-    # (max_connections) with it.
-    say "the other supported Pythons (scripts/other_pythons.sh):"
-    "${guard[@]}" bash "$ROOT/scripts/other_pythons.sh"
-    others_status=$?
-    say "exit status: $status, $side_status for the tests on servers of their own," \
-        "$others_status for the other Pythons"
+    cat "$own_log"
+    say "the tests beside (python -m pytest ${BESIDE[*]}) and the other Pythons:"
+    cat "$beside_log"
+    rm -f "$own_log" "$beside_log"
+    say "exit status: $status, $own_status for the tests on servers of their own," \
+        "$beside_status for the tests beside and the other Pythons"
     if [ "$status" = 0 ] || [ "$status" = 5 ]; then
-        for other in "$side_status" "$others_status"; do
+        for other in "$own_status" "$beside_status"; do
             if [ "$other" != 0 ]; then
                 status=$other
             fi

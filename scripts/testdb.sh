@@ -23,8 +23,9 @@
 #   relstoragetest_hp relstoragetest_hf relstoragetest_hp2
 #   relstoragetest_hf2 relstoragetest_misc
 # (and the same five with relstoragetest_py312_ and relstoragetest_py313_
-# for scripts/other_pythons.sh) owned by / fully granted to that account, and the account
-# `relstoragetest_ro`, which may only read relstoragetest_hp.
+# for scripts/other_pythons.sh, and relstoragetest_side_ for the tests
+# scripts/test.sh runs beside the others) owned by / fully granted to that
+# account, and the account `relstoragetest_ro`, which may only read relstoragetest_hp.
 #
 # A server that answers is used as it is: this script never stops,
 # restarts or reconfigures it (no ALTER SYSTEM, no SET GLOBAL, no
@@ -56,9 +57,10 @@ RO_USER=relstoragetest_ro  # may only read; its password is its name
 TEST_PASSWORD=relstoragetest
 TEST_DATABASES=(relstoragetest_hp relstoragetest_hf relstoragetest_hp2
                 relstoragetest_hf2 relstoragetest_misc)
-# The runs on the other supported Pythons (scripts/other_pythons.sh), which
-# go on beside the main run, have databases of their own.
-for tag in py312 py313; do
+# The runs on the other supported Pythons (scripts/other_pythons.sh) and
+# the tests scripts/test.sh runs beside the main run (side) have databases
+# of their own.
+for tag in py312 py313 side; do
     for which in hp hf hp2 hf2 misc; do
         TEST_DATABASES+=("relstoragetest_${tag}_$which")
     done
