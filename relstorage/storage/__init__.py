@@ -1,14 +1,12 @@
 """RelStorage: the ZODB-facing storage. It knows ZODB and never writes SQL;
 everything database-specific happens behind ``relstorage.adapters``."""
 import logging
-import sys
 import threading
 import time
 import weakref
 
 import ZODB.interfaces
 from ZODB.ConflictResolution import ConflictResolvingStorage
-from ZODB.DB import DB
 from ZODB.POSException import ReadOnlyError
 from ZODB.utils import p64
 from zope.interface import alsoProvides
@@ -19,6 +17,7 @@ from ..cache import StorageCache
 from ..cache import persist
 from ..metrics import recorder_for
 from .blobs import BlobMethods
+from .callers import calling_db
 from .copy import copy_transactions
 from .history import History
 from .history import UndoableHistory
@@ -319,10 +318,8 @@ class RelStorage(ConflictResolvingStorage):
         the objects they refer to are kept (ZODB tells a storage that
         provides IMVCCStorage nothing of its DB, so the DB is the one
         calling here)."""
-        caller = sys._getframe(1).f_locals.get('self')
-        databases = None
-        if isinstance(caller, DB) and caller.storage is self:
-            databases = _multi_database(caller, self)
+        db = calling_db(self)
+        databases = _multi_database(db, self) if db is not None else None
         self.pack_with_result(t, referencesf, gc, progress,
                               databases=databases)
 

@@ -20,7 +20,8 @@ ones, knowing the references of all of them:
   database refers to (a cycle across databases included) is removed.
 - Every other database (not chosen, packed without garbage collection,
   or not a RelStorage) is read whole, one current record after another
-  (``record_iternext``): everything its records refer to elsewhere is
+  (``record_iternext``; every revision, from its transactions, where it
+  cannot list records): everything its records refer to elsewhere is
   kept, as if those records were all alive.
 - A chosen storage that is not a RelStorage (a FileStorage) is packed by
   its own pack(); when another database refers to any of its objects,
@@ -56,12 +57,14 @@ def read_cross_references(name, storage):
     those that refer to any (oids as integers)."""
     iternext = getattr(storage, 'record_iternext', None)
     if iternext is None:
+        if callable(getattr(storage, 'iterator', None)):
+            return _every_revision(storage)
         raise Unsupported(
             'the references of database %r (a %s) to the other databases '
-            'cannot be read: it cannot list its records (record_iternext); '
-            'pack the other databases without garbage collection '
-            '(pack-gc false in their sections)'
-            % (name, type(storage).__name__))
+            'cannot be read: it lists neither its records '
+            '(record_iternext) nor its transactions (iterator); pack the '
+            'other databases without garbage collection (pack-gc false in '
+            'their sections)' % (name, type(storage).__name__))
     found = {}
     next_oid = None
     while True:
@@ -74,6 +77,19 @@ def read_cross_references(name, storage):
             found[u64(oid)] = refs
         if next_oid is None:
             break
+    return found
+
+
+def _every_revision(storage):
+    """read_cross_references() of a storage that lists its transactions
+    but not its current records (MappingStorage, DemoStorage): what every
+    revision refers to, which holds what the current ones do."""
+    found = {}
+    for transaction in storage.iterator():
+        for record in transaction:
+            refs = cross_references(record.data) if record.data else None
+            if refs:
+                found.setdefault(u64(record.oid), set()).update(refs)
     return found
 
 

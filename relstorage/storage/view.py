@@ -6,7 +6,6 @@ under the view's lock, so one storage can be used from several threads.
 """
 import contextlib
 import logging
-import sys
 import threading
 import time
 from collections import OrderedDict
@@ -15,6 +14,7 @@ from ZODB.utils import p64
 
 from ..exceptions import RelStorageError
 from ..exceptions import StaleDatabase
+from .callers import called_by_zodb
 
 log = logging.getLogger(__name__)
 
@@ -94,33 +94,6 @@ class NoStates:
 def kept_states(keep_history):
     """The states an instance keeps in its mode."""
     return NoStates() if keep_history else RecentStates()
-
-
-def _zodb_caller(skip):
-    """The name of the function *skip* frames above the one asking, if it
-    is ZODB's, else None."""
-    try:
-        code = sys._getframe(skip + 1).f_code
-    except ValueError:  # called from near the top of a program
-        return None
-    return code.co_name if 'ZODB' in code.co_filename else None
-
-
-def called_by_zodb(*names):
-    """Whether the caller of the function asking was called by ZODB's
-    functions *names*, innermost first.
-
-    ZODB calls the same storage methods (poll_invalidations,
-    afterCompletion) at a transaction's end, when a connection closes and
-    when one reopens, and tells the storage nothing else of why: the
-    only way to tell these apart is to look at who called. This is the
-    one place that looks."""
-    # Frames above _zodb_caller: 1 this function, 2 the function asking,
-    # 3 its caller... (a loop: a generator would add a frame).
-    for i, name in enumerate(names):
-        if _zodb_caller(2 + i) != name:
-            return False
-    return True
 
 
 class Seen:

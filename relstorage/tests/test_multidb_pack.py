@@ -250,6 +250,33 @@ def test_db_pack_of_one_database_of_a_multi_database(sqlite_pair):
         storage.close()
 
 
+def test_a_mapping_storage_among_the_databases(sqlite_pair):
+    # An in-memory database lists its transactions but not its current
+    # records: DB.pack of ours reads what its revisions refer to, and
+    # keeps it; the garbage of ours still goes.
+    from ZODB.MappingStorage import MappingStorage
+    databases = {}
+    ours = ZODB.DB(sqlite_pair.storage('main'), databases=databases,
+                   database_name='main')
+    ZODB.DB(MappingStorage(), databases=databases, database_name='memory')
+    try:
+        with ours.transaction() as conn:
+            held = PersistentMapping(name='held')
+            garbage = PersistentMapping(name='garbage')
+            conn.add(held)
+            conn.add(garbage)
+            conn.get_connection('memory').root()['held'] = held
+        held_oid, garbage_oid = held._p_oid, garbage._p_oid
+        time.sleep(0.01)
+        ours.pack(time.time())
+        storage = ours.storage
+        assert storage.load(held_oid)  # only the memory database had it
+        with pytest.raises(POSKeyError):
+            storage.load(garbage_oid)
+    finally:
+        close_databases(databases)
+
+
 def test_a_filestorage_among_the_databases(sqlite_pair, tmp_path):
     # main in a FileStorage: its references to the catalog are read from
     # its records, and since the catalog refers to main's objects, main
