@@ -165,6 +165,10 @@ class Adapter:
     def current_server(self):
         return None if self.replicas is None else self.replicas.current()
 
+    @property
+    def polls_may_lag(self):
+        return self.replicas is not None and self.replicas.ro is not None
+
     def server_params(self, line):
         """The connection parameters of one line of a server file."""
         raise NotImplementedError

@@ -84,6 +84,11 @@ class IRelStorageAdapter(Interface):
         storing above it means raising the allocator first.""")
     replicas = Attribute(
         "The replicas of replica-conf / ro-replica-conf, or None.")
+    polls_may_lag = Attribute(
+        """Whether a poll may answer older than this process's own last
+        commit: its loads come from read-only replicas (ro-replica-conf),
+        which replay commits after they are made. Polls still never go
+        back from one to the next.""")
     cooperative = Attribute(
         """Whether this adapter's database waits let other greenlets
         run: asked for by a gevent driver name (``gevent psycopg2``) or

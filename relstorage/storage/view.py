@@ -153,6 +153,9 @@ class View:
         self.metrics = metrics
         self.poll_interval = options.poll_interval
         self.revert_when_stale = options.revert_when_stale
+        #: Polls through read-only replicas may answer older than this
+        #: process's own commits (its own changes cover them meanwhile).
+        self.polls_may_lag = adapter.polls_may_lag
         self.name = name
         self.is_root = is_root
         self.lock = threading.RLock()
@@ -292,7 +295,7 @@ class View:
             # last poll: its view is of a database that is gone.
             self.zaps = self.seen.zaps
             return
-        own = max(old or 0, self.last_tid)
+        own = max(old or 0, 0 if self.polls_may_lag else self.last_tid)
         lost = self.seen.went_back(new)
         if lost is not None:
             self.cache.clear()
@@ -431,7 +434,10 @@ class View:
         objects since the view can hide behind this commit."""
         self.last_tid = tid
         self.poll_forced = True
-        self.seen.saw(tid)
+        if not self.polls_may_lag:
+            # (From replicas a poll may answer older than this commit for
+            # a while: only what polls answered counts there.)
+            self.seen.saw(tid)
         cache = self.cache
         # One (state, tid) tuple per object, held by both the shared cache
         # and the kept states.
