@@ -119,11 +119,15 @@ class Seen:
             if tid > self.tid:
                 self.tid = tid
 
-    def went_back(self, tid):
-        """The database's newest is *tid*: the newest this storage has
-        seen if that is newer (the first to find the loss), else None."""
+    def went_back(self, tid, floor):
+        """The database's newest is *tid*, read by a poll that began when
+        the newest seen was *floor*: the newest this storage has seen if
+        both are newer (the first to find the loss), else None. (Only
+        what was seen before the poll began counts: a commit or another
+        instance's poll that ends while this poll runs may be newer
+        than the snapshot this poll reads.)"""
         with self.lock:
-            if not 0 < tid < self.tid:
+            if not 0 < tid < min(floor, self.tid):
                 return None
             lost, self.tid = self.tid, tid
             return lost
@@ -233,8 +237,12 @@ class View:
         session.commits_announced()
         self.poll_failed = True
         self.fresh = False
+        # What the database must show at least, unless it lost
+        # transactions: what was seen before this poll began.
+        floor = self.seen.tid
+        own = max(old or 0, 0 if self.polls_may_lag else self.last_tid)
         new = session.restart() if snapshot else session.poll()
-        self.check_not_behind(new, old)
+        self.check_not_behind(new, own, floor)
         if old is None or unknown or new < old:
             # A first poll; or the changes since the last view are unknown,
             # or the database was emptied or replaced under us.
@@ -279,9 +287,11 @@ class View:
         self.metrics.polled(started, oids)
         return oids
 
-    def check_not_behind(self, new, old):
-        """The database's newest tid is *new*; this instance's view was
-        *old*. A database older than what this storage has seen lost the
+    def check_not_behind(self, new, own, floor):
+        """The database's newest tid is *new*; before the poll that read
+        it began, this instance had seen *own* (its view, or its own last
+        commit) and the storage *floor* (see Seen.went_back). A database
+        older than what this storage has seen lost the
         transactions in between (see Seen): no cache may serve them, so
         the shared cache and the kept states are dropped, and the poll
         after this one invalidates every object (the poll counts as
@@ -295,8 +305,7 @@ class View:
             # last poll: its view is of a database that is gone.
             self.zaps = self.seen.zaps
             return
-        own = max(old or 0, 0 if self.polls_may_lag else self.last_tid)
-        lost = self.seen.went_back(new)
+        lost = self.seen.went_back(new, floor)
         if lost is not None:
             self.cache.clear()
             log.error(
