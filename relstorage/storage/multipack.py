@@ -90,7 +90,7 @@ def _every_revision(storage):
             refs = cross_references(record.data) if record.data else None
             if refs:
                 found.setdefault(u64(record.oid), set()).update(refs)
-    return found
+    return {oid: sorted(refs) for oid, refs in found.items()}
 
 
 class _Newer:
