@@ -13,9 +13,10 @@ adapter is made. Cooperating, a database wait lets other greenlets run:
 - PyMySQL on patched sockets;
 - mysqlclient (MySQLdb) through a connection class made here: a
   statement is sent, its socket waited on with gevent, and its first
-  result read once the server answered; the later results of a message
-  of several statements, the connect and the driver's own calls
-  (autocommit, commit, rollback, ping) wait in one of gevent's threads,
+  result read once the server answered (commit and rollback too, sent as
+  statements); the later results of a message of several statements,
+  the connect and the driver's own autocommit and ping wait in one of
+  gevent's threads,
   the greenlet waiting for the thread (the driver releases the GIL while
   it waits in C);
 - SQLite by a sleep(0) every ``gevent_yield_interval`` steps of a
@@ -188,16 +189,22 @@ def _mysqldb_connection_class(module):
             self.read_query_result()
 
         def next_result(self):
+            if not self.more_results():
+                # The driver answers at once, reading nothing (every
+                # execute asks first): no thread for that.
+                return super().next_result()
             return self._in_thread(super().next_result)
 
         def autocommit(self, on):
             return self._in_thread(super().autocommit, on)
 
+        # What the driver's own calls send, sent as statements, whose
+        # answer is waited for as any other's.
         def commit(self):
-            return self._in_thread(super().commit)
+            self.query(b'COMMIT')
 
         def rollback(self):
-            return self._in_thread(super().rollback)
+            self.query(b'ROLLBACK')
 
         def ping(self, *args):
             return self._in_thread(super().ping, *args)

@@ -125,7 +125,8 @@ class MySQLSession(Session):
     #: runs a message of several statements: the abort's error was then
     #: lost, the statements after it ran outside any transaction and the
     #: COMMIT reported success for a transaction that never committed.
-    #: So on a cluster, store sessions send nothing but single statements.
+    #: So on a cluster, store sessions send nothing but single statements;
+    #: and so does mysqlclient under gevent (Driver.single_statements).
     one_by_one = False
 
     def execute(self, stmt, params=()):
@@ -615,7 +616,7 @@ class MySQLAdapter(Adapter):
             raise self._unavailable(e, server) from None
         session = MySQLSession(self, conn)
         session.server = server
-        if self.galera and for_store:
+        if (self.galera and for_store) or self.driver.single_statements:
             session.one_by_one = True
             session.defers_verbs = False
         session.execute(ISOLATION[bool(for_store)])
