@@ -14,9 +14,11 @@ adapter is made. Cooperating, a database wait lets other greenlets run:
 - mysqlclient (MySQLdb) through a connection class made here: a
   statement is sent, its socket waited on with gevent, and its first
   result read once the server answered (commit and rollback too, sent as
-  statements); the later results of a message of several statements,
-  the connect and the driver's own autocommit and ping wait in one of
-  gevent's threads,
+  statements). A message of several statements has its later results
+  read at once where they cannot wait for another session (a load
+  session's consistent reads; the transaction verbs sent before a
+  statement); the others, the connect and the driver's own autocommit
+  and ping wait in one of gevent's threads,
   the greenlet waiting for the thread (the driver releases the GIL while
   it waits in C);
 - SQLite by a sleep(0) every ``gevent_yield_interval`` steps of a
@@ -188,11 +190,25 @@ def _mysqldb_connection_class(module):
                 raise
             self.read_query_result()
 
+        #: Whether every statement sent is a consistent read (a load
+        #: session's), whose answer waits for no other session: the
+        #: results after a message's first are read at once.
+        reads_only = False
+        #: How many of the next results (after a message's first) are
+        #: answers to statements that wait for nobody (transaction
+        #: verbs), read at once.
+        quick_results = 0
+
         def next_result(self):
-            if not self.more_results():
-                # The driver answers at once, reading nothing (every
-                # execute asks first): no thread for that.
+            if not self.more_results() or self.reads_only:
+                # Nothing to read (every execute asks first), or what
+                # is read comes at once: no thread for that.
                 return super().next_result()
+            if self.quick_results > 0:
+                self.quick_results -= 1
+                return super().next_result()
+            # Another session's lock may hold the answer back, held by
+            # a greenlet that must run for it to come: wait in a thread.
             return self._in_thread(super().next_result)
 
         def autocommit(self, on):

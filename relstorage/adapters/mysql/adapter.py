@@ -125,13 +125,17 @@ class MySQLSession(Session):
     #: runs a message of several statements: the abort's error was then
     #: lost, the statements after it ran outside any transaction and the
     #: COMMIT reported success for a transaction that never committed.
-    #: So on a cluster, store sessions send nothing but single statements;
-    #: and so does mysqlclient under gevent (Driver.single_statements).
+    #: So on a cluster, store sessions send nothing but single statements.
     one_by_one = False
 
     def execute(self, stmt, params=()):
         with self.lock:
             verbs = self.pending.count('; ')
+            if verbs and hasattr(self.conn, 'quick_results'):
+                # The answers of the verbs after the first come at once
+                # (they wait for nobody): mysqlclient under gevent reads
+                # them without a thread (see cooperative).
+                self.conn.quick_results = verbs - 1
             cursor = super().execute(stmt, params)
             if verbs:
                 self._next_results(cursor, verbs)
@@ -616,9 +620,14 @@ class MySQLAdapter(Adapter):
             raise self._unavailable(e, server) from None
         session = MySQLSession(self, conn)
         session.server = server
-        if (self.galera and for_store) or self.driver.single_statements:
+        if self.galera and for_store:
             session.one_by_one = True
             session.defers_verbs = False
+        if not for_store and hasattr(conn, 'reads_only'):
+            # A load session's statements are consistent reads, which
+            # wait for nobody: mysqlclient under gevent reads all their
+            # results at once (see cooperative).
+            conn.reads_only = True
         session.execute(ISOLATION[bool(for_store)])
         # An IN list of fewer than 200 oids was planned by diving into the
         # index once per value: with many revisions per object (history

@@ -62,10 +62,6 @@ class Driver:
     module = None
     #: Whether waits yield to other greenlets (see cooperate()).
     cooperative = False
-    #: Whether every statement goes in a message of its own (see
-    #: MySQLSession.one_by_one): the later results of a message of several
-    #: could only be waited for in a thread (MySQLdbDriver cooperating).
-    single_statements = False
 
     #: What connect() calls (the module's connect unless cooperating).
     connector = None
@@ -108,14 +104,9 @@ class MySQLdbDriver(Driver):
 
     def cooperate(self):
         # Its waits are in C: the connection's are made to yield
-        # (cooperative.mysqldb_connector). Only a message's first result
-        # can be waited for so; the results after it wait in a thread, a
-        # hand-over that cost more than sending each statement alone
-        # (requests under 20 greenlets took 2.7 s in threads, 0.9 s
-        # alone; 1.25 s with blocking drivers in threads).
+        # (cooperative.mysqldb_connector).
         self.connector = cooperative.mysqldb_connector(self.module)
         self.cooperative = True
-        self.single_statements = True
 
     def translate(self, params):
         params = dict(params)
