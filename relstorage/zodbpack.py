@@ -241,16 +241,26 @@ def report(result, t, started, out):
     kept = result.get('objects_kept_for_other_databases')
     print('  packed to %s: %s in %.1f s%s%s'
           % (when, describe(result), seconds,
-             ' (pre-pack %.1f s%s%s, then %d batches; %.0f s spent '
+             ' (pre-pack %.1f s%s%s%s, then %d batches; %.0f s spent '
              'letting commits go first)'
              % (result.get('prepack_seconds', 0),
                 workers_text(result.get('prepack_workers')),
+                kept_text(result),
                 ', its graph followed in the database'
                 if result.get('prepack_graph') == 'database' else '',
                 result['batches'], result['busy_seconds'])
              if 'batches' in result else '',
              '; %d unreachable objects kept: other databases refer to '
              'them' % kept if kept else ''), file=out)
+
+
+def kept_text(result):
+    """What the pre-pack unpickled, and what it took from the references
+    the last pack kept (see storage.keptrefs)."""
+    if 'prepack_unpickled' not in result:
+        return ''
+    return ', %d states unpickled, %d taken as the last pack kept them' % (
+        result['prepack_unpickled'], result['prepack_refs_kept'])
 
 
 def main(argv=None, out=None):

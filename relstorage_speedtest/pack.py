@@ -8,7 +8,7 @@ identical database.
     python -m relstorage_speedtest.pack [--objects 100000] [--database sqlite]
         [--keep-history|--no-keep-history] [--other-venv [DIR]]
         [--rounds 1] [--pack-timeout SECONDS] [--no-writer]
-        [--pgjsonb-venv [DIR]] [--json FILE] [--verbose]
+        [--pgjsonb-venv [DIR]] [--nightly SHARE] [--json FILE] [--verbose]
 
 Each side builds its database, commits beside the pack and counts what is left
 with its own Python, running the same script
@@ -28,8 +28,12 @@ packs with no client committing beside it. With ``--pgjsonb-venv``
 with no writer beside it whatever ``--no-writer`` says (its history-free pack
 deletes objects committed while it runs); it has no zodbpack, so the side's
 script calls its storage's ``pack`` with ZODB's reference finder, garbage
-collection included, in a process of its own measured alike. Not a test:
-nothing here asserts on time.
+collection included, in a process of its own measured alike. With
+``--nightly SHARE``, each side packs once first, then that share of the
+objects is changed (half as many unlinked, half as many added), and the
+pack measured is the one after: a site's nightly pack, where this storage
+unpickles only what changed since the last (see relstorage.storage.keptrefs).
+Not a test: nothing here asserts on time.
 """
 import argparse
 import json
@@ -94,7 +98,7 @@ class Side:
 
 def our_side():
     return Side('ours', sys.executable, child_env(),
-                [sys.executable, '-m', 'relstorage.zodbpack'], 'main')
+                [sys.executable, '-m', 'relstorage.zodbpack', '-v'], 'main')
 
 
 def other_side(venv, database):
@@ -362,6 +366,24 @@ def one_round(sides, script, args, workdir):
             side.name, args.objects, row[side.name]['objects_before'],
             row[side.name]['build_seconds']), flush=True)
     for side in sides:
+        if args.nightly:
+            # Last night's pack, then a day's work: the pack measured is
+            # the next night's.
+            first = pack(side, script, specs[side.name], workdir,
+                         args.verbose, args.pack_timeout, args.writer)
+            if 'error' in first:
+                row[side.name].update(first)
+                print('%-5s first pack FAILED: %s' % (
+                    side.name, first['error']), flush=True)
+                continue
+            specs[side.name]['churn'] = args.nightly
+            row[side.name]['first_pack_seconds'] = first['seconds']
+            row[side.name].update(side.run(script, 'churn',
+                                           specs[side.name], workdir))
+            print('%-5s first pack %.1f s; then %g of the objects changed '
+                  'in %.1f s' % (side.name, first['seconds'], args.nightly,
+                                 row[side.name]['churn_seconds']),
+                  flush=True)
         row[side.name].update(pack(side, script, specs[side.name], workdir,
                                    args.verbose, args.pack_timeout,
                                    args.writer))
@@ -505,6 +527,11 @@ def main(argv=None):
                              'virtualenv, PostgreSQL only, without a writer '
                              '(made when missing; default %s)'
                              % othervenv.PGJSONB_DIR)
+    parser.add_argument('--nightly', type=float, metavar='SHARE',
+                        help='pack once, change this share of the objects '
+                             '(half as many unlinked, half as many added), '
+                             'and measure the pack after that: the nightly '
+                             'pack of a site (e.g. 0.05)')
     parser.add_argument('--json', help='write the figures to this file')
     parser.add_argument('--verbose', action='store_true',
                         help="show each zodbpack's output and the longest "
@@ -556,6 +583,7 @@ def main(argv=None):
                        'pgjsonb': pgjsonb,
                        'writer': args.writer,
                        'pack_timeout': args.pack_timeout,
+                       'nightly': args.nightly,
                        'rounds': rows, 'summary': summary,
                        'cpus': os.cpu_count(),
                        'python': sys.version.split()[0]}, f, indent=2)

@@ -5,7 +5,7 @@ builds the database, commits beside the pack, or reads what is left.
 It imports ZODB and whichever ``relstorage`` its Python has, never this
 package, so that the same text runs in the other side's virtualenv.
 
-    python packside.py build|writer|verify SPEC
+    python packside.py build|writer|churn|verify SPEC
     python packside.py zodbpack --days DAYS CONFIG
 
 The last packs the storage CONFIG opens as zodbpack does, for a storage
@@ -114,6 +114,26 @@ def do_writer(spec):
     db.close()
 
 
+def do_churn(spec):
+    """A day of a site's work between two nightly packs: a *churn* share
+    of the objects changed, half as many unlinked, half as many added."""
+    db = open_db(spec)
+    objects = spec['objects']
+    step = max(1, int(round(1 / spec['churn'])))
+    started = time.perf_counter()
+    with db.transaction() as conn:
+        tree = conn.root()['tree']
+        for i in range(1, objects, step):
+            if i in tree:
+                tree[i]['value'] = i + 1
+        for i in range(2, objects, step * 2):
+            tree.pop(i, None)
+        for i in range(objects, objects + objects // (step * 2)):
+            tree[i] = PersistentMapping(value=i)
+    print(json.dumps({'churn_seconds': time.perf_counter() - started}))
+    db.close()
+
+
 def do_verify(spec):
     db = open_db(spec)
     items, digest = tree_digest(db)
@@ -137,7 +157,7 @@ if __name__ == '__main__':
     if sys.argv[1] == 'zodbpack':
         do_zodbpack(sys.argv[2:])
     else:
-        {'build': do_build, 'writer': do_writer,
+        {'build': do_build, 'writer': do_writer, 'churn': do_churn,
          'verify': do_verify}[sys.argv[1]](json.loads(sys.argv[2]))
 '''
 

@@ -28,6 +28,7 @@ from .mover import HistoryFreeMover
 from .mover import HistoryPreservingMover
 from .packer import HistoryFreePacker
 from .packer import HistoryPreservingPacker
+from .packsession import PackKeeper
 from .packsession import PackReads
 from .packsession import PackSession
 from .relstorage4 import RelStorage4Reader
@@ -367,6 +368,8 @@ class Adapter:
         self.max_known_oid = 0
         self.packer.forget_prepack(session)
         self.packer.forget_pack(session)
+        if session.table_exists('state_refs'):
+            session.execute(EMPTY_TABLE.format(table='state_refs'))
 
     # Sessions
 
@@ -388,6 +391,10 @@ class Adapter:
         """The IPackSession a pack writes (and holds the pack lock)
         with."""
         return PackSession(self)
+
+    def open_pack_keeper(self):
+        """The IPackKeeper a pre-pack keeps references with."""
+        return PackKeeper(self)
 
     def open_pack_reads(self):
         """The IPackReads a pre-pack reads its snapshot with (on the

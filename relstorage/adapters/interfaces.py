@@ -130,6 +130,9 @@ class IRelStorageAdapter(Interface):
         """Return a new IPackSession (the connection a pack writes and
         holds the pack lock with)."""
 
+    def open_pack_keeper():
+        """Return a new IPackKeeper."""
+
     def open_pack_reads():
         """Return a new IPackReads (the snapshot a pre-pack reads, on the
         read-write server)."""
@@ -445,9 +448,13 @@ class IPackReads(ILoadSession):
         """The tid the last pack went to, or None."""
 
     def states_at(pack_tid, after_oid, limit, deleted=None):
-        """``[(oid, state)]``: a page of at most *limit* states current at
-        *pack_tid*, with oid > *after_oid*, in oid order; the oids deleted
-        as of *pack_tid* are appended to *deleted* (a list), if given."""
+        """``[(oid, state, tid, kept_tid, kept)]``: a page of at most
+        *limit* states current at *pack_tid*, with oid > *after_oid*, in
+        oid order, each with its tid and the references a pack kept for
+        the object (``kept``, 8 bytes per oid) with the tid of the
+        revision they were read from (None, None: none kept); the oids
+        deleted as of *pack_tid* are appended to *deleted* (a list), if
+        given."""
 
     def states_after(after_tid):
         """``(oid, state)`` of every revision committed after
@@ -456,6 +463,21 @@ class IPackReads(ILoadSession):
     def count_old_revisions(pack_tid):
         """How many objects hold revisions a pack to *pack_tid* removes
         (0 without history)."""
+
+
+class IPackKeeper(Interface):
+    """The connection a pre-pack keeps the references it read with, for
+    later packs (see IPackReads.states_at)."""
+
+    session = Attribute("The ISession it runs on.")
+
+    def keep_references(rows, stale=()):
+        """Keep ``[(oid, tid, refs)]``, in place of those kept for the
+        oids *stale*, in a short transaction of its own (it waits for
+        the database's writer, as a commit does, where there is one)."""
+
+    def close():
+        """Close the connection."""
 
 
 class IPackSession(Interface):
@@ -734,6 +756,13 @@ class IPacker(Interface):
     def add_references(session, pairs):
         """As IPackSession.add_references."""
 
+    def keep_references(session, rows, stale=()):
+        """As IPackKeeper.keep_references, in the transaction open on
+        *session*."""
+
+    def forget_kept(session, oids):
+        """Remove the references kept for *oids*."""
+
     def add_garbage(session, oids):
         """As IPackSession.add_garbage."""
 
@@ -810,6 +839,9 @@ class ISchema(Interface):
 
     def ensure_pack_garbage(session):
         """Create the table a kept pre-pack lives in, if missing."""
+
+    def ensure_state_refs(session):
+        """Create the table of the references packs keep, if missing."""
 
     def relstorage4_mode(session):
         """The history mode of a RelStorage 4 database there, or None."""

@@ -30,6 +30,15 @@ def _b(value):
     return bytes(value) if value is not None else None
 
 
+def _page_row(oid, state, tid, kept_tid, kept):
+    """A row of a pre-pack page (see Packer.states_at): the bytes as
+    bytes, and no bytes for references kept as NULL (Oracle keeps no
+    empty bytes)."""
+    if kept_tid is not None and kept is None:
+        kept = b''
+    return oid, _b(state), tid, kept_tid, _b(kept)
+
+
 def removed_rows(session, rows):
     """``(revisions, bytes)`` of the ``(state_size, blob_id)`` *rows* of
     revisions being removed, whose blobs are removed here."""
@@ -63,6 +72,11 @@ UNREACHED = SQL(
 STILL_DELETED = SQL(
     'SELECT zoid FROM current_object WHERE tid <= %s AND '
     'zoid IN {oids} ORDER BY zoid')
+#: The columns and the join a pre-pack page reads from object_state
+#: (as ``s``) and state_refs (as ``r``): see Packer.states_at.
+PAGE_COLUMNS = ('s.zoid, s.state, s.tid, r.tid AS kept_tid, '
+                'r.refs AS kept')
+PAGE_JOIN = ' LEFT JOIN state_refs r ON r.zoid = s.zoid'
 PACK_TABLES = ('pack_root', 'pack_ref', 'pack_reached', 'pack_gc')
 #: The scratch tables, with a slot for their {kind}: TEMPORARY (the
 #: removing session's own), or UNLOGGED where no session outlives a
@@ -119,18 +133,21 @@ class Packer:
         self.adapter = adapter
 
     def states_at(self, session, pack_tid, after_oid, limit, deleted=None):
-        """``[(oid, state)]`` current as of *pack_tid*, oid order, a page
-        of at most *limit* rows read (objects created after *pack_tid*
-        are not among them). The oids of the page's objects whose revision
-        current at *pack_tid* records a deletion, still current, are
-        appended to the list *deleted* if one is given (what deleted_sql
-        finds, found on the way)."""
+        """``[(oid, state, tid, kept_tid, kept)]`` current as of
+        *pack_tid*, oid order, a page of at most *limit* rows read
+        (objects created after *pack_tid* are not among them): each
+        object's state and its tid, and the references kept for the
+        object in state_refs with the tid they were read from (None, None
+        when none are kept; see keep_references). The oids of the page's
+        objects whose revision current at *pack_tid* records a deletion,
+        still current, are appended to the list *deleted* if one is given
+        (what deleted_sql finds, found on the way)."""
         rows = session.fetchall(self.states_at_sql,
                                 (pack_tid, after_oid, limit))
         if deleted is not None:
-            deleted.extend([oid for oid, state, tid in rows
-                            if state is None and tid <= pack_tid])
-        return [(oid, _b(state)) for oid, state, _ in rows]
+            deleted.extend([row[0] for row in rows
+                            if row[1] is None and row[2] <= pack_tid])
+        return [_page_row(*row) for row in rows]
 
     def states_after(self, session, after_tid):
         """``[(oid, state)]`` of every revision committed after
@@ -157,6 +174,22 @@ class Packer:
         """Add ``(oid, oid it refers to)`` *pairs*, each at most once."""
         session.executemany(
             'INSERT INTO pack_ref (zoid, to_zoid) VALUES (%s, %s)', pairs)
+
+    def keep_references(self, session, rows, stale=()):
+        """Keep in state_refs the references ``(oid, tid, refs)`` of
+        *rows* (refs: see STATE_REFS_TABLE), replacing those kept for
+        the oids *stale* (read from older revisions), in the transaction
+        open on *session*."""
+        self.forget_kept(session, stale)
+        session.executemany(
+            'INSERT INTO state_refs (zoid, tid, refs) VALUES (%s, %s, %s)',
+            rows)
+
+    def forget_kept(self, session, oids):
+        """Remove the references kept for *oids*."""
+        for chunk in chunks(sorted(oids)):
+            session.execute('DELETE FROM state_refs WHERE zoid IN %s'
+                            % in_list(chunk), chunk)
 
     def add_garbage(self, session, oids):
         """Add *oids* to pack_gc (each once; found by the pre-pack's own
@@ -295,7 +328,7 @@ class Packer:
 
 class HistoryPreservingPacker(Packer):
 
-    object_tables = ('object_state', 'current_object')
+    object_tables = ('object_state', 'current_object', 'state_refs')
     current_table = 'current_object'
     #: Puts in pack_gc the objects whose revision current at the pack time
     #: records a deletion.
@@ -313,20 +346,22 @@ class HistoryPreservingPacker(Packer):
     # PostgreSQL, see its packer).
     #: states_at_sql with a slot for an index hint after the table.
     states_at_template = SQL(
-        'SELECT zoid, state, tid FROM object_state{index} WHERE tid <= %s '
-        'AND zoid > %s ORDER BY zoid, tid LIMIT %s')
-    states_at_sql = states_at_template.format(index='')
-    #: One object's state current at the pack time (a page holding
-    #: nothing but revisions of one object).
-    state_at_sql = (
-        'SELECT state FROM object_state WHERE zoid = %s AND tid <= %s '
-        'ORDER BY tid DESC LIMIT 1')
+        'SELECT {columns} FROM object_state s{index}{join} WHERE '
+        's.tid <= %s AND s.zoid > %s ORDER BY s.zoid, s.tid LIMIT %s')
+    states_at_sql = states_at_template.format(
+        columns=PAGE_COLUMNS, index='', join=PAGE_JOIN)
+    #: One object's row current at the pack time (a page holding nothing
+    #: but revisions of one object).
+    state_at_sql = SQL(
+        'SELECT {columns} FROM object_state s{join} WHERE s.zoid = %s AND '
+        's.tid <= %s ORDER BY s.tid DESC LIMIT 1').format(
+            columns=PAGE_COLUMNS, join=PAGE_JOIN)
 
     def states_at(self, session, pack_tid, after_oid, limit, deleted=None):
         rows = session.fetchall(self.states_at_sql,
                                 (pack_tid, after_oid, limit))
-        # In (oid, tid) order: each object's first place, its last state.
-        newest = {oid: state for oid, state, _ in rows}
+        # In (oid, tid) order: each object's first place, its last row.
+        newest = {row[0]: row for row in rows}
         if len(rows) >= limit:
             # The page may end before the last object's newest revision:
             # that object starts the next page, unless it is all there is.
@@ -334,17 +369,17 @@ class HistoryPreservingPacker(Packer):
             if len(newest) > 1:
                 del newest[last]
             else:
-                newest[last] = session.scalar(self.state_at_sql,
-                                              (last, pack_tid))
+                newest[last] = session.fetchone(self.state_at_sql,
+                                                (last, pack_tid))
         if deleted is not None:
-            gone = [oid for oid, state in newest.items() if state is None]
+            gone = [oid for oid, row in newest.items() if row[1] is None]
             if gone:
                 # A deletion current at the pack time that is still the
                 # object's current revision (not undone since).
                 deleted.extend(oid for (oid,) in session.fetchall(
                     STILL_DELETED.format(oids=in_list(gone)),
                     [pack_tid] + gone))
-        return [(oid, _b(state)) for oid, state in newest.items()]
+        return [_page_row(*row) for row in newest.values()]
 
     def last_pack_tid(self, session):
         return session.scalar(
@@ -398,16 +433,17 @@ class HistoryPreservingPacker(Packer):
 
 class HistoryFreePacker(Packer):
 
-    object_tables = ('object_state',)
+    object_tables = ('object_state', 'state_refs')
     current_table = 'object_state'
     # A deleted object keeps its row, with a NULL state, as a tombstone
     # that tells polls of the deletion; packing removes the tombstones.
     deleted_sql = ('INSERT INTO pack_gc (zoid) SELECT c.zoid FROM '
                    'object_state c WHERE c.tid <= %s AND c.state IS NULL')
 
-    states_at_sql = (
-        'SELECT zoid, state, tid FROM object_state WHERE tid <= %s '
-        'AND zoid > %s ORDER BY zoid LIMIT %s')
+    states_at_sql = SQL(
+        'SELECT {columns} FROM object_state s{join} WHERE s.tid <= %s '
+        'AND s.zoid > %s ORDER BY s.zoid LIMIT %s').format(
+            columns=PAGE_COLUMNS, join=PAGE_JOIN)
 
     def last_pack_tid(self, session):
         return None

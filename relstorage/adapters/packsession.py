@@ -8,6 +8,7 @@ and run the packer's SQL on them.
 """
 from zope.interface import implementer
 
+from .interfaces import IPackKeeper
 from .interfaces import IPackReads
 from .interfaces import IPackSession
 from .loadstore import LoadSession
@@ -37,6 +38,31 @@ class PackReads(LoadSession):
         return self.packer.count_old_revisions(self.session, pack_tid)
 
 
+@implementer(IPackKeeper)
+class PackKeeper:
+    """A store session keeping the pre-pack's references (see
+    IPackKeeper): short transactions of their own, not in the scratch
+    transaction, which holds no lock that commits wait for (on SQLite
+    any write would be held until its end), nor under the commit lock."""
+
+    def __init__(self, adapter):
+        self.adapter = adapter
+        self.session = adapter.connect(for_store=True)
+
+    def keep_references(self, rows, stale=()):
+        session = self.session
+        session.begin(self.adapter.store_begin_sql)
+        try:
+            self.adapter.packer.keep_references(session, rows, stale)
+            session.commit()
+        finally:
+            if session.in_transaction:
+                session.rollback_quietly()
+
+    def close(self):
+        self.session.close()
+
+
 @implementer(IPackSession)
 class PackSession:
     """The connection a pack writes with (see IPackSession)."""
@@ -59,6 +85,7 @@ class PackSession:
         return self.locked
 
     def before_pack(self):
+        self.adapter.schema.ensure_state_refs(self.session)
         self.adapter.before_pack(self.session)
 
     def wrote_outside_commits(self):

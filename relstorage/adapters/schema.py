@@ -60,6 +60,22 @@ CREATE TABLE pack_garbage (
 ){table_suffix}
 """)
 
+#: Each object's references, as read from one of its revisions by a
+#: pre-pack (the one current at that pack's time), so that later packs
+#: need not unpickle the objects that have not changed since: ``refs`` is
+#: the oids referred to, each as 8 bytes big-endian, in increasing order
+#: (no bytes, or NULL where the database keeps no empty bytes: none).
+#: Valid for the revision ``tid`` only: a newer revision is read again.
+#: Created with the other tables, and in a database made before it by its
+#: first pack (Schema.ensure_state_refs).
+STATE_REFS_TABLE = SQL("""
+CREATE TABLE state_refs (
+    zoid        {bigint} NOT NULL PRIMARY KEY,
+    tid         {bigint} NOT NULL,
+    refs        {blob}
+){table_suffix}
+""")
+
 HISTORY_PRESERVING_TABLES = (
     SQL("""
     CREATE TABLE transactions (
@@ -134,7 +150,7 @@ def relstorage4_mode(table_exists):
 #: Every table either mode may have created.
 ALL_TABLES = ('relstorage_meta', 'transactions', 'object_state',
               'current_object', 'last_transaction', 'blob_chunk',
-              'pack_garbage')
+              'pack_garbage', 'state_refs')
 
 
 @implementer(ISchema)
@@ -151,9 +167,10 @@ class Schema:
         self.keep_history = adapter.keep_history
         tables = (HISTORY_PRESERVING_TABLES if self.keep_history
                   else HISTORY_FREE_TABLES)
-        self.ddl = [typed(stmt, types)
-                    for stmt in (META_TABLE, BLOB_TABLE) + tables]
+        self.ddl = [typed(stmt, types) for stmt in
+                    (META_TABLE, BLOB_TABLE) + tables + (STATE_REFS_TABLE,)]
         self.pack_garbage_ddl = typed(PACK_GARBAGE_TABLE, types)
+        self.state_refs_ddl = typed(STATE_REFS_TABLE, types)
         self.tables = (('transactions', 'object_state', 'current_object',
                         'blob_chunk')
                        if self.keep_history
@@ -256,6 +273,12 @@ class Schema:
         transaction: on some databases DDL commits)."""
         if not session.table_exists('pack_garbage'):
             session.execute(self.pack_garbage_ddl)
+
+    def ensure_state_refs(self, session):
+        """Create the state_refs table unless it exists (outside any
+        transaction, as ensure_pack_garbage)."""
+        if not session.table_exists('state_refs'):
+            session.execute(self.state_refs_ddl)
 
     def drop_table(self, session, table):
         session.execute(DROP_TABLE.format(table=table))

@@ -9,7 +9,8 @@ pack time) and so finds the garbage. A larger graph goes into scratch
 tables of the database, where one recursive query follows it, the
 packing process holding no more than a few pages (see
 relstorage.adapters.packer). With more than one CPU, worker processes
-unpickle the pages (see refworkers). The
+unpickle the pages (see refworkers); an object unchanged since the last
+pack is not unpickled again (see keptrefs). The
 removal then runs in batches, each a short transaction holding the commit
 lock for at most about ``pack-batch-timeout`` seconds, so that writers wait
 at most one batch; when the commit lock is busy the pack waits
@@ -21,8 +22,6 @@ pack finishes the job.
 """
 import logging
 import numbers
-import queue
-import threading
 import time
 from contextlib import closing
 
@@ -36,6 +35,10 @@ from ..exceptions import PackAlreadyRunning  # re-exported too
 from ..exceptions import PackedFurtherAlready
 from ..pickledrefs import cross_references
 from ..pickledrefs import page_references
+from .keptrefs import KeptReferences
+from .prepackio import REFS_WRITTEN
+from .prepackio import ReferenceWriter
+from .prepackio import read_pages
 from .load import MAX_ID
 from .refgraph import ReferenceGraph
 from .refworkers import Workers
@@ -46,15 +49,11 @@ from ZODB.utils import u64
 
 log = logging.getLogger(__name__)
 
-#: States read per pre-pack query.
-PAGE = 1000
 #: Objects removed per statement group inside a batch.
 STEP = 500
 #: The share of pack-batch-timeout a batch aims to end within, leaving the
 #: rest for the commit waiting behind it (whose own work adds to its wait).
 BATCH_SHARE = 0.8
-#: References written to the database at a time by the pre-pack.
-REFS_WRITTEN = 20000
 #: Times a batch is done again when a cluster refuses its commit (a
 #: commit on another node came first), and the pause before each.
 BATCH_ATTEMPTS = 50
@@ -84,45 +83,6 @@ class PackResult(dict):
     (garbage), revisions, transactions and bytes of state removed,
     batches, times it found the commit lock busy and waited (and the
     seconds so spent), seconds in all."""
-
-
-class _ReferenceWriter(threading.Thread):
-    """Adds the pre-pack's references to pack_ref in a thread of its own,
-    so that the database takes one lot in while the next pages are read.
-    A context manager: on leaving, the thread has ended (and its error,
-    if any, is raised unless another is on its way)."""
-
-    def __init__(self, writer):
-        super().__init__(daemon=True, name='relstorage-prepack-writer')
-        self.writer = writer
-        self.lots = queue.Queue(maxsize=1)
-        self.error = None
-
-    def run(self):
-        while True:
-            pairs = self.lots.get()
-            if pairs is None:
-                return
-            if self.error is None:
-                try:
-                    self.writer.add_references(pairs)
-                except BaseException as e:  # noqa: BLE001 -- raised there
-                    self.error = e
-
-    def add(self, pairs):
-        if self.error is not None:
-            raise self.error
-        self.lots.put(pairs)
-
-    def __enter__(self):
-        self.start()
-        return self
-
-    def __exit__(self, kind, value, traceback):
-        self.lots.put(None)
-        self.join()
-        if kind is None and self.error is not None:
-            raise self.error
 
 
 class Pack:
@@ -335,22 +295,29 @@ class Pack:
         budget = self.graph_bytes
         memory = ReferenceGraph() if budget > 0 else None
         pairs = []
+        cross = self.cross
         if self.referencesf is referencesf:
             workers = Workers(self.workers)
         else:
             workers = Workers(0, lambda page: (self.referring(page), None,
                                                ()))
-        cross = self.cross
+        kept = KeptReferences(self.referencesf is referencesf
+                              and cross is None)
         # closing(): on an error, the reader and the writer stop before
         # their sessions are used again.
-        with closing(self.pages(session, deleted)) as pages, workers, \
-                _ReferenceWriter(writer) as writing:
-            for page, found, bad, other in workers.read_in_order(pages):
+        with closing(read_pages(session, self.pack_tid, deleted)) as pages, workers, \
+                ReferenceWriter(writer,
+                                 self.adapter.open_pack_keeper) as writing:
+            for page, found, bad, other in workers.read_in_order(
+                    kept.to_read(pages)):
                 found = self.checked(page, found, bad)
+                oids, found, keep, stale = kept.merged(page, found)
+                if keep or stale:
+                    writing.keep(keep, stale)
                 if cross is not None:
                     cross.update(other)
                 if memory is not None:
-                    memory.add_page([oid for oid, _ in page], found)
+                    memory.add_page(oids, found)
                     if memory.nbytes > budget:
                         log.info('the reference graph outgrew '
                                  'pack-graph-mb (%g) at %d objects: going '
@@ -365,9 +332,12 @@ class Pack:
                 if len(pairs) >= REFS_WRITTEN:
                     writing.add(pairs)
                     pairs = []
-                self.metrics.pack_examined(len(page))
+                self.metrics.pack_examined(len(oids))
             writing.add(pairs)
+            writing.keep((), (), flush=True)
         self.result['prepack_workers'] = workers.started
+        self.result['prepack_unpickled'] = kept.read
+        self.result['prepack_refs_kept'] = kept.reused
         self.result['prepack_worker_pages'] = workers.by_workers
         self.result['prepack_graph'] = ('memory' if memory is not None
                                         else 'database')
@@ -396,47 +366,6 @@ class Pack:
                 reached[i] = 0
         for lot in chunks(graph.unreached(reached), REFS_WRITTEN):
             writer.add_garbage(lot)
-
-    def pages(self, session, deleted=None):
-        """The states current at the pack time, a page at a time in oid
-        order, read on *session* by a thread of its own one page ahead:
-        the database finds the next page while this process reads the
-        references of the last one."""
-        pages = queue.Queue(maxsize=1)
-        stopping = threading.Event()
-
-        def read():
-            after = -1  # the root is oid 0
-            try:
-                while not stopping.is_set():
-                    page = session.states_at(self.pack_tid, after, PAGE,
-                                             deleted)
-                    pages.put(page)
-                    if not page:
-                        return
-                    after = page[-1][0]
-            except BaseException as e:  # noqa: BLE001 -- raised below
-                pages.put(e)
-
-        reader = threading.Thread(target=read, daemon=True,
-                                  name='relstorage-prepack-reader')
-        reader.start()
-        try:
-            while True:
-                page = pages.get()
-                if isinstance(page, BaseException):
-                    raise page
-                if not page:
-                    return
-                yield page
-        finally:
-            stopping.set()
-            while reader.is_alive():  # let a waiting put() end
-                try:
-                    pages.get(timeout=0.05)
-                except queue.Empty:
-                    pass
-            reader.join()
 
     def rescue(self, session, since):
         """Take out of the garbage whatever commits after *since* touched

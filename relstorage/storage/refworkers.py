@@ -16,8 +16,9 @@ The ``pack-workers`` option, or ``zodbpack --workers N``
 (pack_with_result's *workers*) for one run, sets how many workers (0:
 none, every page is read here); by default as many as the CPUs this
 process may use, at most MOST, and none with a single CPU. They start
-only once the pre-pack has read START_AFTER pages, so a small database
-never starts one. (On two CPUs beside PostgreSQL, 9,000,000 states took
+only once the pre-pack has read START_AFTER pages of states to unpickle,
+so a small database never starts one, nor does a pack whose states all
+have their references kept (see keptrefs). (On two CPUs beside PostgreSQL, 9,000,000 states took
 61 s with two workers, 80 s with one sharing the pages with this
 process, and 90 s in this process alone.)
 """
@@ -198,6 +199,9 @@ class Workers:
         any order), as page_references() gives them."""
         seen = 0
         for page in pages:
+            if not page:  # all its references kept (see keptrefs)
+                yield (page,) + self.local(page)
+                continue
             seen += 1
             if seen == START_AFTER and self.count:
                 self.start()

@@ -35,7 +35,8 @@ ANSWERS = {
     'SELECT COUNT(*) FROM pack_gc': [(2,)],
     # A pre-pack page: one object, deleted (with history, a full page of
     # one object's revisions: its state is asked for on its own).
-    'SELECT zoid, state, tid FROM object_state WHERE tid <=': [(4, None, 3)],
+    'SELECT s.zoid, s.state, s.tid, r.tid AS kept_tid, r.refs AS kept FROM '
+    'object_state s': [(4, None, 3, None, None)],
     'SELECT COUNT(*) FROM (SELECT zoid FROM object_state': [(2,)],
     'SELECT blob_id FROM object_state WHERE zoid IN': [(7,)],
     'SELECT MAX(tid) FROM transactions': [(9,)],
@@ -249,6 +250,7 @@ def collect(keep_history, blobs):
     packer.states_after(session, 5)
     packer.start_graph(session)
     packer.add_references(session, [(1, 2), (2, 3)])
+    packer.keep_references(session, [(1, 5, b'\0' * 8), (2, 5, b'')], [1])
     packer.add_roots(session, [0, 1])
     packer.mark(session)
     packer.find_garbage(session, 5, True)
@@ -260,6 +262,7 @@ def collect(keep_history, blobs):
     packer.count_old_revisions(session, 5)
     packer.old_revisions_after(session, 5, -1, 100)
     adapter.schema.ensure_pack_garbage(session)
+    adapter.schema.ensure_state_refs(session)
     packer.save_prepack(session, 5, 6)
     recorder.exists = 1
     packer.load_prepack(session)

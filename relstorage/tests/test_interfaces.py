@@ -80,7 +80,8 @@ def test_adapter_sessions_and_components_keep_the_contract(
         for iface, open_ in [(I.ILoadSession, adapter.open_load_session),
                              (I.IStoreSession, adapter.open_store_session),
                              (I.IPackReads, adapter.open_pack_reads),
-                             (I.IPackSession, adapter.open_pack_session)]:
+                             (I.IPackSession, adapter.open_pack_session),
+                             (I.IPackKeeper, adapter.open_pack_keeper)]:
             session = open_()
             opened.append(session)
             verifyObject(iface, session)

@@ -14,7 +14,7 @@ from ZODB.serialize import referencesf
 
 from relstorage import zodbpack
 from relstorage.storage import multipack
-from relstorage.storage import pack as pack_module
+from relstorage.storage import prepackio
 from relstorage.storage import refworkers
 from relstorage.testing.dbs import DatabaseFactory
 from relstorage.testing.dbs import mysql_params
@@ -320,7 +320,7 @@ def test_the_references_read_by_workers_or_followed_in_the_database(
     # Pages of 20 states, workers from the first: the cross-database
     # references come back from worker processes; or the graph is
     # followed in the database's scratch tables.
-    monkeypatch.setattr(pack_module, 'PAGE', 20)
+    monkeypatch.setattr(prepackio, 'PAGE', 20)
     monkeypatch.setattr(refworkers, 'START_AFTER', 1)
     databases = open_databases(sqlite_pair)
     try:

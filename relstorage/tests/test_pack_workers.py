@@ -19,7 +19,7 @@ from ZODB.serialize import referencesf
 from relstorage import pickledrefs
 from relstorage import zodbpack
 from relstorage.exceptions import CorruptRecord
-from relstorage.storage import pack as pack_module
+from relstorage.storage import prepackio
 from relstorage.storage import refworkers
 from relstorage.testing.dbs import DatabaseFactory
 
@@ -33,7 +33,7 @@ SIZE = 400
 def workers(monkeypatch):
     """Small pages, and the options of a storage with two workers,
     started after the first page."""
-    monkeypatch.setattr(pack_module, 'PAGE', 20)
+    monkeypatch.setattr(prepackio, 'PAGE', 20)
     monkeypatch.setattr(refworkers, 'START_AFTER', 1)
     return {'pack_workers': 2}
 

@@ -99,12 +99,19 @@ def test_zodbpack_says_where_the_graph_was_followed(tmp_path, graph_mb):
             f.write(text.replace(' keep-history', graph_mb + ' keep-history'))
         time.sleep(0.01)
         out = run('-d', '0', config)
+        time.sleep(0.01)
+        again = run('-d', '0', config)
     finally:
         factory.cleanup()
     assert out.returncode == 0, out.stderr
     assert '1 objects' in out.stdout
     said = 'its graph followed in the database' in out.stdout
     assert said == bool(graph_mb), out.stdout
+    # The second pack reads no state again: the first kept what they
+    # refer to.
+    assert again.returncode == 0, again.stderr
+    assert ', 0 states unpickled, 2 taken as the last pack kept them' \
+        in again.stdout, again.stdout
 
 
 def test_zodbpack_prepack_then_use_prepack_state(factory, tmp_path):

@@ -49,6 +49,28 @@ def test_pack_without_a_writer(tmp_path):
     assert figures['tree_items'] == 300 - len(range(0, 300, 3))
 
 
+def test_the_nightly_pack(tmp_path):
+    out = tmp_path / 'pack.json'
+    assert main(['--objects', '300', '--no-writer', '--nightly', '0.1',
+                 '--json', str(out)]) == 0
+    data = json.loads(out.read_text())
+    assert data['nightly'] == 0.1
+    (row,) = data['rounds']
+    figures = row['ours']
+    assert 'error' not in figures
+    assert figures['first_pack_seconds'] > 0 and figures['churn_seconds'] > 0
+    items = {i for i in range(300) if i % 3}
+    items -= set(range(2, 300, 20))
+    items |= set(range(300, 315))
+    assert figures['tree_items'] == len(items)
+    # The measured pack unpickled only what the day's work changed.
+    (said,) = [line for line in figures['output_tail']
+               if 'states unpickled' in line]
+    unpickled, kept = [int(said.split(word)[0].split()[-1]) for word in
+                       (' states unpickled', ' taken as the last pack')]
+    assert 0 < unpickled < kept, said
+
+
 def test_a_pack_past_the_timeout_is_killed_and_fails_the_run(tmp_path,
                                                              capsys):
     out = tmp_path / 'pack.json'

@@ -16,6 +16,8 @@ from ..redact import scrub
 from ..oidallocator import OIDAllocator
 from ..packer import HistoryFreePacker
 from ..packer import HistoryPreservingPacker
+from ..packer import PAGE_COLUMNS
+from ..packer import PAGE_JOIN
 from ..packer import removed_rows
 from ..schema import Schema
 from .inspect import MySQLStatistics
@@ -377,7 +379,7 @@ class MySQLHPPacker(MySQLPackerMixin, HistoryPreservingPacker):
     # sent too: a derived table of the page, to send them NULL as on
     # PostgreSQL, took MariaDB 2.6 times as long as the plain page.)
     states_at_sql = HistoryPreservingPacker.states_at_template.format(
-        index=ALONG_PRIMARY_KEY)
+        columns=PAGE_COLUMNS, index=ALONG_PRIMARY_KEY, join=PAGE_JOIN)
 
     def start_graph(self, session):
         # With the other scratch tables: remove_old_revisions' pairs.

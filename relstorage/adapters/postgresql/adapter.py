@@ -359,6 +359,13 @@ class PostgreSQLPackerMixin:
         _copy(session, 'COPY pack_ref (zoid, to_zoid) FROM STDIN',
               ''.join(['%d\t%d\n' % pair for pair in pairs]).encode())
 
+    def keep_references(self, session, rows, stale=()):
+        # COPY too, each bytea in its hex form.
+        self.forget_kept(session, stale)
+        _copy(session, 'COPY state_refs (zoid, tid, refs) FROM STDIN',
+              ''.join(['%d\t%d\t\\\\x%s\n' % (oid, tid, refs.hex())
+                       for oid, tid, refs in rows]).encode())
+
     def add_garbage(self, session, oids):
         _copy(session, 'COPY pack_gc (zoid) FROM STDIN',
               ''.join(['%d\n' % oid for oid in oids]).encode())
@@ -390,8 +397,9 @@ class PostgreSQLHPPacker(PostgreSQLPackerMixin, HistoryPreservingPacker):
     # comes with its state.)
     states_at_sql = SQL(
         'SELECT zoid, CASE WHEN LEAD(zoid) OVER w = zoid THEN NULL ELSE '
-        'state END, tid FROM ({states_at}) p WINDOW w AS (ORDER BY zoid, '
-        'tid) ORDER BY zoid, tid').format(
+        'state END, tid, kept_tid, CASE WHEN LEAD(zoid) OVER w = zoid THEN '
+        'NULL ELSE kept END FROM ({states_at}) p WINDOW w AS (ORDER BY '
+        'zoid, tid) ORDER BY zoid, tid').format(
             states_at=HistoryPreservingPacker.states_at_sql)
 
     def remove_old_revisions(self, session, keep):
@@ -418,6 +426,7 @@ class _MoverWithoutCopy:
 
 class _PackerWithoutCopy:
     add_references = Packer.add_references
+    keep_references = Packer.keep_references
     add_garbage = Packer.add_garbage
 
 

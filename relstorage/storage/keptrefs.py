@@ -1,0 +1,92 @@
+"""The references a pack keeps for the next one.
+
+Unpickling every state current at the pack time is most of a pre-pack's
+work, yet from one nightly pack to the next most objects do not change.
+So each pre-pack keeps what it read: the oids each object refers to, with
+the tid of the revision they were read from (the state_refs table, see
+relstorage.adapters.schema). The pages of the next pre-pack bring, with
+each state, what was kept for its object; where that was read from the
+very revision the page holds, the state is not unpickled again. The
+others are (by the worker processes, see refworkers), and what they refer
+to is kept in place of what was kept from an older revision.
+
+Kept references are used only with ZODB's own reference finder and when
+packing one database on its own (packing several together needs each
+object's references into the other databases too, which are not kept).
+Kept bytes that are not a whole number of oids are not trusted: that
+state is unpickled again and its references kept anew.
+"""
+import struct
+
+
+def encode(refs):
+    """The bytes kept for *refs* (oids, in increasing order)."""
+    return struct.pack('>%dQ' % len(refs), *refs)
+
+
+def decode(kept):
+    """The oids of bytes *kept*, or None when they cannot be oids."""
+    count, rest = divmod(len(kept), 8)
+    if rest:
+        return None
+    return list(struct.unpack('>%dQ' % count, kept))
+
+
+class KeptReferences:
+    """Splits the pre-pack's pages (rows as Packer.states_at gives them)
+    into the states to unpickle and the references kept, and puts them
+    together again once the states are read. With *use* false, every
+    state is unpickled and nothing is kept."""
+
+    def __init__(self, use):
+        self.use = use
+        #: id(page to read) -> (that page, the oids of the whole page,
+        #: [(oid, refs)] kept, {oid: tid} of the states read to keep,
+        #: the oids whose kept references are replaced)
+        self.split = {}
+        #: States unpickled, and states whose kept references served.
+        self.read = self.reused = 0
+
+    def to_read(self, pages):
+        """For each page of rows from *pages*: the ``[(oid, state)]`` to
+        unpickle (a list, perhaps empty, given to merged() once read)."""
+        use = self.use
+        for rows in pages:
+            page = []
+            kept_found = []
+            tids = {}
+            stale = []
+            for oid, state, tid, kept_tid, kept in rows:
+                if use and kept_tid is not None:
+                    if kept_tid == tid:
+                        refs = decode(kept)
+                        if refs is not None:
+                            if refs:
+                                kept_found.append((oid, refs))
+                            continue
+                    stale.append(oid)
+                page.append((oid, state))
+                if use and state:
+                    tids[oid] = tid
+            self.read += len(page)
+            self.reused += len(rows) - len(page)
+            self.split[id(page)] = (page, [row[0] for row in rows],
+                                    kept_found, tids, stale)
+            yield page
+
+    def merged(self, page, found):
+        """``(oids, found, keep, stale)`` of the whole page *page* was
+        taken from, *found* (its states' references, in oid order, as
+        page_references() gives them) joined with those kept: every oid
+        of the page, in order; ``(oid, [oids it refers to])`` for each
+        that refers to any, in oid order; the ``(oid, tid, bytes)`` to
+        keep, and the oids whose kept references they replace."""
+        page, oids, kept_found, tids, stale = self.split.pop(id(page))
+        if kept_found:
+            found = sorted(found + kept_found)
+        if not tids:
+            return oids, found, (), stale
+        refs = dict(found)
+        keep = [(oid, tid, encode(refs.get(oid, ())))
+                for oid, tid in tids.items()]
+        return oids, found, keep, stale
