@@ -86,10 +86,26 @@ def upgrade_one(name, section, args, out):
             upgrade.drop_old()
             print('%s: RelStorage 4\'s tables dropped' % name, file=out)
         else:
-            upgrade.run()
+            if upgrade.run():  # steps ran: the database was filled
+                keep_references(name, adapter, out)
         return 0
     finally:
         adapter.close()
+
+
+def keep_references(name, adapter, out):
+    """Read the upgraded database's states for the references its first
+    pack would otherwise read (see storage.keptrefs)."""
+    from .storage import RelStorage
+    storage = RelStorage(adapter)  # closes the adapter when closed
+    try:
+        kept = storage.keep_references()
+    finally:
+        storage.close()
+    print('%s: kept the references of %d objects for the first pack in '
+          '%.1f s' % (name, kept.get('prepack_unpickled', 0),
+                      kept['seconds']),
+          file=out)
 
 
 def main(argv=None, out=None):

@@ -8,6 +8,7 @@ import weakref
 import ZODB.interfaces
 from ZODB.ConflictResolution import ConflictResolvingStorage
 from ZODB.POSException import ReadOnlyError
+from ZODB.serialize import referencesf
 from ZODB.utils import p64
 from zope.interface import alsoProvides
 from zope.interface import implementer
@@ -380,6 +381,18 @@ class RelStorage(ConflictResolvingStorage):
         return Pack(self._adapter, options, self._cache, self._blobs,
                     self._metrics, t, referencesf, gc, progress,
                     prepack_only, use_prepack_state, workers)
+
+    def keep_references(self, workers=None):
+        """Read the references of every current state and keep them for
+        the next pack (see keptrefs), removing nothing: what zodbconvert
+        and relstorage-upgrade do once they have filled a database, so
+        that its first pack unpickles only what changed since. Returns
+        the pre-pack's figures (a PackResult)."""
+        pack = self.new_pack(time.time(), referencesf, gc=True,
+                             prepack_only=False, use_prepack_state=False,
+                             workers=workers)
+        pack.refs_only = True
+        return pack.run()
 
     def zap_all(self):
         """Remove every object and transaction (tests, zodbconvert)."""

@@ -44,7 +44,8 @@ class KeptReferences:
         #: [(oid, refs)] kept, {oid: tid} of the states read to keep,
         #: the oids whose kept references are replaced)
         self.split = {}
-        #: States unpickled, and states whose kept references served.
+        #: States unpickled (deletions are not), and states whose kept
+        #: references served.
         self.read = self.reused = 0
 
     def to_read(self, pages):
@@ -68,7 +69,7 @@ class KeptReferences:
                 page.append((oid, state))
                 if use and state:
                     tids[oid] = tid
-            self.read += len(page)
+            self.read += sum(1 for _, state in page if state)
             self.reused += len(rows) - len(page)
             self.split[id(page)] = (page, [row[0] for row in rows],
                                     kept_found, tids, stale)

@@ -90,6 +90,10 @@ class Pack:
     shared *cache* (told what is removed), blob helper *blobs* (or None)
     and *metrics* recorder."""
 
+    #: Only read the states and keep their references (see keptrefs),
+    #: finding no garbage and removing nothing.
+    refs_only = False
+
     def __init__(self, adapter, options, cache, blobs, metrics, t,
                  referencesf, gc, progress=None, prepack_only=False,
                  use_prepack_state=False, workers=None):
@@ -180,6 +184,9 @@ class Pack:
                 self.pack_tid, checked_tid = state
             else:
                 checked_tid = self.prepack(session, writer, view)
+            if self.refs_only:
+                self.result['prepack_seconds'] = time.monotonic() - started
+                return
             yield writer
             if self.prepack_only:
                 self.save_prepack(writer, checked_tid)

@@ -12,10 +12,12 @@ import os
 import subprocess
 import tempfile
 import textwrap
+import time
 import unittest
 
 import pytest
 import ZODB
+from ZODB.serialize import referencesf
 from ZODB.tests import BasicStorage
 from ZODB.tests import HistoryStorage
 from ZODB.tests import IteratorStorage
@@ -178,7 +180,9 @@ def test_upgrade_reads_what_relstorage4_read(site, capsys):
     with pytest.raises(RelStorage4Database):
         site.storage()
     assert site.upgrade() == 0
-    assert 'upgraded from RelStorage 4' in capsys.readouterr().out
+    said = capsys.readouterr().out
+    assert 'upgraded from RelStorage 4' in said
+    assert 'kept the references of' in said
     assert site.read() == expected
     # Running it again changes nothing.
     assert site.upgrade() == 0
@@ -206,6 +210,15 @@ def test_upgrade_reads_what_relstorage4_read(site, capsys):
     if site.keep_history:
         assert after_drop['transactions'][:len(expected['transactions'])] \
             == expected['transactions']
+    # Its first pack reads again only what changed since the upgrade:
+    # the root and the new blob.
+    storage = site.storage()
+    try:
+        time.sleep(0.01)
+        packed = storage.pack_with_result(time.time(), referencesf)
+        assert packed['prepack_unpickled'] == 2
+    finally:
+        storage.close()
 
 
 def test_zodbconvert_copies_from_relstorage4(site, tmp_path, capsys):

@@ -170,6 +170,7 @@ def test_round_trip_filestorage_database_filestorage(factory, tmp_path):
         filestorage_section('source', fs, tmp_path / 'blobs'), db_section))
     assert status == 0, err
     assert 'copied 1' in out and 'blobs' in out
+    assert 'kept the references of' in out
     src = FileStorage(fs, blob_dir=str(tmp_path / 'blobs'), read_only=True)
     dst = factory.storage(blob_dir=str(tmp_path / 'check-cache'))
     try:
@@ -177,6 +178,9 @@ def test_round_trip_filestorage_database_filestorage(factory, tmp_path):
             assert_same_history(src, dst)
         else:
             assert_same_current_state(src, dst)
+        # The copy kept what each state refers to: the first pack reads
+        # no state again.
+        assert dst.keep_references()['prepack_unpickled'] == 0
     finally:
         dst.close()
     if not factory.keep_history:
