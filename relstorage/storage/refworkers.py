@@ -16,9 +16,9 @@ The ``pack-workers`` option, or ``zodbpack --workers N``
 (pack_with_result's *workers*) for one run, sets how many workers (0:
 none, every page is read here); by default as many as the CPUs this
 process may use, at most MOST, and none with a single CPU. They start
-only once the pre-pack has read START_AFTER pages of states to unpickle,
-so a small database never starts one, nor does a pack whose states all
-have their references kept (see keptrefs). (On two CPUs beside PostgreSQL, 9,000,000 states took
+only once the pre-pack has read START_AFTER states to unpickle, so a
+small database never starts one, nor does a pack that finds most
+references kept by the last one (see keptrefs). (On two CPUs beside PostgreSQL, 9,000,000 states took
 61 s with two workers, 80 s with one sharing the pages with this
 process, and 90 s in this process alone.)
 """
@@ -38,8 +38,10 @@ from ..pickledrefs import send
 
 log = logging.getLogger(__name__)
 
-#: Pages the pre-pack reads before it starts workers.
-START_AFTER = 20
+#: States to unpickle the pre-pack reads before it starts workers (20
+#: full pages: on a database whose references were mostly kept by the
+#: last pack, pages hold few states to unpickle, read here).
+START_AFTER = 20000
 #: Most workers started by default.
 MOST = 4
 #: Seconds a worker may take to start before it is given up.
@@ -163,7 +165,7 @@ class _Worker(threading.Thread):
 
 class Workers:
     """Reads the references of pages of states: here (with *local*, which
-    answers as page_references() does) until START_AFTER pages have been
+    answers as page_references() does) until START_AFTER states have been
     read, then in *count* worker processes (None: default_count()),
     here again only for a worker that failed or stopped answering."""
 
@@ -202,8 +204,8 @@ class Workers:
             if not page:  # all its references kept (see keptrefs)
                 yield (page,) + self.local(page)
                 continue
-            seen += 1
-            if seen == START_AFTER and self.count:
+            seen += len(page)
+            if seen >= START_AFTER and self.count and not self.started:
                 self.start()
             if self.workers:
                 yield from self.back(block=False)
