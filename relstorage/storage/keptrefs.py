@@ -13,23 +13,41 @@ to is kept in place of what was kept from an older revision.
 Kept references are used only with ZODB's own reference finder and when
 packing one database on its own (packing several together needs each
 object's references into the other databases too, which are not kept).
-Kept bytes that are not a whole number of oids are not trusted: that
-state is unpickled again and its references kept anew.
+
+Kept references that were wrong would have the pack remove live objects,
+so none is trusted unverified: the bytes kept are the oids (8 bytes each,
+big-endian, in increasing order) and a CRC-32 of the state they were read
+from followed by those oids. Bytes damaged in the table, or a state
+changed in place (by hand, keeping its tid), fail the check: that state
+is unpickled again and its references kept anew.
 """
 import struct
+import zlib
+
+_CRC = struct.Struct('>I')
 
 
-def encode(refs):
-    """The bytes kept for *refs* (oids, in increasing order)."""
-    return struct.pack('>%dQ' % len(refs), *refs)
+def _crc(body, state):
+    return _CRC.pack(zlib.crc32(body, zlib.crc32(state)))
 
 
-def decode(kept):
-    """The oids of bytes *kept*, or None when they cannot be oids."""
-    count, rest = divmod(len(kept), 8)
-    if rest:
+def encode(refs, state):
+    """The bytes kept for *refs* (oids, in increasing order) read from
+    *state*."""
+    body = struct.pack('>%dQ' % len(refs), *refs)
+    return body + _crc(body, state)
+
+
+def decode(kept, state):
+    """The oids kept in *kept* for *state*, or None unless they are whole
+    oids read from that very state (see the module's docstring)."""
+    count, rest = divmod(len(kept) - _CRC.size, 8)
+    if rest or count < 0 or not state:
         return None
-    return list(struct.unpack('>%dQ' % count, kept))
+    body = kept[:-_CRC.size]
+    if kept[-_CRC.size:] != _crc(body, state):
+        return None
+    return list(struct.unpack('>%dQ' % count, body))
 
 
 class KeptReferences:
@@ -41,8 +59,8 @@ class KeptReferences:
     def __init__(self, use):
         self.use = use
         #: id(page to read) -> (that page, the oids of the whole page,
-        #: [(oid, refs)] kept, {oid: tid} of the states read to keep,
-        #: the oids whose kept references are replaced)
+        #: [(oid, refs)] kept, {oid: (tid, state)} of the states read to
+        #: keep, the oids whose kept references are replaced)
         self.split = {}
         #: States unpickled (deletions are not), and states whose kept
         #: references served.
@@ -60,7 +78,7 @@ class KeptReferences:
             for oid, state, tid, kept_tid, kept in rows:
                 if use and kept_tid is not None:
                     if kept_tid == tid:
-                        refs = decode(kept)
+                        refs = decode(kept, state)
                         if refs is not None:
                             if refs:
                                 kept_found.append((oid, refs))
@@ -68,7 +86,7 @@ class KeptReferences:
                     stale.append(oid)
                 page.append((oid, state))
                 if use and state:
-                    tids[oid] = tid
+                    tids[oid] = (tid, state)
             self.read += sum(1 for _, state in page if state)
             self.reused += len(rows) - len(page)
             self.split[id(page)] = (page, [row[0] for row in rows],
@@ -88,6 +106,6 @@ class KeptReferences:
         if not tids:
             return oids, found, (), stale
         refs = dict(found)
-        keep = [(oid, tid, encode(refs.get(oid, ())))
-                for oid, tid in tids.items()]
+        keep = [(oid, tid, encode(refs.get(oid, ()), state))
+                for oid, (tid, state) in tids.items()]
         return oids, found, keep, stale

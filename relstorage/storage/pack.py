@@ -312,9 +312,9 @@ class Pack:
                               and cross is None)
         # closing(): on an error, the reader and the writer stop before
         # their sessions are used again.
-        with closing(read_pages(session, self.pack_tid, deleted)) as pages, workers, \
-                ReferenceWriter(writer,
-                                 self.adapter.open_pack_keeper) as writing:
+        reading = read_pages(session, self.pack_tid, deleted)
+        with closing(reading) as pages, workers, ReferenceWriter(
+                writer, self.adapter.open_pack_keeper) as writing:
             for page, found, bad, other in workers.read_in_order(
                     kept.to_read(pages)):
                 found = self.checked(page, found, bad)

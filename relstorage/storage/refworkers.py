@@ -18,9 +18,9 @@ none, every page is read here); by default as many as the CPUs this
 process may use, at most MOST, and none with a single CPU. They start
 only once the pre-pack has read START_AFTER states to unpickle, so a
 small database never starts one, nor does a pack that finds most
-references kept by the last one (see keptrefs). (On two CPUs beside PostgreSQL, 9,000,000 states took
-61 s with two workers, 80 s with one sharing the pages with this
-process, and 90 s in this process alone.)
+references kept by the last one (see keptrefs). (On two CPUs beside
+PostgreSQL, 9,000,000 states took 61 s with two workers, 80 s with one
+sharing the pages with this process, and 90 s in this process alone.)
 """
 import logging
 import os

@@ -37,10 +37,20 @@ def _write(storage, sql, params=()):
 
 
 def _kept(storage):
-    """``{oid: (tid, [oids])}`` of state_refs."""
-    return {zoid: (tid, decode(bytes(refs) if refs is not None else b''))
-            for zoid, tid, refs in _rows(
-                storage, 'SELECT zoid, tid, refs FROM state_refs')}
+    """``{oid: (tid, [oids])}`` of state_refs (None where the kept bytes
+    do not check out against the state of that tid)."""
+    kept = {}
+    for zoid, tid, refs in _rows(storage,
+                                 'SELECT zoid, tid, refs FROM state_refs'):
+        state = storage.loadSerial(p64(zoid), p64(tid))
+        kept[zoid] = (tid, decode(bytes(refs), state))
+    return kept
+
+
+def _state(storage, oid):
+    """``(state, tid)`` of *oid*'s current revision, as stored."""
+    return _rows(storage, 'SELECT state, tid FROM object_state WHERE '
+                 'zoid = %s ORDER BY tid DESC', (oid,))[0]
 
 
 def _current(storage):
@@ -157,6 +167,49 @@ def test_damaged_kept_references_are_read_again(factory):
         with db.transaction() as conn:
             first = conn.root()['children']['0']
             assert first['next']['next']['next']['next']['n'] == 4
+    finally:
+        db.close()
+
+
+def test_kept_references_that_do_not_check_out_are_read_again(factory):
+    """Bytes damaged in the table, or a state changed in place keeping its
+    tid: the state is read again, and the pack removes what it would
+    have removed without kept references -- no more, no less."""
+    storage = factory.storage()
+    db = ZODB.DB(storage)
+    try:
+        oids = _build(db, 5)
+        with db.transaction() as conn:
+            # Now only 0 refers to 1, and only 2 to 3.
+            del conn.root()['children']['1']
+            del conn.root()['children']['3']
+        _pack(storage)
+        kept = dict(_rows(storage, 'SELECT zoid, refs FROM state_refs'))
+        # 0's kept bytes damaged as a flipped bit would: still whole oids
+        # (1 becomes 0), the check no longer matching. Trusted, they would
+        # leave 1 unreached, and remove it.
+        damaged = bytearray(bytes(kept[oids[0]]))
+        damaged[7] ^= 1
+        _write(storage, 'UPDATE state_refs SET refs = %s WHERE zoid = %s',
+               (bytes(damaged), oids[0]))
+        # 2's state replaced in place by 4's (which refers to nothing),
+        # its tid kept: 3 is unreachable now, though the references kept
+        # for that tid still reach it.
+        last_state, _ = _state(storage, oids[4])
+        _, tid = _state(storage, oids[2])
+        _write(storage, 'UPDATE object_state SET state = %s, state_size = '
+               '%s WHERE zoid = %s AND tid = %s',
+               (bytes(last_state), len(bytes(last_state)), oids[2], tid))
+        storage._cache.clear()
+        result = _pack(storage)
+        assert result['prepack_unpickled'] == 2
+        assert result['objects_removed'] == 1  # 3, and only 3
+        with db.transaction() as conn:
+            assert conn.root()['children']['0']['next']['n'] == 1
+        kept = _kept(storage)
+        assert kept[oids[0]][1] == [oids[1]]
+        assert kept[oids[2]][1] == []
+        assert oids[3] not in kept
     finally:
         db.close()
 

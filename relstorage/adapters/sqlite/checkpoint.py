@@ -81,7 +81,8 @@ class Checkpointer:
     restart_wait = 0.25
     #: The longest pause after restarts that timed out, in seconds: a
     #: reader that lasts (a pack's pre-pack reads at one snapshot) holds
-    #: writers off for restart_wait at most once a minute.
+    #: writers off for restart_wait at most once a minute, or once per
+    #: restart_at thresholds written, whichever is more often.
     max_backoff = 60.0
     #: Pause between tries for the gate, in seconds.
     gate_pause = 0.0005
@@ -97,6 +98,8 @@ class Checkpointer:
         self._written = 0
         self._backoff = 0.0
         self._next_restart = 0.0
+        #: The WAL size at which a restart is tried again, pause or not.
+        self._retry_bytes = 0
         self._conn = None
         #: The gate's descriptors: the writers' and the thread's (two
         #: open files, so that their locks exclude each other).
@@ -188,9 +191,10 @@ class Checkpointer:
                 self.checkpoints += 1
                 wal_bytes = wal * conn.execute(
                     'PRAGMA page_size').fetchone()[0]
-                if (wal_bytes > self.restart_at * self.threshold
-                        and time.monotonic() >= self._next_restart):
-                    self._restart(conn)
+                if wal_bytes > self.restart_at * self.threshold and (
+                        time.monotonic() >= self._next_restart
+                        or wal_bytes >= self._retry_bytes):
+                    self._restart(conn, wal_bytes)
             except sqlite3.Error:
                 # The next one copies what this one could not.
                 log.debug('checkpoint of %s failed', self.path,
@@ -198,7 +202,7 @@ class Checkpointer:
                 return False
             return True
 
-    def _restart(self, conn):
+    def _restart(self, conn, wal_bytes):
         fd = self._gate('thread')
         if fd is not None and not self._through_gate(
                 fd, fcntl.LOCK_EX, self.restart_wait):
@@ -214,16 +218,23 @@ class Checkpointer:
         if not busy:
             self.restarts += 1
             self._backoff = 0.0
+            self._retry_bytes = 0
             return
         self.restarts_failed += 1
         if wal < 0:
             # Another checkpoint was running (SQLite does not wait for
             # one): this one is tried again at the next wake.
             return
-        # A reader kept its older snapshot past restart_wait.
+        # A reader kept its older snapshot past restart_wait -- or a
+        # writer its lock, on a busy machine, which the pause would
+        # wrongly wait out while commits fill the WAL: the next try
+        # comes after the pause, or once the WAL has grown by as much
+        # again, whichever is first (so that a long reader holds writers
+        # off for restart_wait at most once per that much written).
         self._backoff = min(max(self._backoff * 2, self.restart_wait),
                             self.max_backoff)
         self._next_restart = time.monotonic() + self._backoff
+        self._retry_bytes = wal_bytes + self.restart_at * self.threshold
 
     def _run(self, wake):
         while True:
