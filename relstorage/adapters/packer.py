@@ -73,10 +73,15 @@ STILL_DELETED = SQL(
     'SELECT zoid FROM current_object WHERE tid <= %s AND '
     'zoid IN {oids} ORDER BY zoid')
 #: The columns and the join a pre-pack page reads from object_state
-#: (as ``s``) and state_refs (as ``r``): see Packer.states_at.
+#: (as ``s``) and state_refs (as ``r``): see Packer.states_at. The join
+#: bounds state_refs by the oid the page starts after (its first
+#: parameter), else PostgreSQL's merge join read state_refs from its
+#: first row for every page (a 100,000-object pre-pack took 35% longer).
 PAGE_COLUMNS = ('s.zoid, s.state, s.tid, r.tid AS kept_tid, '
                 'r.refs AS kept')
-PAGE_JOIN = ' LEFT JOIN state_refs r ON r.zoid = s.zoid'
+PAGE_JOIN = ' LEFT JOIN state_refs r ON r.zoid = s.zoid AND r.zoid > %s'
+#: The join of one object's rows (state_at_sql).
+ONE_JOIN = ' LEFT JOIN state_refs r ON r.zoid = s.zoid'
 PACK_TABLES = ('pack_root', 'pack_ref', 'pack_reached', 'pack_gc')
 #: The scratch tables, with a slot for their {kind}: TEMPORARY (the
 #: removing session's own), or UNLOGGED where no session outlives a
@@ -143,7 +148,7 @@ class Packer:
         still current, are appended to the list *deleted* if one is given
         (what deleted_sql finds, found on the way)."""
         rows = session.fetchall(self.states_at_sql,
-                                (pack_tid, after_oid, limit))
+                                (after_oid, pack_tid, after_oid, limit))
         if deleted is not None:
             deleted.extend([row[0] for row in rows
                             if row[1] is None and row[2] <= pack_tid])
@@ -355,11 +360,11 @@ class HistoryPreservingPacker(Packer):
     state_at_sql = SQL(
         'SELECT {columns} FROM object_state s{join} WHERE s.zoid = %s AND '
         's.tid <= %s ORDER BY s.tid DESC LIMIT 1').format(
-            columns=PAGE_COLUMNS, join=PAGE_JOIN)
+            columns=PAGE_COLUMNS, join=ONE_JOIN)
 
     def states_at(self, session, pack_tid, after_oid, limit, deleted=None):
         rows = session.fetchall(self.states_at_sql,
-                                (pack_tid, after_oid, limit))
+                                (after_oid, pack_tid, after_oid, limit))
         # In (oid, tid) order: each object's first place, its last row.
         newest = {row[0]: row for row in rows}
         if len(rows) >= limit:

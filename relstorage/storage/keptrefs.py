@@ -25,29 +25,33 @@ import struct
 import zlib
 
 _CRC = struct.Struct('>I')
+#: Unpacks n oids, by n (the formats of small counts made once).
+_OIDS = [struct.Struct('>%dQ' % n) for n in range(64)]
+_crc32 = zlib.crc32
 
 
-def _crc(body, state):
-    return _CRC.pack(zlib.crc32(body, zlib.crc32(state)))
+def _oids(count):
+    return _OIDS[count] if count < len(_OIDS) else struct.Struct(
+        '>%dQ' % count)
 
 
 def encode(refs, state):
     """The bytes kept for *refs* (oids, in increasing order) read from
     *state*."""
-    body = struct.pack('>%dQ' % len(refs), *refs)
-    return body + _crc(body, state)
+    body = _oids(len(refs)).pack(*refs)
+    return body + _CRC.pack(_crc32(body, _crc32(state)))
 
 
 def decode(kept, state):
     """The oids kept in *kept* for *state*, or None unless they are whole
     oids read from that very state (see the module's docstring)."""
-    count, rest = divmod(len(kept) - _CRC.size, 8)
-    if rest or count < 0 or not state:
+    size = len(kept) - 4
+    if size < 0 or size & 7 or not state:
         return None
-    body = kept[:-_CRC.size]
-    if kept[-_CRC.size:] != _crc(body, state):
+    view = memoryview(kept)
+    if _crc32(view[:size], _crc32(state)) != _CRC.unpack_from(view, size)[0]:
         return None
-    return list(struct.unpack('>%dQ' % count, body))
+    return list(_oids(size >> 3).unpack_from(view)) if size else []
 
 
 class KeptReferences:
