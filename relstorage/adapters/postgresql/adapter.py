@@ -52,6 +52,13 @@ log = logging.getLogger(__name__)
 
 TRUNCATE = SQL('TRUNCATE {tables}')
 ANALYZE = SQL('ANALYZE {tables}')
+#: Those of a list of tables (of the current schema) never analyzed, or
+#: with more than a tenth of their rows changed since.
+STALE_STATISTICS = (
+    'SELECT relname FROM pg_stat_user_tables WHERE schemaname = '
+    'current_schema() AND relname = ANY(%s) AND (COALESCE(last_analyze, '
+    'last_autoanalyze) IS NULL OR n_mod_since_analyze > 50 + 0.1 * '
+    'n_live_tup) ORDER BY relname')
 #: Deletes the revisions in a GARBAGE_RANGE, returning their sizes and
 #: blobs.
 DELETE_GARBAGE_RETURNING = SQL(
@@ -704,8 +711,14 @@ class PostgreSQLAdapter(Adapter):
         super().empty_tables(session)
 
     def before_pack(self, session):
-        session.execute(ANALYZE.format(
-            tables=', '.join(self.packer.object_tables)))
+        # Only the tables whose statistics are stale, as autovacuum would
+        # judge them (a tenth of the rows changed since the last ANALYZE,
+        # or none yet), and has not got round to: 0.1 s of a nightly pack
+        # of 100,000 objects went to ANALYZE of tables barely changed.
+        stale = [name for (name,) in session.fetchall(STALE_STATISTICS, (
+            list(self.packer.object_tables),))]
+        if stale:
+            session.execute(ANALYZE.format(tables=', '.join(stale)))
 
     def is_permission_error(self, error):
         return getattr(error, 'pgcode', None) == '42501'
