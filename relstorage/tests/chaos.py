@@ -36,6 +36,9 @@ START = 1000
 PAUSE = (0.5, 2.0)
 #: Seconds the workers may take to start and open their database.
 STARTUP = 120
+#: Seconds the workers of a run that ends have to stop before they are
+#: killed.
+STOP_WAIT = 120
 #: The port argument of workers whose host argument is a whole DSN (a
 #: server with a dsn() method: several hosts, say).
 DSN = 'dsn'
@@ -284,10 +287,29 @@ class Chaos:
             self.deadline = time.time() + self.seconds
             self.inject_faults()
         finally:
+            # Whatever stopped the run: no worker outlives it (a run that
+            # failed left its workers retrying forever, the stop file
+            # removed with its directory).
             open(self.stop_path, 'w').close()
-        for role, index, proc in list(self.procs.values()):
-            proc.wait(timeout=120)
+            stuck = self.stop_workers()
+        if stuck:
+            raise AssertionError('workers %s did not stop within %ss of the '
+                                 'stop file (killed)' % (stuck, STOP_WAIT))
         return self.check()
+
+    def stop_workers(self):
+        """Wait up to STOP_WAIT seconds for the workers to see the stop
+        file; kill those still running. Returns their names."""
+        deadline = time.monotonic() + STOP_WAIT
+        stuck = []
+        for name, (role, index, proc) in sorted(self.procs.items()):
+            try:
+                proc.wait(timeout=max(deadline - time.monotonic(), 0.1))
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+                stuck.append(name)
+        return stuck
 
     def wait_until_working(self, timeout=STARTUP):
         """Wait until each worker has opened its database (its log's

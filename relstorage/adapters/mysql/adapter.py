@@ -133,11 +133,13 @@ class MySQLSession(Session):
     def execute(self, stmt, params=()):
         with self.lock:
             verbs = self.pending.count('; ')
-            if verbs and hasattr(self.conn, 'quick_results'):
+            if hasattr(self.conn, 'quick_results'):
                 # The answers of the verbs after the first come at once
                 # (they wait for nobody): mysqlclient under gevent reads
-                # them without a thread (see cooperative).
-                self.conn.quick_results = verbs - 1
+                # them without a thread (see cooperative). Set for every
+                # message, so that none left over by a message that
+                # failed counts for the next one.
+                self.conn.quick_results = max(verbs - 1, 0)
             cursor = super().execute(stmt, params)
             if verbs:
                 self._next_results(cursor, verbs)
