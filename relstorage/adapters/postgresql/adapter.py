@@ -715,10 +715,13 @@ class PostgreSQLAdapter(Adapter):
         # judge them (a tenth of the rows changed since the last ANALYZE,
         # or none yet), and has not got round to: 0.1 s of a nightly pack
         # of 100,000 objects went to ANALYZE of tables barely changed.
-        stale = [name for (name,) in session.fetchall(STALE_STATISTICS, (
-            list(self.packer.object_tables),))]
-        if stale:
-            session.execute(ANALYZE.format(tables=', '.join(stale)))
+        stale = {name for (name,) in session.fetchall(STALE_STATISTICS, (
+            list(self.packer.object_tables),))}
+        # The names formatted in are this storage's own, never the rows'.
+        tables = [table for table in self.packer.object_tables
+                  if table in stale]
+        if tables:
+            session.execute(ANALYZE.format(tables=', '.join(tables)))
 
     def is_permission_error(self, error):
         return getattr(error, 'pgcode', None) == '42501'
