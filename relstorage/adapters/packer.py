@@ -32,8 +32,8 @@ def _b(value):
 
 def _page_row(oid, state, tid, kept_tid, kept):
     """A row of a pre-pack page (see Packer.states_at): the bytes as
-    bytes, and no bytes for references kept as NULL (Oracle keeps no
-    empty bytes)."""
+    bytes, and no bytes for references kept as NULL (which a pack never
+    writes: such a row fails keptrefs.decode, and is read again)."""
     if kept_tid is not None and kept is None:
         kept = b''
     return oid, _b(state), tid, kept_tid, _b(kept)

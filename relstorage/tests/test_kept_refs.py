@@ -4,7 +4,6 @@ unpickling pack would."""
 import time
 
 import pytest
-import transaction
 import ZODB
 from persistent.mapping import PersistentMapping
 from ZODB.serialize import referencesf
@@ -12,6 +11,14 @@ from ZODB.utils import p64
 from ZODB.utils import u64
 
 from relstorage.storage.keptrefs import decode
+
+
+@pytest.fixture
+def db(factory):
+    """A ZODB.DB on the factory's storage, closed after the test."""
+    db = ZODB.DB(factory.storage())
+    yield db
+    db.close()
 
 
 def _rows(storage, sql, params=()):
@@ -79,173 +86,150 @@ def _pack(storage):
     return storage.pack_with_result(time.time(), referencesf)
 
 
-def test_a_later_pack_unpickles_only_what_changed(factory):
-    storage = factory.storage()
-    db = ZODB.DB(storage)
-    try:
-        _build(db)
-        objects = len(storage)  # the root, the mapping, 30 children
-        first = _pack(storage)
-        assert first['prepack_unpickled'] == objects
-        assert first['prepack_refs_kept'] == 0
-        kept = _kept(storage)
-        current = _current(storage)
-        # Every object's references are kept, read from its revision.
-        assert {oid: tid for oid, (tid, _) in kept.items()} == current
-        with db.transaction() as conn:
-            children = conn.root()['children']
-            mapping_oid = u64(children._p_oid)
-            # 5 now refers to a new object instead of 6, which only 5
-            # and the mapping kept alive.
-            del children['6']
-            children['5']['next'] = PersistentMapping(n='new')
-            five = u64(children['5']._p_oid)
-        assert five in kept and mapping_oid in kept
-        second = _pack(storage)
-        # What changed is read again (the mapping, 5 and the new object,
-        # all committed before the pack time); the rest is not.
-        assert second['prepack_unpickled'] == 3
-        assert second['prepack_refs_kept'] == objects - 2
-        # What the older revisions of 5 and of the mapping referred to,
-        # as kept, was not followed: 6 is gone.
-        assert second['objects_removed'] == 1
-        with db.transaction() as conn:
-            children = conn.root()['children']
-            assert len(children) == 29 and '6' not in children
-            assert children['5']['next']['n'] == 'new'
-            assert children['7']['next']['n'] == 8
-        kept = _kept(storage)
-        assert {oid: tid for oid, (tid, _) in kept.items()} == \
-            _current(storage)
-        assert u64(children._p_oid) in kept
-        third = _pack(storage)
-        assert third['prepack_unpickled'] == 0
-        assert third['objects_removed'] == 0
-    finally:
-        db.close()
+def test_a_later_pack_unpickles_only_what_changed(db):
+    storage = db.storage
+    _build(db)
+    objects = len(storage)  # the root, the mapping, 30 children
+    first = _pack(storage)
+    assert first['prepack_unpickled'] == objects
+    assert first['prepack_refs_kept'] == 0
+    kept = _kept(storage)
+    current = _current(storage)
+    # Every object's references are kept, read from its revision.
+    assert {oid: tid for oid, (tid, _) in kept.items()} == current
+    with db.transaction() as conn:
+        children = conn.root()['children']
+        mapping_oid = u64(children._p_oid)
+        # 5 now refers to a new object instead of 6, which only 5
+        # and the mapping kept alive.
+        del children['6']
+        children['5']['next'] = PersistentMapping(n='new')
+        five = u64(children['5']._p_oid)
+    assert five in kept and mapping_oid in kept
+    second = _pack(storage)
+    # What changed is read again (the mapping, 5 and the new object,
+    # all committed before the pack time); the rest is not.
+    assert second['prepack_unpickled'] == 3
+    assert second['prepack_refs_kept'] == objects - 2
+    # What the older revisions of 5 and of the mapping referred to,
+    # as kept, was not followed: 6 is gone.
+    assert second['objects_removed'] == 1
+    with db.transaction() as conn:
+        children = conn.root()['children']
+        assert len(children) == 29 and '6' not in children
+        assert children['5']['next']['n'] == 'new'
+        assert children['7']['next']['n'] == 8
+    kept = _kept(storage)
+    assert {oid: tid for oid, (tid, _) in kept.items()} == \
+        _current(storage)
+    assert u64(children._p_oid) in kept
+    third = _pack(storage)
+    assert third['prepack_unpickled'] == 0
+    assert third['objects_removed'] == 0
 
 
-def test_kept_references_are_the_states_references(factory):
-    storage = factory.storage()
-    db = ZODB.DB(storage)
-    try:
-        oids = _build(db, 5)
-        _pack(storage)
-        kept = _kept(storage)
-        for oid, (tid, refs) in kept.items():
-            data, serial = storage.load(p64(oid))
-            assert u64(serial) == tid
-            assert refs == sorted({u64(r) for r in referencesf(data)})
-        assert kept[oids[0]][1] == [oids[1]]
-        assert kept[oids[-1]][1] == []
-    finally:
-        db.close()
+def test_kept_references_are_the_states_references(db):
+    storage = db.storage
+    oids = _build(db, 5)
+    _pack(storage)
+    kept = _kept(storage)
+    for oid, (tid, refs) in kept.items():
+        data, serial = storage.load(p64(oid))
+        assert u64(serial) == tid
+        assert refs == sorted({u64(r) for r in referencesf(data)})
+    assert kept[oids[0]][1] == [oids[1]]
+    assert kept[oids[-1]][1] == []
 
 
-def test_damaged_kept_references_are_read_again(factory):
-    storage = factory.storage()
-    db = ZODB.DB(storage)
-    try:
-        oids = _build(db, 5)
-        _pack(storage)
-        # What 0 refers to, damaged: not a whole number of oids. And 2's
-        # kept as if read from another revision.
-        _write(storage, 'UPDATE state_refs SET refs = %s WHERE zoid = %s',
-               (b'\x00\x01\x02', oids[0]))
-        _write(storage, 'UPDATE state_refs SET tid = tid - 1 '
-               'WHERE zoid = %s', (oids[2],))
-        with db.transaction() as conn:
-            del conn.root()['children']['4']  # 3 still refers to it
-        result = _pack(storage)
-        # The mapping (changed), 0 and 2 are read again.
-        assert result['prepack_unpickled'] == 3
-        assert result['objects_removed'] == 0
-        kept = _kept(storage)
-        assert kept[oids[0]][1] == [oids[1]]
-        assert {oid: tid for oid, (tid, _) in kept.items()} == \
-            _current(storage)
-        with db.transaction() as conn:
-            first = conn.root()['children']['0']
-            assert first['next']['next']['next']['next']['n'] == 4
-    finally:
-        db.close()
+def test_damaged_kept_references_are_read_again(db):
+    storage = db.storage
+    oids = _build(db, 5)
+    _pack(storage)
+    # What 0 refers to, damaged: not a whole number of oids. And 2's
+    # kept as if read from another revision.
+    _write(storage, 'UPDATE state_refs SET refs = %s WHERE zoid = %s',
+           (b'\x00\x01\x02', oids[0]))
+    _write(storage, 'UPDATE state_refs SET tid = tid - 1 '
+           'WHERE zoid = %s', (oids[2],))
+    with db.transaction() as conn:
+        del conn.root()['children']['4']  # 3 still refers to it
+    result = _pack(storage)
+    # The mapping (changed), 0 and 2 are read again.
+    assert result['prepack_unpickled'] == 3
+    assert result['objects_removed'] == 0
+    kept = _kept(storage)
+    assert kept[oids[0]][1] == [oids[1]]
+    assert {oid: tid for oid, (tid, _) in kept.items()} == \
+        _current(storage)
+    with db.transaction() as conn:
+        first = conn.root()['children']['0']
+        assert first['next']['next']['next']['next']['n'] == 4
 
 
-def test_kept_references_that_do_not_check_out_are_read_again(factory):
+def test_kept_references_that_do_not_check_out_are_read_again(db):
     """Bytes damaged in the table, or a state changed in place keeping its
     tid: the state is read again, and the pack removes what it would
     have removed without kept references -- no more, no less."""
-    storage = factory.storage()
-    db = ZODB.DB(storage)
+    storage = db.storage
+    oids = _build(db, 5)
+    with db.transaction() as conn:
+        # Now only 0 refers to 1, and only 2 to 3.
+        del conn.root()['children']['1']
+        del conn.root()['children']['3']
+    _pack(storage)
+    kept = dict(_rows(storage, 'SELECT zoid, refs FROM state_refs'))
+    # 0's kept bytes damaged as a flipped bit would: still whole oids
+    # (1 becomes 0), the check no longer matching. Trusted, they would
+    # leave 1 unreached, and remove it.
+    damaged = bytearray(bytes(kept[oids[0]]))
+    damaged[7] ^= 1
+    _write(storage, 'UPDATE state_refs SET refs = %s WHERE zoid = %s',
+           (bytes(damaged), oids[0]))
+    # 2's state replaced in place by 4's (which refers to nothing),
+    # its tid kept: 3 is unreachable now, though the references kept
+    # for that tid still reach it.
+    last_state, _ = _state(storage, oids[4])
+    _, tid = _state(storage, oids[2])
+    _write(storage, 'UPDATE object_state SET state = %s, state_size = '
+           '%s WHERE zoid = %s AND tid = %s',
+           (bytes(last_state), len(bytes(last_state)), oids[2], tid))
+    storage._cache.clear()
+    result = _pack(storage)
+    assert result['prepack_unpickled'] == 2
+    assert result['objects_removed'] == 1  # 3, and only 3
+    with db.transaction() as conn:
+        assert conn.root()['children']['0']['next']['n'] == 1
+    kept = _kept(storage)
+    assert kept[oids[0]][1] == [oids[1]]
+    assert kept[oids[2]][1] == []
+    assert oids[3] not in kept
+
+
+def test_a_database_made_before_kept_references_packs(db):
+    storage = db.storage
+    _build(db, 5)
+    with db.transaction() as conn:
+        del conn.root()['children']
+    adapter = storage._adapter
+    session = adapter.connect(for_store=True)
     try:
-        oids = _build(db, 5)
-        with db.transaction() as conn:
-            # Now only 0 refers to 1, and only 2 to 3.
-            del conn.root()['children']['1']
-            del conn.root()['children']['3']
-        _pack(storage)
-        kept = dict(_rows(storage, 'SELECT zoid, refs FROM state_refs'))
-        # 0's kept bytes damaged as a flipped bit would: still whole oids
-        # (1 becomes 0), the check no longer matching. Trusted, they would
-        # leave 1 unreached, and remove it.
-        damaged = bytearray(bytes(kept[oids[0]]))
-        damaged[7] ^= 1
-        _write(storage, 'UPDATE state_refs SET refs = %s WHERE zoid = %s',
-               (bytes(damaged), oids[0]))
-        # 2's state replaced in place by 4's (which refers to nothing),
-        # its tid kept: 3 is unreachable now, though the references kept
-        # for that tid still reach it.
-        last_state, _ = _state(storage, oids[4])
-        _, tid = _state(storage, oids[2])
-        _write(storage, 'UPDATE object_state SET state = %s, state_size = '
-               '%s WHERE zoid = %s AND tid = %s',
-               (bytes(last_state), len(bytes(last_state)), oids[2], tid))
-        storage._cache.clear()
-        result = _pack(storage)
-        assert result['prepack_unpickled'] == 2
-        assert result['objects_removed'] == 1  # 3, and only 3
-        with db.transaction() as conn:
-            assert conn.root()['children']['0']['next']['n'] == 1
-        kept = _kept(storage)
-        assert kept[oids[0]][1] == [oids[1]]
-        assert kept[oids[2]][1] == []
-        assert oids[3] not in kept
+        adapter.schema.drop_table(session, 'state_refs')
     finally:
-        db.close()
+        session.close()
+    result = _pack(storage)
+    assert result['objects_removed'] == 6
+    assert len(storage) == 1
+    assert set(_kept(storage)) == {0}
+    storage.zap_all()
+    assert _kept(storage) == {}
 
 
-def test_a_database_made_before_kept_references_packs(factory):
-    storage = factory.storage()
-    db = ZODB.DB(storage)
-    try:
-        _build(db, 5)
-        with db.transaction() as conn:
-            del conn.root()['children']
-        adapter = storage._adapter
-        session = adapter.connect(for_store=True)
-        try:
-            adapter.schema.drop_table(session, 'state_refs')
-        finally:
-            session.close()
-        result = _pack(storage)
-        assert result['objects_removed'] == 6
-        assert len(storage) == 1
-        assert set(_kept(storage)) == {0}
-        storage.zap_all()
-        assert _kept(storage) == {}
-    finally:
-        db.close()
-
-
-@pytest.mark.parametrize('gc', [False])
-def test_a_pack_without_garbage_collection_keeps_nothing(factory, gc):
-    storage = factory.storage(pack_gc=gc)
-    db = ZODB.DB(storage)
+def test_a_pack_without_garbage_collection_keeps_nothing(factory):
+    db = ZODB.DB(factory.storage(pack_gc=False))
     try:
         _build(db, 3)
-        result = _pack(storage)
+        result = _pack(db.storage)
         assert 'prepack_unpickled' not in result
-        assert _kept(storage) == {}
+        assert _kept(db.storage) == {}
     finally:
         db.close()
-        transaction.abort()
