@@ -85,6 +85,18 @@ KEEPALIVE_SETUP = script(
     SESSION_SETUP, 'SET tcp_keepalives_idle = %s',
     'SET tcp_keepalives_interval = %s', 'SET tcp_keepalives_count = %s',
     'SET tcp_user_timeout = %s')
+#: What a session that writes sets, and what each transaction it begins
+#: sets again. A backend drops its session's temporary tables (temp_store,
+#: the pack's) when it exits, in a transaction of its own that commits
+#: with the session's synchronous_commit. Under a fast shutdown or a
+#: pg_terminate_backend while no synchronous standby answers (a failover
+#: under way), that commit would wait for the standby for good, and the
+#: server could not stop: the drop has nothing worth waiting for, so the
+#: session's own setting is local, and each of its transactions commits
+#: as the server says (synchronous_commit's default: the configuration's,
+#: the role's or the database's).
+WRITER_SETUP = 'SET synchronous_commit = local'
+COMMITS_AS_CONFIGURED = 'SET LOCAL synchronous_commit TO DEFAULT'
 #: What a load session sets; and with LISTEN.
 LOAD_SETUP = script('SET jit = off', 'SET max_parallel_workers_per_gather = 0')
 LISTENING_LOAD_SETUP = script(LOAD_SETUP, LISTEN_COMMITS)
@@ -110,6 +122,14 @@ class PostgreSQLSession(Session):
     defers_verbs = True
     #: Whether this connection has the load statement prepared.
     load_prepared = False
+    #: Whether the session's own synchronous_commit is local, its
+    #: transactions setting the server's (see WRITER_SETUP).
+    commits_locally = False
+
+    def begin(self, sql=None):
+        if self.commits_locally:
+            sql = script(sql or self.begin_sql, COMMITS_AS_CONFIGURED)
+        super().begin(sql)
 
     def execute_script(self, statements):
         # The driver binds parameters on the client, so a whole script
@@ -638,6 +658,9 @@ class PostgreSQLAdapter(Adapter):
             setup = KEEPALIVE_SETUP
             params += (keepalive.idle, keepalive.interval, keepalive.count,
                        keepalive.user_timeout_ms)
+        if for_store:
+            setup = script(setup, WRITER_SETUP)
+            session.commits_locally = True
         session.execute(setup, params)
         if not for_store:
             # Loads and polls are short index lookups: compiling one, or
