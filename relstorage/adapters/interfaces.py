@@ -447,14 +447,21 @@ class IPackReads(ILoadSession):
     def last_pack_tid():
         """The tid the last pack went to, or None."""
 
-    def states_at(pack_tid, after_oid, limit, deleted=None):
+    checks_kept_references = Attribute(
+        "Whether the database checks kept references itself when the "
+        "pages are read checked (see states_at).")
+
+    def states_at(pack_tid, after_oid, limit, deleted=None, checked=False):
         """``[(oid, state, tid, kept_tid, kept)]``: a page of at most
         *limit* states current at *pack_tid*, with oid > *after_oid*, in
         oid order, each with its tid and the references a pack kept for
-        the object (``kept``, 8 bytes per oid) with the tid of the
-        revision they were read from (None, None: none kept); the oids
-        deleted as of *pack_tid* are appended to *deleted* (a list), if
-        given."""
+        the object (``kept``: 8 bytes per oid, then a digest; see
+        relstorage.storage.keptrefs) with the tid of the revision they
+        were read from (None, None: none kept); the oids deleted as of
+        *pack_tid* are appended to *deleted* (a list), if given. With
+        *checked*, where checks_kept_references, a row whose kept
+        references the database found were read from that very state
+        comes with an empty state (b'') instead of the state."""
 
     def states_after(after_tid):
         """``(oid, state)`` of every revision committed after
@@ -735,7 +742,11 @@ class IPacker(Interface):
     """The pack's statements; see IPackSession and IPackReads, which run
     them on their sessions."""
 
-    def states_at(session, pack_tid, after_oid, limit, deleted=None):
+    checks_kept_references = Attribute(
+        "As IPackReads.checks_kept_references.")
+
+    def states_at(session, pack_tid, after_oid, limit, deleted=None,
+                  checked=False):
         """As IPackReads.states_at."""
 
     def states_after(session, after_tid):

@@ -77,8 +77,26 @@ STILL_DELETED = SQL(
 #: bounds state_refs by the oid the page starts after (its first
 #: parameter), else PostgreSQL's merge join read state_refs from its
 #: first row for every page (a 100,000-object pre-pack took 35% longer).
-PAGE_COLUMNS = ('s.zoid, s.state, s.tid, r.tid AS kept_tid, '
-                'r.refs AS kept')
+#: {state} is the state column: the state, or in a page read checked,
+#: CHECKED_STATE.
+PAGE_COLUMNS_TEMPLATE = SQL('s.zoid, {state}, s.tid, r.tid AS kept_tid, '
+                            'r.refs AS kept')
+PAGE_COLUMNS = PAGE_COLUMNS_TEMPLATE.format(state='s.state')
+#: The state column of a page read checked: empty ({empty}, the
+#: database's spelling) where the references kept for the object were
+#: read from this very state, as the database finds with {kept_ok} (see
+#: relstorage.storage.keptrefs).
+CHECKED_STATE = SQL('CASE WHEN r.tid = s.tid AND {kept_ok} THEN {empty} '
+                    'ELSE s.state END AS state')
+
+
+def checked_columns(kept_ok, empty):
+    """PAGE_COLUMNS for a page read checked, with the database's test
+    *kept_ok* and its empty bytes *empty* (see CHECKED_STATE)."""
+    return PAGE_COLUMNS_TEMPLATE.format(
+        state=CHECKED_STATE.format(kept_ok=kept_ok, empty=empty))
+
+
 PAGE_JOIN = ' LEFT JOIN state_refs r ON r.zoid = s.zoid AND r.zoid > %s'
 #: The join of one object's rows (state_at_sql).
 ONE_JOIN = ' LEFT JOIN state_refs r ON r.zoid = s.zoid'
@@ -133,11 +151,25 @@ class Packer:
 
     #: Creates the scratch tables (if they do not exist).
     scratch_ddl = PACK_TABLES_DDL
+    #: The page's statement when read checked, where the database checks
+    #: kept references itself (see states_at); None where it does not.
+    checked_states_at_sql = None
 
     def __init__(self, adapter):
         self.adapter = adapter
 
-    def states_at(self, session, pack_tid, after_oid, limit, deleted=None):
+    @property
+    def checks_kept_references(self):
+        return self.checked_states_at_sql is not None
+
+    def page_sql(self, checked):
+        """The statement of a page (see states_at)."""
+        if checked and self.checked_states_at_sql is not None:
+            return self.checked_states_at_sql
+        return self.states_at_sql
+
+    def states_at(self, session, pack_tid, after_oid, limit, deleted=None,
+                  checked=False):
         """``[(oid, state, tid, kept_tid, kept)]`` current as of
         *pack_tid*, oid order, a page of at most *limit* rows read
         (objects created after *pack_tid* are not among them): each
@@ -146,8 +178,11 @@ class Packer:
         when none are kept; see keep_references). The oids of the page's
         objects whose revision current at *pack_tid* records a deletion,
         still current, are appended to the list *deleted* if one is given
-        (what deleted_sql finds, found on the way)."""
-        rows = session.fetchall(self.states_at_sql,
+        (what deleted_sql finds, found on the way). With *checked*, where
+        the database checks kept references (checks_kept_references),
+        the state is empty bytes for each row whose kept references it
+        found were read from that very state."""
+        rows = session.fetchall(self.page_sql(checked),
                                 (after_oid, pack_tid, after_oid, limit))
         if deleted is not None:
             deleted.extend([row[0] for row in rows
@@ -362,8 +397,9 @@ class HistoryPreservingPacker(Packer):
         's.tid <= %s ORDER BY s.tid DESC LIMIT 1').format(
             columns=PAGE_COLUMNS, join=ONE_JOIN)
 
-    def states_at(self, session, pack_tid, after_oid, limit, deleted=None):
-        rows = session.fetchall(self.states_at_sql,
+    def states_at(self, session, pack_tid, after_oid, limit, deleted=None,
+                  checked=False):
+        rows = session.fetchall(self.page_sql(checked),
                                 (after_oid, pack_tid, after_oid, limit))
         # In (oid, tid) order: each object's first place, its last row.
         newest = {row[0]: row for row in rows}
@@ -445,10 +481,11 @@ class HistoryFreePacker(Packer):
     deleted_sql = ('INSERT INTO pack_gc (zoid) SELECT c.zoid FROM '
                    'object_state c WHERE c.tid <= %s AND c.state IS NULL')
 
-    states_at_sql = SQL(
+    states_at_template = SQL(
         'SELECT {columns} FROM object_state s{join} WHERE s.tid <= %s '
-        'AND s.zoid > %s ORDER BY s.zoid LIMIT %s').format(
-            columns=PAGE_COLUMNS, join=PAGE_JOIN)
+        'AND s.zoid > %s ORDER BY s.zoid LIMIT %s')
+    states_at_sql = states_at_template.format(columns=PAGE_COLUMNS,
+                                              join=PAGE_JOIN)
 
     def last_pack_tid(self, session):
         return None

@@ -27,9 +27,14 @@ class PackReads(LoadSession):
     def last_pack_tid(self):
         return self.packer.last_pack_tid(self.session)
 
-    def states_at(self, pack_tid, after_oid, limit, deleted=None):
+    @property
+    def checks_kept_references(self):
+        return self.packer.checks_kept_references
+
+    def states_at(self, pack_tid, after_oid, limit, deleted=None,
+                  checked=False):
         return self.packer.states_at(self.session, pack_tid, after_oid,
-                                     limit, deleted)
+                                     limit, deleted, checked)
 
     def states_after(self, after_tid):
         return self.packer.states_after(self.session, after_tid)

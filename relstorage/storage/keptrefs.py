@@ -16,18 +16,25 @@ object's references into the other databases too, which are not kept).
 
 Kept references that were wrong would have the pack remove live objects,
 so none is trusted unverified: the bytes kept are the oids (8 bytes each,
-big-endian, in increasing order) and a CRC-32 of the state they were read
-from followed by those oids. Bytes damaged in the table, or a state
-changed in place (by hand, keeping its tid), fail the check: that state
-is unpickled again and its references kept anew.
+big-endian, in increasing order) and the first 16 bytes of the SHA-256
+digest of the state they were read from followed by those oids. Bytes damaged in the table, or a
+state changed in place (by hand, keeping its tid), fail the check: that
+state is unpickled again and its references kept anew. (A check against
+damage and mistakes, not against someone who can write the tables: they
+can remove anything anyway.) PostgreSQL and MySQL make the check
+themselves (``sha256()``, ``SHA2()``), so that the states of the objects whose kept
+references serve never travel: such a row comes with an empty state
+(which no real state is) when the pages are read checked (see
+IPackReads.states_at); this process checks the others.
 """
+import hashlib
 import struct
-import zlib
 
-_CRC = struct.Struct('>I')
+#: The digest's length, at the end of the kept bytes.
+DIGEST = 16
+_sha256 = hashlib.sha256
 #: Unpacks n oids, by n (the formats of small counts made once).
 _OIDS = [struct.Struct('>%dQ' % n) for n in range(64)]
-_crc32 = zlib.crc32
 
 
 def _oids(count):
@@ -39,18 +46,29 @@ def encode(refs, state):
     """The bytes kept for *refs* (oids, in increasing order) read from
     *state*."""
     body = _oids(len(refs)).pack(*refs)
-    return body + _CRC.pack(_crc32(body, _crc32(state)))
+    digest = _sha256(state)
+    digest.update(body)
+    return body + digest.digest()[:DIGEST]
 
 
-def decode(kept, state):
+def decode(kept, state, checked=False):
     """The oids kept in *kept* for *state*, or None unless they are whole
-    oids read from that very state (see the module's docstring)."""
-    size = len(kept) - 4
-    if size < 0 or size & 7 or not state:
+    oids read from that very state (see the module's docstring). With
+    *checked*, an empty *state* means the database found them so."""
+    size = len(kept) - DIGEST
+    if size < 0 or size & 7:
+        if checked and state == b'':
+            raise ValueError('kept references of %d bytes passed the '
+                             "database's check" % len(kept))
         return None
     view = memoryview(kept)
-    if _crc32(view[:size], _crc32(state)) != _CRC.unpack_from(view, size)[0]:
-        return None
+    if not (checked and state == b''):
+        if not state:
+            return None
+        digest = _sha256(state)
+        digest.update(view[:size])
+        if digest.digest()[:DIGEST] != view[size:]:
+            return None
     return list(_oids(size >> 3).unpack_from(view)) if size else []
 
 
@@ -60,8 +78,10 @@ class KeptReferences:
     together again once the states are read. With *use* false, every
     state is unpickled and nothing is kept."""
 
-    def __init__(self, use):
+    def __init__(self, use, checked=False):
         self.use = use
+        #: Whether the pages are read checked (see decode).
+        self.checked = checked
         #: id(page to read) -> (that page, the oids of the whole page,
         #: [(oid, refs)] kept, {oid: (tid, state)} of the states read to
         #: keep, the oids whose kept references are replaced)
@@ -73,7 +93,7 @@ class KeptReferences:
     def to_read(self, pages):
         """For each page of rows from *pages*: the ``[(oid, state)]`` to
         unpickle (a list, perhaps empty, given to merged() once read)."""
-        use = self.use
+        use, checked = self.use, self.checked
         for rows in pages:
             page = []
             kept_found = []
@@ -82,7 +102,7 @@ class KeptReferences:
             for oid, state, tid, kept_tid, kept in rows:
                 if use and kept_tid is not None:
                     if kept_tid == tid:
-                        refs = decode(kept, state)
+                        refs = decode(kept, state, checked)
                         if refs is not None:
                             if refs:
                                 kept_found.append((oid, refs))

@@ -308,11 +308,11 @@ class Pack:
         else:
             workers = Workers(0, lambda page: (self.referring(page), None,
                                                ()))
-        kept = KeptReferences(self.referencesf is referencesf
-                              and cross is None)
+        use = self.referencesf is referencesf and cross is None
+        kept = KeptReferences(use, use and session.checks_kept_references)
         # closing(): on an error, the reader and the writer stop before
         # their sessions are used again.
-        reading = read_pages(session, self.pack_tid, deleted)
+        reading = read_pages(session, self.pack_tid, deleted, kept.checked)
         with closing(reading) as pages, workers, ReferenceWriter(
                 writer, self.adapter.open_pack_keeper) as writing:
             for page, found, bad, other in workers.read_in_order(

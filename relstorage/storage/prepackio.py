@@ -15,9 +15,10 @@ PAGE = 1000
 REFS_WRITTEN = 20000
 
 
-def read_pages(session, pack_tid, deleted=None):
+def read_pages(session, pack_tid, deleted=None, checked=False):
     """The states current at *pack_tid*, a page at a time in oid order
-    (as IPackReads.states_at gives them), read on *session* by a thread
+    (as IPackReads.states_at gives them, *checked* or not), read on
+    *session* by a thread
     of its own one page ahead: the database finds the next page while
     this process reads the references of the last one."""
     pages = queue.Queue(maxsize=1)
@@ -27,7 +28,8 @@ def read_pages(session, pack_tid, deleted=None):
         after = -1  # the root is oid 0
         try:
             while not stopping.is_set():
-                page = session.states_at(pack_tid, after, PAGE, deleted)
+                page = session.states_at(pack_tid, after, PAGE, deleted,
+                                         checked)
                 pages.put(page)
                 if not page:
                     return

@@ -205,6 +205,71 @@ def test_kept_references_that_do_not_check_out_are_read_again(db):
     assert oids[3] not in kept
 
 
+def _page(storage, checked):
+    """``{oid: (state, tid, kept_tid)}`` of the first pre-pack page as
+    of now, read *checked* or not."""
+    session = storage._adapter.connect(for_store=False)
+    packer = storage._adapter.packer
+    try:
+        session.begin()
+        rows = packer.states_at(session, u64(storage.lastTransaction()),
+                                -1, 1000,
+                                checked=checked)
+        return {oid: (state, tid, kept_tid)
+                for oid, state, tid, kept_tid, _ in rows}
+    finally:
+        session.rollback_quietly()
+        session.close()
+
+
+def test_checked_pages_bring_no_state_whose_references_are_kept(db):
+    """PostgreSQL and MySQL check the kept references against the state
+    themselves: a page read checked brings only the states to unpickle.
+    SQLite's are checked in the packing process: it brings them all."""
+    storage = db.storage
+    oids = _build(db, 5)
+    _pack(storage)
+    with db.transaction() as conn:
+        children = conn.root()['children']
+        children['2']['n'] = 'changed'
+        del children['4']  # 3 still refers to it
+        mapping = u64(children._p_oid)
+    last_state, _ = _state(storage, oids[4])
+    _, tid = _state(storage, oids[3])
+    # 3's state replaced in place by 4's, which refers to nothing (its
+    # tid kept): it no longer checks out.
+    _write(storage, 'UPDATE object_state SET state = %s, state_size = %s '
+           'WHERE zoid = %s AND tid = %s',
+           (bytes(last_state), len(bytes(last_state)), oids[3], tid))
+    plain = _page(storage, checked=False)
+    checked = _page(storage, checked=True)
+    assert set(plain) == set(checked) == set(_current(storage))
+    assert all(state for state, _, _ in plain.values())
+    if not storage._adapter.packer.checks_kept_references:
+        assert checked == plain
+        return
+    sent = {oid for oid, (state, _, _) in checked.items() if state}
+    # The mapping and 2 changed since (their kept tids are older), 3 was
+    # replaced in place.
+    assert sent == {mapping, oids[2], oids[3]}
+    for oid in sent:
+        assert checked[oid] == plain[oid]
+    assert all(state == b'' and tid == kept_tid
+               for oid, (state, tid, kept_tid) in checked.items()
+               if oid not in sent)
+    result = _pack(storage)
+    assert result['prepack_unpickled'] == 3
+    assert result['objects_removed'] == 1  # 4: 3 no longer refers to it
+
+
+def test_references_a_database_passed_must_be_whole_oids():
+    with pytest.raises(ValueError, match='passed the database'):
+        decode(b'\x00' * 21, b'', checked=True)
+    # Not checked, an empty state is no state: nothing is trusted.
+    assert decode(b'\x00' * 24, b'') is None
+    assert decode(b'\x00' * 21, b'x') is None
+
+
 def test_a_database_made_before_kept_references_packs(db):
     storage = db.storage
     _build(db, 5)

@@ -12,7 +12,6 @@ import threading
 import time
 
 import pytest
-import transaction
 import ZODB
 
 from relstorage.adapters.postgresql import PostgreSQLAdapter

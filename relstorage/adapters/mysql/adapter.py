@@ -18,6 +18,7 @@ from ..packer import HistoryFreePacker
 from ..packer import HistoryPreservingPacker
 from ..packer import PAGE_COLUMNS
 from ..packer import PAGE_JOIN
+from ..packer import checked_columns
 from ..packer import removed_rows
 from ..schema import Schema
 from .inspect import MySQLStatistics
@@ -370,6 +371,13 @@ SIZES_OLDER_THAN_KEPT = OLDER_THAN_KEPT.format(
 DELETE_OLDER_THAN_KEPT = OLDER_THAN_KEPT.format(what='DELETE s')
 
 
+#: Whether the kept references r.refs were read from the state s.state
+#: (see relstorage.storage.keptrefs and the PostgreSQL adapter's KEPT_OK).
+KEPT_OK = ('RIGHT(r.refs, 16) = LEFT(UNHEX(SHA2(CONCAT(s.state, LEFT('
+           'r.refs, GREATEST(LENGTH(r.refs) - 16, 0))), 256)), 16)')
+CHECKED_COLUMNS = checked_columns(KEPT_OK, "x''")
+
+
 class MySQLHPPacker(MySQLPackerMixin, HistoryPreservingPacker):
     # By the primary key, in order, so that LIMIT ends the scan: left to
     # itself MariaDB read the tid index's whole range past the last oid,
@@ -382,6 +390,8 @@ class MySQLHPPacker(MySQLPackerMixin, HistoryPreservingPacker):
     # PostgreSQL, took MariaDB 2.6 times as long as the plain page.)
     states_at_sql = HistoryPreservingPacker.states_at_template.format(
         columns=PAGE_COLUMNS, index=ALONG_PRIMARY_KEY, join=PAGE_JOIN)
+    checked_states_at_sql = HistoryPreservingPacker.states_at_template.format(
+        columns=CHECKED_COLUMNS, index=ALONG_PRIMARY_KEY, join=PAGE_JOIN)
 
     def start_graph(self, session):
         # With the other scratch tables: remove_old_revisions' pairs.
@@ -405,7 +415,8 @@ class MySQLHPPacker(MySQLPackerMixin, HistoryPreservingPacker):
 
 
 class MySQLHFPacker(MySQLPackerMixin, HistoryFreePacker):
-    pass
+    checked_states_at_sql = HistoryFreePacker.states_at_template.format(
+        columns=CHECKED_COLUMNS, join=PAGE_JOIN)
 
 
 #: Rows of new_oid, each reserving a block of oids.

@@ -17,6 +17,8 @@ from ..mover import HistoryFreeMover
 from ..mover import Mover
 from ..mover import HistoryPreservingMover
 from ..packer import GARBAGE_RANGE
+from ..packer import PAGE_JOIN
+from ..packer import checked_columns
 from ..packer import HistoryFreePacker
 from ..packer import HistoryPreservingPacker
 from ..packer import Packer
@@ -417,17 +419,30 @@ class PostgreSQLPackerMixin:
         return count
 
 
+#: Whether the kept references r.refs were read from the state s.state:
+#: their last 16 bytes are those of the SHA-256 digest of the state
+#: followed by the rest (relstorage.storage.keptrefs).
+KEPT_OK = ("substring(r.refs from greatest(octet_length(r.refs) - 15, 1)) "
+           "= substring(sha256(s.state || substring(r.refs from 1 for "
+           "greatest(octet_length(r.refs) - 16, 0))) from 1 for 16)")
+CHECKED_COLUMNS = checked_columns(KEPT_OK, "''::bytea")
+#: An HP page as the generic one, but the states of the older revisions
+#: come back NULL (only each object's newest is kept), so that a first
+#: pack of a long history is not sent the whole of it. (The page's last
+#: row always comes with its state.)
+HP_PAGE = SQL(
+    'SELECT zoid, CASE WHEN LEAD(zoid) OVER w = zoid THEN NULL ELSE '
+    'state END, tid, kept_tid, CASE WHEN LEAD(zoid) OVER w = zoid THEN '
+    'NULL ELSE kept END FROM ({states_at}) p WINDOW w AS (ORDER BY '
+    'zoid, tid) ORDER BY zoid, tid')
+
+
 class PostgreSQLHPPacker(PostgreSQLPackerMixin, HistoryPreservingPacker):
-    # The states of the older revisions in a page come back NULL (only
-    # each object's newest is kept), so that a first pack of a long
-    # history is not sent the whole of it. (The page's last row always
-    # comes with its state.)
-    states_at_sql = SQL(
-        'SELECT zoid, CASE WHEN LEAD(zoid) OVER w = zoid THEN NULL ELSE '
-        'state END, tid, kept_tid, CASE WHEN LEAD(zoid) OVER w = zoid THEN '
-        'NULL ELSE kept END FROM ({states_at}) p WINDOW w AS (ORDER BY '
-        'zoid, tid) ORDER BY zoid, tid').format(
-            states_at=HistoryPreservingPacker.states_at_sql)
+    states_at_sql = HP_PAGE.format(
+        states_at=HistoryPreservingPacker.states_at_sql)
+    checked_states_at_sql = HP_PAGE.format(
+        states_at=HistoryPreservingPacker.states_at_template.format(
+            columns=CHECKED_COLUMNS, index='', join=PAGE_JOIN))
 
     def remove_old_revisions(self, session, keep):
         # One statement for the lot: the pairs go as two arrays, and the
@@ -441,7 +456,8 @@ class PostgreSQLHPPacker(PostgreSQLPackerMixin, HistoryPreservingPacker):
 
 
 class PostgreSQLHFPacker(PostgreSQLPackerMixin, HistoryFreePacker):
-    pass
+    checked_states_at_sql = HistoryFreePacker.states_at_template.format(
+        columns=CHECKED_COLUMNS, join=PAGE_JOIN)
 
 
 class _MoverWithoutCopy:
