@@ -278,10 +278,7 @@ class Adapter:
                 self.locker.hold_schema_lock(session)
             yield session
         finally:
-            if session.in_transaction:
-                # (Not once the caller has committed: PostgreSQL would
-                # warn of a ROLLBACK outside any transaction.)
-                session.rollback_quietly()
+            session.rollback_quietly()
             if may_create:
                 try:
                     self.locker.release_schema_lock(session)

@@ -255,7 +255,11 @@ class Session:
 
     def rollback_quietly(self):
         """Roll back, swallowing (and logging) errors from a broken
-        connection; used on abort paths that must not raise."""
+        connection; used on abort paths that must not raise. Nothing is
+        sent when no transaction is open (committed already, say: the
+        finally of a commit; PostgreSQL would warn of the ROLLBACK)."""
+        if not self.in_transaction and not self.pending:
+            return True
         try:
             self.rollback()
         except Exception:  # noqa: BLE001 -- an abort path must not raise

@@ -241,6 +241,16 @@ def empty_database(database, keep_history, which, server=None):
             # As a new database has it: other users of the server (a
             # read-only one, say) may look inside.
             cur.execute('GRANT USAGE ON SCHEMA public TO PUBLIC')
+            # The schema took with it what scripts/testdb.sh (or a
+            # private server) granted the user that may only read on the
+            # tables made later: given again, else the read-only user
+            # tests that follow would fail.
+            from .servers import RO_USER
+            cur.execute('SELECT 1 FROM pg_roles WHERE rolname = %s',
+                        (RO_USER,))
+            if cur.fetchone():
+                cur.execute('ALTER DEFAULT PRIVILEGES IN SCHEMA public '
+                            'GRANT SELECT ON TABLES TO %s' % RO_USER)
         conn.close()
     elif database == 'mysql':
         import MySQLdb

@@ -348,3 +348,32 @@ def test_an_oid_created_by_two_transactions_conflicts():
         first.close()
         second.close()
         factory.cleanup()
+
+
+@pytest.mark.parametrize('keep_history', [True, False], ids=['hp', 'hf'])
+def test_opening_draws_no_warning_from_the_server(keep_history,
+                                                  monkeypatch):
+    """Nothing the storage sends on opening (the schema's transaction
+    and what follows) has the server warn, as a ROLLBACK outside any
+    transaction did: the warnings psycopg2 received on every session are
+    looked at as it closes (its notices, "relation exists, skipping"
+    and the like, are not warnings)."""
+    from relstorage.adapters.session import Session
+    warnings = []
+    close = Session.close
+
+    def closing(self):
+        notices = getattr(self.conn, 'notices', None)
+        if notices:
+            warnings.extend(n for n in notices if n.startswith('WARNING'))
+        close(self)
+
+    monkeypatch.setattr(Session, 'close', closing)
+    f = DatabaseFactory('postgresql', keep_history, driver='psycopg2')
+    try:
+        for _ in range(2):  # creating the schema, then finding it
+            storage = f.storage()
+            storage.close()
+    finally:
+        f.cleanup()
+    assert warnings == []
