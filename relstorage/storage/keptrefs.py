@@ -17,15 +17,16 @@ object's references into the other databases too, which are not kept).
 Kept references that were wrong would have the pack remove live objects,
 so none is trusted unverified: the bytes kept are the oids (8 bytes each,
 big-endian, in increasing order) and the first 16 bytes of the SHA-256
-digest of the state they were read from followed by those oids. Bytes damaged in the table, or a
-state changed in place (by hand, keeping its tid), fail the check: that
-state is unpickled again and its references kept anew. (A check against
-damage and mistakes, not against someone who can write the tables: they
-can remove anything anyway.) PostgreSQL and MySQL make the check
-themselves (``sha256()``, ``SHA2()``), so that the states of the objects whose kept
-references serve never travel: such a row comes with an empty state
-(which no real state is) when the pages are read checked (see
-IPackReads.states_at); this process checks the others.
+digest of the state they were read from followed by those oids. Bytes
+damaged in the table, or a state changed in place (by hand, keeping its
+tid), fail the check: that state is unpickled again and its references
+kept anew. (A check against damage and mistakes, not against someone who
+can write the tables: they can remove anything anyway.) PostgreSQL and
+MySQL make the check themselves (``sha256()``, ``SHA2()``), so that the
+states of the objects whose kept references serve never travel: such a
+row comes with an empty state (which no real state is) when the pages
+are read checked (see IPackReads.states_at); this process checks the
+others.
 """
 import hashlib
 import struct
@@ -42,13 +43,19 @@ def _oids(count):
         '>%dQ' % count)
 
 
+def _digest(state, body):
+    """What the kept bytes *body* (the oids) end with, read from
+    *state*."""
+    digest = _sha256(state)
+    digest.update(body)
+    return digest.digest()[:DIGEST]
+
+
 def encode(refs, state):
     """The bytes kept for *refs* (oids, in increasing order) read from
     *state*."""
     body = _oids(len(refs)).pack(*refs)
-    digest = _sha256(state)
-    digest.update(body)
-    return body + digest.digest()[:DIGEST]
+    return body + _digest(state, body)
 
 
 def decode(kept, state, checked=False):
@@ -56,19 +63,16 @@ def decode(kept, state, checked=False):
     oids read from that very state (see the module's docstring). With
     *checked*, an empty *state* means the database found them so."""
     size = len(kept) - DIGEST
+    verified = checked and state == b''
     if size < 0 or size & 7:
-        if checked and state == b'':
+        if verified:
             raise ValueError('kept references of %d bytes passed the '
                              "database's check" % len(kept))
         return None
     view = memoryview(kept)
-    if not (checked and state == b''):
-        if not state:
-            return None
-        digest = _sha256(state)
-        digest.update(view[:size])
-        if digest.digest()[:DIGEST] != view[size:]:
-            return None
+    if not verified and (not state
+                         or _digest(state, view[:size]) != view[size:]):
+        return None
     return list(_oids(size >> 3).unpack_from(view)) if size else []
 
 
