@@ -6,10 +6,12 @@ prints one line of JSON.
 The database is named by ``(database, address)``: ``postgresql`` and a
 dsn, or ``mysql`` and the JSON of the adapter's connection keywords.
 
-- ``batch``: how long one transaction loading objects takes alone, and
-  how long a batch of such transactions in as many greenlets takes
-  (every object a transaction loads is one no other has loaded, so each
-  load asks the server).
+- ``batch``: how long one transaction loading objects takes alone, how
+  long a batch of such transactions in as many greenlets takes (every
+  object a transaction loads is one no other has loaded), and how many
+  of the batch's transactions were open at once at most (all of them
+  when the greenlets wait for the server together, one when each blocks
+  the process).
 - ``kill``: greenlets killed at moments spread over a commit, each
   followed by another greenlet's commit, which must find no lock held.
 - ``bank``: greenlets each committing TRANSFERS transfers between the
@@ -89,15 +91,26 @@ def _touch(db, index):
 
 
 def batch(db, greenlets):
-    """``{'one': seconds, 'batch': seconds}``."""
+    """``{'one': seconds, 'batch': seconds, 'together': n}``."""
     # Every pooled connection opened (and its session) before timing.
     _run(db, greenlets, _touch)
     start = time.perf_counter()
     _load(db, greenlets)
     one = time.perf_counter() - start
+    open_now = [0, 0]
+
+    def load(db, block):
+        open_now[0] += 1
+        open_now[1] = max(open_now)
+        try:
+            _load(db, block)
+        finally:
+            open_now[0] -= 1
+
     start = time.perf_counter()
-    _run(db, greenlets, _load)
-    return {'one': one, 'batch': time.perf_counter() - start}
+    _run(db, greenlets, load)
+    return {'one': one, 'batch': time.perf_counter() - start,
+            'together': open_now[1]}
 
 
 def kill(db, greenlets):
