@@ -149,7 +149,21 @@ class Loader:
             # of another: the error belongs to the load of that row.
             return session.load_current(oids[0])
         self.cache.store_many(found, view)
-        return found.get(oids[0], (None, None))
+        first = found.get(oids[0], (None, None))
+        trees = self.readahead.trees
+        while trees.expecting:
+            # A walk through a tree looks at what was read; it may need
+            # the next level of the tree's nodes.
+            more = trees.arrived(found)
+            if not more:
+                break
+            try:
+                found = session.load_many(more)
+            except CorruptRecord:
+                trees.forget()
+                break
+            self.cache.store_many(found, view)
+        return first
 
     def getTid(self, oid):
         return self.load(oid)[1]

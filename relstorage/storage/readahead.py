@@ -33,21 +33,21 @@ follows the one before it closely in oid order reads the oids after it in
 one query, a few at first and twice as many each time the run goes on
 past either end of what it read (ZODB gives a commit's new objects their
 oids bucket by bucket, the last bucket first: a walk in key order goes
-down in oid order from one bucket to the next and up within each). An oid read so that no longer exists, or whose object is not
-wanted, costs a row in that query, never a wrong state.
+down in oid order from one bucket to the next and up within each). An
+oid read so that no longer exists, or whose object is not wanted, costs a
+row in that query, never a wrong state.
+
+Iterating a BTree is read ahead further, many buckets and their values
+at a time, through the tree's inner nodes (see treewalk.py); what that
+does not take on is read ahead as above.
 """
 import collections
-import re
 
 from ZODB.utils import p64
 
 from .load import MAX_ID
-
-#: Persistent references in ZODB's pickles (protocol 3) start with the
-#: referenced oid as an 8-byte ``bytes``. Only oids a database can hold
-#: (below 2**63) are taken: the pattern also matches by chance inside
-#: other data (an integer whose bytes spell ``C\x08``, say).
-_OID_IN_PICKLE = re.compile(rb'C\x08([\x00-\x7f][\x00-\xff]{7})')
+from .treewalk import TreeWalks
+from .treewalk import references
 
 
 class _Referrer:
@@ -93,6 +93,8 @@ class ReadAhead:
         self._first_misses = {}
         #: Objects read ahead by a walk: oid -> the walk's batch size.
         self._walked = {}
+        #: Walks through BTrees' buckets (see treewalk.py).
+        self.trees = TreeWalks(holds, self.FIRST_BATCH, self.MAX_BATCH)
         self._forget_run()
 
     def _forget_run(self):
@@ -111,11 +113,15 @@ class ReadAhead:
         self._where.clear()
         self._first_misses.clear()
         self._walked.clear()
+        self.trees.forget()
         self._forget_run()
 
     def along_with(self, oid):
         """The oids to read together with *oid*, which is not cached: a
         list starting with *oid*, or None to read it alone."""
+        batch = self.trees.along_with(oid, self._recent)
+        if batch is not None:
+            return batch
         found = self._where.get(oid)
         if found is None:
             found = self._find_referrer(oid)
@@ -218,8 +224,7 @@ class ReadAhead:
         return None
 
     def _parse(self, parent, state, oid):
-        ints = int.from_bytes
-        oids = [ints(raw, 'big') for raw in _OID_IN_PICKLE.findall(state)]
+        oids = references(state)
         referrer = _Referrer(oids)
         referrer.misses = 1   # the first miss, counted by _find_referrer
         where = self._where

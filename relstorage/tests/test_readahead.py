@@ -4,8 +4,10 @@ is never stale."""
 import pytest
 import transaction
 import ZODB
+from BTrees.OOBTree import OOBTree
 from persistent.mapping import PersistentMapping
 from ZODB.tests.MinPO import MinPO
+from ZODB.utils import p64
 from ZODB.utils import u64
 
 from relstorage.storage.readahead import ReadAhead
@@ -334,3 +336,173 @@ def test_misses_without_a_referrer_read_ahead_only_in_a_run():
     # A new transaction starts over.
     ra.forget_walks()
     assert ra.along_with(10_100) is None
+
+
+class SmallBTree(OOBTree):
+    """Nodes of at most four children and buckets of at most four items:
+    a tree of many levels from a few thousand items."""
+    max_internal_size = 4
+    max_leaf_size = 4
+
+
+def _bucket_count(tree):
+    count, bucket = 0, tree._firstbucket
+    while bucket is not None:
+        count += 1
+        bucket = bucket._next
+    return count
+
+
+def _tree_in_a_new_process(factory, make, fill):
+    """Commit the tree *make()* filled by *fill(tree)* at root['tree'];
+    then a new storage (as in a new process: nothing cached): its db,
+    the tree, how many buckets it has, and the list of queries for
+    states (each the oids it asked for)."""
+    db = ZODB.DB(factory.storage())
+    conn = db.open()
+    tree = conn.root()['tree'] = make()
+    fill(tree)
+    transaction.commit()
+    buckets = _bucket_count(tree)
+    conn.close()
+    db.close()
+    db = ZODB.DB(factory.storage())
+    conn = db.open()
+    tree = conn.root()['tree']
+    tree._p_activate()
+    return db, tree, buckets, _count_reads(conn)
+
+
+@pytest.mark.parametrize('make, count', [(OOBTree, 3000),
+                                         (OOBTree, 20000),
+                                         (SmallBTree, 2000)],
+                         ids=['one level', 'two levels', 'seven levels'])
+def test_iterating_a_btree_reads_many_buckets_at_once(factory, make, count):
+    """Iterating a BTree reads its buckets many at a time, found through
+    its inner nodes (one query per level), and their values in batches
+    across buckets: a few dozen queries, where following each bucket's
+    reference to the next costs at least one per bucket."""
+    db, tree, buckets, reads = _tree_in_a_new_process(
+        factory, make,
+        lambda tree: [tree.__setitem__(i, MinPO(i)) for i in range(count)])
+    try:
+        assert buckets > 150
+        assert [v.value for v in tree.values()] == list(range(count))
+        # At most MAX_BATCH values a query, and a few queries to get there.
+        assert len(reads) < max(30, 1.5 * count / ReadAhead.MAX_BATCH), (
+            str([len(oids) if isinstance(oids, list) else 1
+                 for oids, *_ in reads]), buckets)
+        # A second walk in the next transaction finds everything cached.
+        transaction.abort()
+        del reads[:]
+        assert len(tree) == count
+        assert sum(v.value for v in tree.values()) == sum(range(count))
+        assert reads == []
+    finally:
+        db.close()
+
+
+def test_iterating_btrees_of_btrees(factory):
+    """An outer tree whose values are trees: the walk through each inner
+    tree goes on beside the outer one."""
+    def fill(tree):
+        for outer in range(20):
+            tree[outer] = inner = OOBTree()
+            for i in range(500):
+                inner[i] = MinPO(outer * 1000 + i)
+
+    db, tree, buckets, reads = _tree_in_a_new_process(
+        factory, OOBTree, fill)
+    try:
+        got = [v.value for inner in tree.values() for v in inner.values()]
+        assert got == [o * 1000 + i for o in range(20) for i in range(500)]
+        # 20 trees of about 35 buckets: a few queries each.
+        assert len(reads) < 20 * 8, str([len(oids) if isinstance(oids, list) else 1 for oids, *_ in reads])
+    finally:
+        db.close()
+
+
+def _asked(reads):
+    """How many oids the queries *reads* asked for."""
+    return sum(len(oids) if isinstance(oids, list) else 1
+               for oids, *_ in reads)
+
+
+def test_a_lookup_in_a_big_btree_reads_little(factory):
+    """Looking up one key goes down the tree, one query per level, each
+    for the object of that level alone, or, for a bucket that is its
+    node's first (where iterating a tree of one level starts), with a few
+    buckets after it: never the tree's other nodes or values."""
+    db, tree, buckets, reads = _tree_in_a_new_process(
+        factory, SmallBTree,
+        lambda tree: [tree.__setitem__(i, MinPO(i)) for i in range(2000)])
+    try:
+        assert tree[1234].value == 1234
+        levels = len(reads)
+        assert 5 < levels < 12
+        assert _asked(reads) <= levels + ReadAhead.FIRST_BATCH, reads
+        transaction.abort()
+        del reads[:]
+        assert tree[0].value == 0
+        assert len(reads) <= levels
+        assert _asked(reads) <= levels + ReadAhead.FIRST_BATCH, reads
+    finally:
+        db.close()
+
+
+def test_recognises_btree_pickles():
+    """What the tree walk reads from pickles alone: the class, a node's
+    or a bucket's reference after its items (first bucket, next bucket)
+    and a node listing buckets."""
+    from BTrees.IIBTree import IITreeSet
+    from ZODB.MappingStorage import MappingStorage
+    from relstorage.storage import treewalk
+    db = ZODB.DB(MappingStorage())
+    try:
+        conn = db.open()
+        root = conn.root()
+        root['one'] = one = OOBTree()
+        root['many'] = many = SmallBTree()
+        root['set'] = ints = IITreeSet()
+        for i in range(300):
+            one[i] = MinPO(i)
+            many[i] = MinPO(i)
+            ints.add(i)
+        transaction.commit()
+
+        def pickle(obj):
+            return _pickle_of(db, obj)
+
+        kind = treewalk.tree_kind
+        assert kind(pickle(one)) == kind(pickle(many)) == treewalk.NODE
+        assert kind(pickle(ints)) == treewalk.NODE
+        assert kind(pickle(one._firstbucket)) == treewalk.BUCKET
+        assert kind(pickle(ints._firstbucket)) == treewalk.BUCKET
+        assert kind(pickle(one[0])) is None
+        assert kind(pickle(root)) is None
+
+        after = treewalk.refers_after_items_to
+        first = treewalk.first_of_buckets
+        # One level: the node lists buckets; its first bucket is its
+        # first child (named once), its last child no first bucket.
+        state = pickle(one)
+        children = treewalk.references(state)
+        assert children[0] == u64(one._firstbucket._p_oid)
+        assert first(state, one._firstbucket._p_oid)
+        assert not first(state, p64(children[1]))
+        assert not after(state, p64(children[-1]))
+        # Many levels: the root lists nodes, and names its first bucket
+        # after them.
+        state = pickle(many)
+        assert after(state, many._firstbucket._p_oid)
+        assert not first(state, p64(treewalk.references(state)[0]))
+        # A bucket names the next one after its items; the last bucket
+        # has none, its last value is an item.
+        bucket = one._firstbucket
+        assert after(pickle(bucket), bucket._next._p_oid)
+        while bucket._next is not None:
+            bucket = bucket._next
+        last_value = treewalk.references(pickle(bucket))[-1]
+        assert not after(pickle(bucket), p64(last_value))
+    finally:
+        db.close()
