@@ -5,35 +5,41 @@ key on) goes from bucket to bucket through each bucket's reference to
 the next: a chain that reading ahead among one object's references
 (readahead.py) can only follow one bucket per query, since the next
 bucket is known only once the one before it is read. Yet the tree's
-inner nodes list the buckets in order, so the walk can read many at
-once:
+inner nodes list the buckets in order, so a walk can read many at once.
+A walk starts at:
 
-- A miss of an object that a recent *bucket*'s state refers to last (its
-  next bucket) is a step of such a walk. When a recently seen inner node
-  lists both buckets (its children are buckets: a one-level tree, or a
-  range within one node), the buckets after it are known at once.
-- A miss of the object an *inner node* refers to last, when that is not
-  its first child, is the node's first bucket (``_firstbucket``, which
-  only iteration follows; a lookup comes down through the children): a
-  walk over the whole tree starts. The node's children are read with that
-  bucket, and their children too when they are not the level just above
-  the buckets (a node whose first reference is its subtree's first bucket
-  lists buckets; one whose last reference is, lists nodes), one query per
-  level, until the buckets are known in order.
+- the miss of the first bucket a node lists (iterating a tree of one
+  level starts there; so does looking up its smallest key, which then
+  reads a few buckets more than it needs);
+- the miss of the bucket a node names after its items, its first bucket
+  (``_firstbucket``, which only iteration follows; a lookup comes down
+  through the children): the walk covers the whole tree under the node.
+  The node's children are read with that bucket, then their children
+  when they are not yet the level just above the buckets (a node whose
+  first reference is its subtree's first bucket lists buckets; one that
+  names it last, after its items, lists nodes), one query per level,
+  until the buckets are known in order;
+- the miss of the bucket that a recent bucket names after its items (its
+  next one: a range walked from some key on), when a node seen recently
+  lists both.
 
-Then a miss of a bucket not asked for yet reads it and the buckets after
-it, a few at first and twice as many each time (up to MAX_BATCH), and
-the values of the buckets so read are read ahead in order, in batches
-growing the same way; when what is known of the values runs short, the
-next buckets come in the same query. A walk of 100,000 values then costs
-a few hundred queries, not one per bucket.
+Then the buckets are read in order, a few at first and twice as many
+each time (up to MAX_BATCH), whether the cache holds them or not (a
+bucket is a small row, and its state names its values); their values
+are read ahead as they are missed, in order across buckets, in batches
+growing the same way, and when the values known run short the next
+buckets come in the same query. A tree walked while others are (the
+trees in a tree, one after another) starts at half the pace they
+reached. Reading 100,000 values of one tree then costs a few hundred
+queries, not one or more per bucket.
 
 All of this only reads the pickles: the class of a state (its name,
 ending in ``BTree`` or ``TreeSet`` for a node, ``Bucket`` or ``Set`` for
-a bucket, as BTrees' classes and subclasses named like them do) and the
-oids of its persistent references, in order (a reference to an oid met earlier in the same
-pickle is a memo lookup and not seen: a node whose children are buckets
-does not show its first bucket twice). What it reads ahead is, like any
+a bucket, as BTrees' classes and subclasses named like them do), the
+oids of its persistent references in order (a reference to an oid met
+earlier in the same pickle is a memo lookup and not seen: a node whose
+children are buckets does not show its first bucket twice), and the few
+opcodes after the last reference. What it reads ahead is, like any
 read-ahead, put into the shared cache only as states proved current: a
 wrong guess costs rows, never a wrong state.
 """

@@ -5,6 +5,12 @@ import pytest
 import transaction
 import ZODB
 from BTrees.OOBTree import OOBTree
+from BTrees.OOBTree import OOTreeSet
+from hypothesis import HealthCheck
+from hypothesis import event
+from hypothesis import given
+from hypothesis import settings
+from hypothesis import strategies as st
 from persistent.mapping import PersistentMapping
 from ZODB.tests.MinPO import MinPO
 from ZODB.utils import p64
@@ -506,3 +512,88 @@ def test_recognises_btree_pickles():
         assert not after(pickle(bucket), p64(last_value))
     finally:
         db.close()
+
+
+class SmallTreeSet(OOTreeSet):
+    max_internal_size = 4
+    max_leaf_size = 4
+
+
+_TREE_TYPES = {'OOBTree': OOBTree, 'SmallBTree': SmallBTree,
+               'OOTreeSet': OOTreeSet, 'SmallTreeSet': SmallTreeSet}
+
+
+@settings(max_examples=25, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow,
+                                 HealthCheck.function_scoped_fixture])
+@given(kind=st.sampled_from(sorted(_TREE_TYPES)),
+       batches=st.lists(st.tuples(st.integers(0, 1500),
+                                  st.floats(0, 0.95)),
+                        min_size=1, max_size=3),
+       rng=st.randoms(use_true_random=False),
+       low=st.one_of(st.none(), st.integers(0, 3000)),
+       cache_mb=st.sampled_from([10, 1]))
+def test_walks_through_any_tree_read_what_is_there(kind, batches, rng, low,
+                                                   cache_mb):
+    """Trees of any shape (sets too, nodes of four children, buckets left
+    nearly empty by deletions), changed over several commits (each adds
+    some keys, then removes a share of all), then walked by a new process
+    every way iteration goes (keys, values, a range from some key, len)
+    with a cache large or small: each walk sees exactly the tree's
+    contents, and the first, from nothing cached, reads the buckets many
+    at a time."""
+    from relstorage.testing.dbs import DatabaseFactory
+    factory = DatabaseFactory('sqlite', False)
+    make = _TREE_TYPES[kind]
+    is_set = kind.endswith('Set')
+    expected = {}
+    db = ZODB.DB(factory.storage())
+    try:
+        conn = db.open()
+        tree = conn.root()['tree'] = make()
+        for count, share in batches:
+            for key in rng.sample(range(3000), count):
+                if is_set:
+                    tree.add(key)
+                else:
+                    tree[key] = MinPO(key)
+                expected[key] = key
+            gone = rng.sample(sorted(expected), int(share * len(expected)))
+            for key in gone:
+                del expected[key]
+                if is_set:
+                    tree.remove(key)
+                else:
+                    del tree[key]
+            transaction.commit()
+        conn.close()
+        db.close()
+        db = ZODB.DB(factory.storage(cache_local_mb=cache_mb))
+        conn = db.open()
+        tree = conn.root()['tree']
+        keys = sorted(expected)
+        event('keys: %s' % ('<100' if len(keys) < 100 else '<500' if
+                            len(keys) < 500 else '500+'))
+        reads = _count_reads(conn)
+        assert list(tree.keys()) == keys
+        # Nothing cached: going down to the last bucket, one query a
+        # level, then the nodes a level a query, then the buckets many
+        # at a time, never one per query.
+        assert len(reads) <= 12 + len(keys) // 40, (len(reads), len(keys))
+        transaction.abort()
+        conn.cacheMinimize()
+        if not is_set:
+            assert [v.value for v in tree.values()] == keys
+            transaction.abort()
+            conn.cacheMinimize()
+        assert len(tree) == len(keys)
+        wanted = [k for k in keys if low is None or k >= low]
+        if is_set:
+            assert list(tree.keys(min=low)) == wanted
+        else:
+            assert [(k, v.value) for k, v in tree.items(min=low)] == [
+                (k, k) for k in wanted]
+        conn.close()
+    finally:
+        db.close()
+        factory.cleanup()
