@@ -21,7 +21,11 @@ A walk starts at:
   until the buckets are known in order;
 - the miss of the bucket that a recent bucket names after its items (its
   next one: a range walked from some key on), when a node seen recently
-  lists both.
+  lists both;
+- the second value missed in a bucket outside any walk (the cache held
+  the buckets where the walk would have started), when a node seen
+  recently lists the bucket: the walk goes on from there (a lookup
+  misses one value per bucket).
 
 Then the buckets are read in order, a few at first and twice as many
 each time (up to MAX_BATCH), whether the cache holds them or not (a
@@ -179,6 +183,9 @@ class TreeWalks:
         self._walks = collections.deque()
         #: Recently seen inner nodes: oid -> state.
         self._nodes = collections.OrderedDict()
+        #: Buckets outside walks whose value missed once (see
+        #: _among_values).
+        self._value_misses = {}
         #: Whether a query's rows are to be looked at (see arrived).
         self.expecting = False
 
@@ -186,6 +193,7 @@ class TreeWalks:
         self._walk_of.clear()
         self._walks.clear()
         self._nodes.clear()
+        self._value_misses.clear()
         self.expecting = False
 
     # Misses
@@ -208,8 +216,10 @@ class TreeWalks:
             if kind is NODE:
                 self._remember_node(parent, state)
                 return self._from_node(state, oid, key)
-            if kind is BUCKET and refers_after_items_to(state, key):
-                return self._step(parent, oid, key)
+            if kind is BUCKET:
+                if refers_after_items_to(state, key):
+                    return self._step(parent, oid, key)
+                return self._among_values(parent, state, oid, recent)
             # The most recent state that refers to oid decides.
             return None
         # A node read before the last few states (going down a deep tree
@@ -263,6 +273,37 @@ class TreeWalks:
                 walk = self._new_walk()
                 self._set_buckets(walk, buckets)
                 return self._buckets_from(walk, walk.pos[oid])
+        return None
+
+    def _among_values(self, bucket, state, oid, recent):
+        """*oid* is a value of *bucket* (not in a walk: the cache held the
+        bucket when the walk would have read it, or no walk reached it):
+        at the second value missed there, the walk through a node seen
+        lately that lists the bucket, from *oid* on (a lookup misses one
+        value per bucket); None otherwise."""
+        misses = self._value_misses
+        if misses.pop(bucket, None) is None:
+            misses[bucket] = True
+            if len(misses) > self.NODES:
+                del misses[next(iter(misses))]
+            return None
+        key = p64(bucket)
+        nodes = [node for _, node in reversed(recent)
+                 if key in node and tree_kind(node) is NODE]
+        nodes.extend(node for node in reversed(self._nodes.values())
+                     if key in node)
+        for node in nodes:
+            buckets = references(node)
+            if bucket not in buckets:
+                continue
+            walk = self._new_walk()
+            self._set_buckets(walk, buckets)
+            walk.next = walk.pos[bucket] + 1
+            values = references(state)
+            if oid in values:
+                self._add_values(walk, values[values.index(oid):])
+                return self._values_from(walk, oid)
+            return None
         return None
 
     def _new_walk(self):
@@ -375,7 +416,7 @@ class TreeWalks:
                 return
             row = found.get(walk.first)
             if row is not None and row[0]:
-                self._add_values(walk, row[0])
+                self._add_values(walk, references(row[0]))
             else:
                 more.append(walk.first)
                 walk.expected.append(walk.first)
@@ -394,7 +435,7 @@ class TreeWalks:
         for bucket in walk.expected:
             row = found.get(bucket)
             if row is not None and row[0]:
-                self._add_values(walk, row[0])
+                self._add_values(walk, references(row[0]))
         walk.expected = []
         values = walk.values
         walk_of = self._walk_of
@@ -403,13 +444,13 @@ class TreeWalks:
             if walk_of.get(value) is walk:
                 del walk_of[value]
 
-    def _add_values(self, walk, state):
-        """The values a bucket's *state* refers to wait for their misses
-        (its next bucket is no value)."""
+    def _add_values(self, walk, refs):
+        """The values among a bucket's references *refs* wait for their
+        misses (its next bucket is no value)."""
         pos = walk.pos
         values = walk.values
         walk_of = self._walk_of
-        for value in references(state):
+        for value in refs:
             if value not in pos:
                 values.append(value)
                 walk_of[value] = walk

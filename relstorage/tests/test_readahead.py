@@ -597,3 +597,24 @@ def test_walks_through_any_tree_read_what_is_there(kind, batches, rng, low,
     finally:
         db.close()
         factory.cleanup()
+
+
+def test_a_walk_starts_where_the_cache_held_the_first_buckets(factory):
+    """The tree's first and last buckets are in the shared cache (read in
+    an earlier transaction), their values not: the walk starts among the
+    first bucket's values and reads the rest many buckets at a time."""
+    db, tree, buckets, reads = _tree_in_a_new_process(
+        factory, OOBTree,
+        lambda tree: [tree.__setitem__(i, MinPO(i)) for i in range(3000)])
+    try:
+        assert buckets > 150
+        tree._firstbucket._p_activate()
+        assert tree.maxKey() == 2999
+        transaction.abort()
+        tree._p_jar.cacheMinimize()
+        del reads[:]
+        assert [v.value for v in tree.values()] == list(range(3000))
+        assert len(reads) < 15, str([len(oids) if isinstance(oids, list)
+                                     else 1 for oids, *_ in reads])
+    finally:
+        db.close()
