@@ -74,8 +74,9 @@ class ReadAhead:
     FIRST_BATCH = 16
     MAX_BATCH = 500
     #: States longer than this are not searched, which bounds what a miss
-    #: costs to a substring search in at most RECENT times this.
-    MAX_SEARCHED = 1 << 16
+    #: costs to a substring search in at most RECENT times this (the tree
+    #: walks' bound too).
+    MAX_SEARCHED = TreeWalks.MAX_SEARCHED
     #: Misses without a referrer this close in oid order make a run.
     RUN_GAP = 4
 

@@ -168,7 +168,8 @@ class TreeWalks:
     NODES = 16
     #: The most inner nodes a walk reads to learn its buckets.
     MAX_NODES = 5000
-    #: States longer than this are not searched (see ReadAhead).
+    #: States longer than this are not searched for a missed oid, which
+    #: bounds what a miss costs (ReadAhead's searches too).
     MAX_SEARCHED = 1 << 16
     #: Values of a walk's buckets kept waiting for their misses (a walk
     #: that never loads them, as ``len(tree)``, forgets the oldest).
@@ -218,7 +219,7 @@ class TreeWalks:
                 return self._from_node(state, oid, key)
             if kind is BUCKET:
                 if refers_after_items_to(state, key):
-                    return self._step(parent, oid, key)
+                    return self._step(parent, oid)
                 return self._among_values(parent, state, oid, recent)
             # The most recent state that refers to oid decides.
             return None
@@ -235,9 +236,7 @@ class TreeWalks:
         if refers_after_items_to(state, key):
             return self._start(state, oid)
         if first_of_buckets(state, key):
-            walk = self._new_walk()
-            self._set_buckets(walk, references(state))
-            return self._buckets_from(walk, 0)
+            return self._buckets_from(self._new_walk(references(state)), 0)
         return None
 
     def _remember_node(self, oid, state):
@@ -261,19 +260,14 @@ class TreeWalks:
         self.expecting = True
         return [first] + [node for node in walk.nodes if node != first]
 
-    def _step(self, bucket, oid, key):
+    def _step(self, bucket, oid):
         """*oid* follows *bucket*: the walk through the recent node that
         lists both, from *oid* on; None when none does."""
-        after = p64(bucket)
-        for state in reversed(self._nodes.values()):
-            if key in state and after in state:
-                buckets = references(state)
-                if oid not in buckets:
-                    continue   # the oid's bytes there by chance
-                walk = self._new_walk()
-                self._set_buckets(walk, buckets)
-                return self._buckets_from(walk, walk.pos[oid])
-        return None
+        walk = self._walk_listing(reversed(self._nodes.values()), bucket,
+                                  oid)
+        if walk is None:
+            return None
+        return self._buckets_from(walk, walk.pos[oid])
 
     def _among_values(self, bucket, state, oid, recent):
         """*oid* is a value of *bucket* (not in a walk: the cache held the
@@ -287,40 +281,55 @@ class TreeWalks:
             if len(misses) > self.NODES:
                 del misses[next(iter(misses))]
             return None
-        key = p64(bucket)
         nodes = [node for _, node in reversed(recent)
-                 if key in node and tree_kind(node) is NODE]
-        nodes.extend(node for node in reversed(self._nodes.values())
-                     if key in node)
-        for node in nodes:
-            buckets = references(node)
-            if bucket not in buckets:
-                continue
-            walk = self._new_walk()
-            self._set_buckets(walk, buckets)
-            walk.next = walk.pos[bucket] + 1
-            values = references(state)
-            if oid in values:
-                self._add_values(walk, values[values.index(oid):])
-                return self._values_from(walk, oid)
+                 if tree_kind(node) is NODE]
+        nodes.extend(reversed(self._nodes.values()))
+        walk = self._walk_listing(nodes, bucket)
+        if walk is None:
             return None
+        walk.next = walk.pos[bucket] + 1
+        values = references(state)
+        if oid not in values:
+            return None
+        self._add_values(walk, values[values.index(oid):])
+        return self._values_from(walk, oid)
+
+    def _walk_listing(self, nodes, *buckets):
+        """A new walk over the buckets of the first of the node states
+        *nodes* that lists all of *buckets*; None when none does."""
+        keys = [p64(bucket) for bucket in buckets]
+        for node in nodes:
+            if not all(key in node for key in keys):
+                continue
+            refs = references(node)
+            if all(bucket in refs for bucket in buckets):
+                return self._new_walk(refs)
+            # (the oids' bytes there by chance)
         return None
 
-    def _new_walk(self):
+    def _new_walk(self, buckets=None):
+        """A new walk, over *buckets* when they are known."""
         walks = self._walks
         if len(walks) >= self.WALKS:
             old = walks.popleft()
-            walk_of = self._walk_of
             for oid in list(old.pos) + list(old.values):
-                if walk_of.get(oid) is old:
-                    del walk_of[oid]
+                self._release(old, oid)
         # A tree walked while others are (the trees in a tree, one after
         # another) starts at half the pace they reached.
         pace = max([self._first_batch] + [
             other.value_batch // 2 for other in walks])
         walk = _Walk(pace)
         walks.append(walk)
+        if buckets is not None:
+            self._set_buckets(walk, buckets)
         return walk
+
+    def _release(self, walk, oid):
+        """*oid* no longer waits in *walk*; whether it did."""
+        if self._walk_of.get(oid) is walk:
+            del self._walk_of[oid]
+            return True
+        return False
 
     def _set_buckets(self, walk, buckets):
         walk.buckets = buckets
@@ -360,11 +369,10 @@ class TreeWalks:
         never missed), as many as the walk has reached, and the next
         buckets when the values known run short."""
         values = walk.values
-        walk_of = self._walk_of
+        release = self._release
         while values:
             other = values.popleft()
-            if walk_of.get(other) is walk:
-                del walk_of[other]
+            release(walk, other)
             if other == oid:
                 break
         want = walk.value_batch
@@ -373,10 +381,8 @@ class TreeWalks:
         batch = [oid]
         while values and len(batch) < want:
             other = values.popleft()
-            if walk_of.get(other) is walk:
-                del walk_of[other]
-                if not holds(other):
-                    batch.append(other)
+            if release(walk, other) and not holds(other):
+                batch.append(other)
         if len(values) < want and walk.next < len(walk.buckets):
             self._more_buckets(walk, walk.next, batch)
         return batch if len(batch) > 1 else None
@@ -438,11 +444,8 @@ class TreeWalks:
                 self._add_values(walk, references(row[0]))
         walk.expected = []
         values = walk.values
-        walk_of = self._walk_of
         while len(values) > self.MAX_VALUES:
-            value = values.popleft()
-            if walk_of.get(value) is walk:
-                del walk_of[value]
+            self._release(walk, values.popleft())
 
     def _add_values(self, walk, refs):
         """The values among a bucket's references *refs* wait for their

@@ -379,6 +379,16 @@ def _tree_in_a_new_process(factory, make, fill):
     return db, tree, buckets, _count_reads(conn)
 
 
+def _sizes(reads):
+    """How many oids each of the queries *reads* asked for."""
+    return [len(oids) if isinstance(oids, list) else 1 for oids, *_ in reads]
+
+
+def _asked(reads):
+    """How many oids the queries *reads* asked for."""
+    return sum(_sizes(reads))
+
+
 @pytest.mark.parametrize('make, count', [(OOBTree, 3000),
                                          (OOBTree, 20000),
                                          (SmallBTree, 2000)],
@@ -396,8 +406,7 @@ def test_iterating_a_btree_reads_many_buckets_at_once(factory, make, count):
         assert [v.value for v in tree.values()] == list(range(count))
         # At most MAX_BATCH values a query, and a few queries to get there.
         assert len(reads) < max(30, 1.5 * count / ReadAhead.MAX_BATCH), (
-            str([len(oids) if isinstance(oids, list) else 1
-                 for oids, *_ in reads]), buckets)
+            str(_sizes(reads)), buckets)
         # A second walk in the next transaction finds everything cached.
         transaction.abort()
         del reads[:]
@@ -423,15 +432,9 @@ def test_iterating_btrees_of_btrees(factory):
         got = [v.value for inner in tree.values() for v in inner.values()]
         assert got == [o * 1000 + i for o in range(20) for i in range(500)]
         # 20 trees of about 35 buckets: a few queries each.
-        assert len(reads) < 20 * 8, str([len(oids) if isinstance(oids, list) else 1 for oids, *_ in reads])
+        assert len(reads) < 20 * 8, str(_sizes(reads))
     finally:
         db.close()
-
-
-def _asked(reads):
-    """How many oids the queries *reads* asked for."""
-    return sum(len(oids) if isinstance(oids, list) else 1
-               for oids, *_ in reads)
 
 
 def test_a_lookup_in_a_big_btree_reads_little(factory):
@@ -614,7 +617,6 @@ def test_a_walk_starts_where_the_cache_held_the_first_buckets(factory):
         tree._p_jar.cacheMinimize()
         del reads[:]
         assert [v.value for v in tree.values()] == list(range(3000))
-        assert len(reads) < 15, str([len(oids) if isinstance(oids, list)
-                                     else 1 for oids, *_ in reads])
+        assert len(reads) < 15, str(_sizes(reads))
     finally:
         db.close()
