@@ -1,8 +1,11 @@
 """An instance's view of the database: the snapshot it reads from, the load
 session that holds it, and the polls that move it forward.
 
-Every database read of an instance goes through its view's load session
-under the view's lock, so one storage can be used from several threads.
+Every database read of an instance goes through its view's load session.
+A storage used directly reads under the view's lock, so that several
+threads may share it; an instance made for a ZODB connection is used by
+that connection's thread alone, and between polls its loads take no lock
+(see Loader.load).
 """
 import contextlib
 import logging

@@ -85,6 +85,20 @@ def test_history_sizes_as_filestorage(factory, site):
     _still_usable(instance, oid)
 
 
+def test_load_of_oids_no_row_can_have(factory, site):
+    """An oid past the columns, or not 8 bytes long, is a POSKeyError
+    naming it, from an instance (whose hits take no lock) and from the
+    storage used directly; both stay usable."""
+    storage, _, instance, oid = site
+    for reader in (instance, storage):
+        for bad in PAST_COLUMNS + (b'abc', b'', b'123456789'):
+            with pytest.raises(POSKeyError) as caught:
+                reader.load(bad)
+            assert caught.value.args[0] == bad
+        assert reader.load(oid)[0]
+    _still_usable(instance, oid)
+
+
 def test_undo_of_a_tid_no_column_holds(hp_factory):
     """Undo of an id that names no transaction (past what a column holds,
     or not 8 bytes) is ZODB's UndoError, as FileStorage raises; the

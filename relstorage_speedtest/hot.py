@@ -1,0 +1,154 @@
+"""Hot reads: the storage's own part of reading an object its cache holds,
+and the whole hot read (ZODB's unpickling with it), on this storage and on
+RelStorage 4.3 (in a virtualenv of its own), the contenders taking turns
+round after round.
+
+    python -m relstorage_speedtest.hot [--objects 1000] [--times 300]
+        [--rounds 3] [--databases sqlite] [--modes hf,hp]
+        [--other-venv [DIR]] [--json FILE]
+
+Each contender commits ``--objects`` small objects, then reads all of them
+``--times`` times over from a ZODB connection, a few passes each (the
+median pass counts): ``load`` is the connection's storage instance
+serving them from its cache, ``read`` the connection activating them
+after its own cache let them go. No database server is asked while it is
+timed, so SQLite is the default. Each side runs the same script
+(relstorage_speedtest/hotside.py) with its own Python, in a process of its
+own per round; the order of the contenders is reversed every other round.
+Reported: microseconds per object, the median of the rounds with their
+range, and RelStorage 4.3's time over ours, round by round. Not a test:
+nothing here asserts on time.
+"""
+import argparse
+import json
+import os
+import shutil
+import sys
+
+from relstorage.helptext import help_text
+
+from . import othervenv
+from .bulk import contenders
+from .bulk import spread
+from .pack import PackBenchError
+
+SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                      'hotside.py')
+#: What is timed, per object.
+KINDS = ('load', 'read')
+
+
+def summarise(rounds, runs):
+    """Per contender and kind: the median and range of the rounds, and
+    (ours) RelStorage 4.3's figure over ours, round by round."""
+    table = []
+    for run in runs:
+        done = [r[run.label] for r in rounds if run.label in r]
+        if not done:
+            continue
+        line = {'label': run.label}
+        other = 'RS 4.3 %s %s' % (run.database, run.mode)
+        for kind in KINDS:
+            line[kind] = spread([d[kind][0] for d in done])
+            versus = [r[other][kind][0] / r[run.label][kind][0]
+                      for r in rounds if other in r and run.label in r]
+            if run.side.name == 'ours' and versus:
+                line['rs4_vs_this_' + kind] = spread(versus)
+        table.append(line)
+    return table
+
+
+def _fmt(triple, unit=''):
+    if not triple:
+        return '-'
+    return '%.3f%s [%.3f-%.3f]' % (triple[0], unit, triple[1], triple[2])
+
+
+def print_table(table, file=None):
+    print('%-24s %-26s %-24s %-26s %s' % (
+        'contender', 'load us med [range]', 'RS4.3/this',
+        'read us med [range]', 'RS4.3/this'), file=file)
+    for line in table:
+        print('%-24s %-26s %-24s %-26s %s' % (
+            line['label'], _fmt(line['load']),
+            _fmt(line.get('rs4_vs_this_load'), 'x'), _fmt(line['read']),
+            _fmt(line.get('rs4_vs_this_read'), 'x')), file=file)
+
+
+def parse_args(argv):
+    parser = argparse.ArgumentParser(prog='relstorage_speedtest.hot',
+                                     description=help_text(__doc__))
+    add = parser.add_argument
+    add('--objects', type=int, default=1000,
+        help='objects committed and read (%(default)s)')
+    add('--times', type=int, default=300,
+        help='reads of every object per pass (%(default)s)')
+    add('--passes', type=int, default=7,
+        help='timed passes per round, the median counts (%(default)s)')
+    add('--rounds', type=int, default=3,
+        help='rounds, the order reversed in every other (%(default)s)')
+    add('--databases', default='sqlite',
+        help='comma separated: sqlite, postgresql, mysql (%(default)s)')
+    add('--modes', default='hf,hp',
+        help='history-free (hf), history-preserving (hp): %(default)s')
+    add('--other-venv', nargs='?', const='', metavar='DIR',
+        help='also run RelStorage 4.3 from this virtualenv (made when '
+             'missing; default %s)' % othervenv.DEFAULT_DIR)
+    add('--other-databases', default='sqlite,postgresql,mysql',
+        help='where RelStorage 4.3 runs (%(default)s)')
+    add('--json', help='write every figure to this file')
+    args = parser.parse_args(argv)
+    if 'filestorage' in args.databases.split(','):
+        parser.error('FileStorage has no cache of its own to time')
+    return args
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    workdir = othervenv.neutral_dir()
+    # The copy's directory, not this checkout, comes first on the child's
+    # sys.path.
+    script = shutil.copy(SCRIPT, workdir)
+    other = None
+    rounds = []
+    try:
+        venv = None
+        if args.other_venv is not None:
+            venv = othervenv.ensure(args.other_venv or None)
+            other = othervenv.check(venv)
+            print('other: RelStorage %s from %s' % (
+                other['version'], other['path']), flush=True)
+        runs = contenders(args, venv)
+        for number in range(args.rounds):
+            order = runs if number % 2 == 0 else runs[::-1]
+            row = {}
+            for run in order:
+                spec = {'section': run.section(workdir),
+                        'objects': args.objects, 'times': args.times,
+                        'repeats': args.passes}
+                row[run.label] = figures = run.side.run(
+                    script, 'hot', spec, workdir)
+                print('round %d %-24s load %.3f us, read %.3f us' % (
+                    number + 1, run.label, figures['load'][0],
+                    figures['read'][0]), flush=True)
+            rounds.append(row)
+    except (PackBenchError, othervenv.OtherVenvError) as e:
+        print(e, file=sys.stderr)
+        return 1
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    table = summarise(rounds, runs)
+    print('\n%d objects read %d times, %d rounds: microseconds per object, '
+          'medians of the rounds [min-max]; ratios round by round'
+          % (args.objects, args.times, args.rounds))
+    print_table(table)
+    if args.json:
+        with open(args.json, 'w') as f:
+            json.dump({'args': vars(args), 'other': other, 'rounds': rounds,
+                       'summary': table, 'cpus': os.cpu_count(),
+                       'python': sys.version.split()[0]}, f, indent=1)
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())
