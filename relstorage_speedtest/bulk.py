@@ -21,8 +21,12 @@ temporary directory); with RelStorage 4.3 on MariaDB its processes take the
 server for MySQL 5.7 (see othervenv). The order of the contenders is
 reversed every other round (A B, B A). Reported: the median of the rounds
 with their range, per phase and in total, and the ratios, round by round, of
-each time to FileStorage's and of RelStorage 4.3's to ours. Every contender
-must read back the same objects. Not a test: nothing here asserts on time.
+each time to FileStorage's and of RelStorage 4.3's to ours; and where the
+time went: the CPU seconds of the script's processes, and those of the
+database servers of this machine meanwhile (PostgreSQL's and MariaDB's
+processes in /proc, so nothing else should use them during a run). Every
+contender must read back the same objects. Not a test: nothing here asserts
+on time.
 """
 import argparse
 import json
@@ -87,16 +91,49 @@ class Run:
                 'migrate': args.migrate, 'nested': args.nested,
                 'state_bytes': args.state_bytes,
                 'connection_cache': args.connection_cache}
+        server = server_cpu()
         work = self.side.run(script, 'work', spec, workdir)
         fresh = self.side.run(script, 'read', spec, workdir)
+        server = server_cpu() - server
         if (work['count'], work['digest']) != (fresh['count'],
                                                fresh['digest']):
             raise PackBenchError('%s: the fresh process read other data '
                                  'than the working one' % self.label)
         phases = dict(work['phases'] + fresh['phases'])
         return {'phases': phases, 'total': sum(phases.values()),
+                'cpu': work['cpu'] + fresh['cpu'], 'server_cpu': server,
                 'count': work['count'], 'digest': work['digest'],
                 'peak_mb': max(work['peak_mb'], fresh['peak_mb'])}
+
+
+#: The process names of the database servers whose CPU time is counted.
+SERVERS = ('postgres', 'mariadbd', 'mysqld')
+
+
+def server_cpu():
+    """The CPU seconds the database servers of this machine (their
+    processes that /proc shows, and the processes they started that have
+    ended) have used so far; 0 without /proc."""
+    total = 0
+    try:
+        pids = [pid for pid in os.listdir('/proc') if pid.isdigit()]
+    except OSError:
+        return 0.0
+    for pid in pids:
+        try:
+            with open('/proc/%s/comm' % pid) as f:
+                if f.read().strip() not in SERVERS:
+                    continue
+            with open('/proc/%s/stat' % pid) as f:
+                # utime, stime, and those of its children that ended
+                # (cutime, cstime: PostgreSQL's sessions, each a process
+                # that ends with its connection), counted after the
+                # parenthesised name.
+                fields = f.read().rsplit(')', 1)[1].split()
+            total += sum(int(field) for field in fields[11:15])
+        except (OSError, IndexError, ValueError):
+            continue  # gone meanwhile
+    return total / os.sysconf('SC_CLK_TCK')
 
 
 def contenders(args, other_venv):
@@ -146,6 +183,8 @@ def summarise(rounds, runs):
             name: spread([d['phases'][name] for d in done])
             for name in done[0]['phases']},
             'peak_mb': spread([d['peak_mb'] for d in done]),
+            'cpu': spread([d['cpu'] for d in done]),
+            'server_cpu': spread([d['server_cpu'] for d in done]),
             'vs_filestorage': ratios(rounds, run.label, 'FileStorage')}
         if run.side.name == 'ours' and run.database != 'filestorage':
             line['rs4_vs_this'] = ratios(
@@ -163,14 +202,15 @@ def _fmt(triple, unit=''):
 def print_table(table, file=None):
     file = file or sys.stdout
     phases = list(table[0]['phases']) if table else []
-    print('%-26s %-20s %-20s %-20s %s' % (
+    print('%-26s %-20s %-20s %-20s %-13s %s' % (
         'contender', 'total s med [range]', 'x FileStorage', 'RS4.3/this',
-        'phases, median s'), file=file)
+        'CPU s: own, server', 'phases, median s'), file=file)
     for line in table:
-        print('%-26s %-20s %-20s %-20s %s' % (
+        print('%-26s %-20s %-20s %-20s %-13s %s' % (
             line['label'], _fmt(line['total']),
             _fmt(line['vs_filestorage'], 'x'),
             _fmt(line.get('rs4_vs_this'), 'x'),
+            '%.2f, %.2f' % (line['cpu'][0], line['server_cpu'][0]),
             '  '.join('%s %.2f' % (name, line['phases'][name][0])
                       for name in phases if name in line['phases'])),
             file=file)

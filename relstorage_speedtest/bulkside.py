@@ -7,8 +7,9 @@ It imports ZODB and whichever ``relstorage`` its Python has, never this
 package, so that it runs unchanged in the other side's virtualenv. ``work``
 inserts, modifies, deletes and reads back in one process (its cache filling
 as it goes); ``read`` is a fresh process reading everything. Each prints one
-JSON line: the seconds of each phase, in order, and what it read (checked by
-the caller against the other contenders).
+JSON line: the seconds of each phase, in order, the CPU seconds this
+process spent on them, and what it read (checked by the caller against the
+other contenders).
 """
 import hashlib
 import json
@@ -153,11 +154,13 @@ SPEC = {}
 if __name__ == '__main__':
     SPEC.update(json.loads(sys.argv[2]))
     database = open_db(SPEC)
+    cpu = time.process_time()
     try:
         steps, (count, digest) = {'work': do_work,
                                   'read': do_read}[sys.argv[1]](database)
     finally:
         database.close()
     print(json.dumps({'phases': steps, 'count': count, 'digest': digest,
+                      'cpu': time.process_time() - cpu,
                       'peak_mb': resource.getrusage(
                           resource.RUSAGE_SELF).ru_maxrss / 1024.0}))

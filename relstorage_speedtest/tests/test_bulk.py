@@ -2,6 +2,9 @@
 SQLite (no timing asserts: the figures are only checked to be sane and
 every contender to read back the same objects)."""
 import json
+import time
+
+import pytest
 
 from relstorage_speedtest.bulk import main
 
@@ -25,8 +28,10 @@ def test_the_default_workload(tmp_path, capsys):
         assert all(s > 0 for s in figures['phases'].values())
         # Half deleted: numbers 2, 3, 6, 7, ... are left.
         assert figures['count'] == 30
+        assert figures['cpu'] > 0 and figures['server_cpu'] >= 0
     assert len({figures['digest'] for figures in row.values()}) == 1
     by_label = {line['label']: line for line in data['summary']}
+    assert by_label['ours sqlite hf']['cpu'][0] > 0
     assert by_label['FileStorage']['vs_filestorage'] == [1.0, 1.0, 1.0]
     assert by_label['ours sqlite hf']['vs_filestorage'][0] > 0
     shown = capsys.readouterr().out
@@ -55,3 +60,36 @@ def test_beside_relstorage_4(tmp_path):
         'digest']
     (line, _) = data['summary']
     assert line['label'] == 'ours sqlite hp' and line['rs4_vs_this'][0] > 0
+
+
+def test_server_cpu_counts_the_servers_work():
+    """server_cpu() grows while PostgreSQL works (a server of this
+    machine, as the test databases are), and keeps what a session's
+    process used once that has ended."""
+    import os
+
+    import psycopg2
+
+    from relstorage.testing.dbs import pg_dsn
+    from relstorage_speedtest.bulk import server_cpu
+
+    def named(pid):
+        try:
+            with open('/proc/%s/comm' % pid) as f:
+                return f.read().strip()
+        except OSError:
+            return None
+    if 'postgres' not in {named(p) for p in os.listdir('/proc')
+                          if p.isdigit()}:
+        pytest.skip('PostgreSQL does not run on this machine')
+    before = server_cpu()
+    conn = psycopg2.connect(pg_dsn(False, 'main'))
+    try:
+        cur = conn.cursor()
+        cur.execute('SELECT count(*) FROM generate_series(1, 3000000)')
+        assert cur.fetchone()[0] == 3000000
+    finally:
+        conn.close()
+    # Counted after the session's process has ended too.
+    time.sleep(0.2)
+    assert server_cpu() - before > 0.05
