@@ -193,10 +193,12 @@ def summarise(rounds, runs):
     return table
 
 
-def _fmt(triple, unit=''):
+def fmt(triple, unit='', digits=2):
+    """A ``(median, low, high)`` as ``median[unit] [low-high]``."""
     if not triple:
         return '-'
-    return '%.2f%s [%.2f-%.2f]' % (triple[0], unit, triple[1], triple[2])
+    return '%.*f%s [%.*f-%.*f]' % (digits, triple[0], unit, digits,
+                                   triple[1], digits, triple[2])
 
 
 def print_table(table, file=None):
@@ -207,53 +209,46 @@ def print_table(table, file=None):
         'CPU s: own, server', 'phases, median s'), file=file)
     for line in table:
         print('%-26s %-20s %-20s %-20s %-13s %s' % (
-            line['label'], _fmt(line['total']),
-            _fmt(line['vs_filestorage'], 'x'),
-            _fmt(line.get('rs4_vs_this'), 'x'),
+            line['label'], fmt(line['total']),
+            fmt(line['vs_filestorage'], 'x'),
+            fmt(line.get('rs4_vs_this'), 'x'),
             '%.2f, %.2f' % (line['cpu'][0], line['server_cpu'][0]),
             '  '.join('%s %.2f' % (name, line['phases'][name][0])
                       for name in phases if name in line['phases'])),
             file=file)
 
 
-def parse_args(argv):
-    parser = argparse.ArgumentParser(prog='relstorage_speedtest.bulk',
-                                     description=help_text(__doc__))
+def add_contender_args(parser, rounds, databases, other_databases):
+    """The options that choose the contenders and the rounds (see
+    contenders() and take_turns()), and ``--json``."""
     add = parser.add_argument
-    add('--objects', type=int, default=100000,
-        help='objects inserted (%(default)s)')
-    add('--commits', type=int, default=20,
-        help='transactions per phase (%(default)s)')
-    add('--rounds', type=int, default=2,
+    add('--rounds', type=int, default=rounds,
         help='rounds, the order reversed in every other (%(default)s)')
-    add('--databases', default='filestorage,sqlite,postgresql,mysql',
+    add('--databases', default=databases,
         help='comma separated (%(default)s)')
     add('--modes', default='hf,hp',
         help='history-free (hf), history-preserving (hp): %(default)s')
     add('--other-venv', nargs='?', const='', metavar='DIR',
         help='also run RelStorage 4.3 from this virtualenv (made when '
              'missing; default %s)' % othervenv.DEFAULT_DIR)
-    add('--other-databases', default='postgresql,mysql',
+    add('--other-databases', default=other_databases,
         help='where RelStorage 4.3 runs (%(default)s)')
-    add('--reindex', action='store_true',
-        help='touch every remaining object once more')
-    add('--migrate', action='store_true',
-        help='read everything and write it to a new tree')
-    add('--nested', action='store_true', help='BTrees of BTrees')
-    add('--state-bytes', type=int, default=0,
-        help='extra bytes in each state (%(default)s)')
-    add('--connection-cache', type=int, default=5000,
-        help="ZODB's connection cache, objects (%(default)s)")
     add('--json', help='write every figure to this file')
-    return parser.parse_args(argv)
 
 
-def main(argv=None):
-    args = parse_args(argv)
+def take_turns(args, source, once, show):
+    """Run the contenders that *args* name, round after round, the order
+    reversed every other round: *once(run, workdir, script)* gives one
+    contender's figures for a round, its script being a copy of *source*
+    in *workdir*, a directory outside this checkout; *show(number, run,
+    figures)* prints them. Returns ``(other, runs, rounds)``: what the
+    other side's virtualenv holds (or None), the contenders, and per
+    round ``{label: figures}``; None if a side failed (said on
+    stderr)."""
     workdir = othervenv.neutral_dir()
     # The copy's directory, not this checkout, comes first on the child's
     # sys.path.
-    script = shutil.copy(SCRIPT, workdir)
+    script = shutil.copy(source, workdir)
     other = None
     rounds = []
     try:
@@ -268,29 +263,70 @@ def main(argv=None):
             order = runs if number % 2 == 0 else runs[::-1]
             row = {}
             for run in order:
-                row[run.label] = run.once(args, workdir, script)
-                print('round %d %-24s total %.2f s: %s' % (
-                    number + 1, run.label, row[run.label]['total'],
-                    ', '.join('%s %.2f' % item for item in
-                              row[run.label]['phases'].items())),
-                      flush=True)
+                row[run.label] = figures = once(run, workdir, script)
+                show(number + 1, run, figures)
             rounds.append(row)
     except (PackBenchError, othervenv.OtherVenvError) as e:
         print(e, file=sys.stderr)
-        return 1
+        return None
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
+    return other, runs, rounds
+
+
+def write_json(args, other, rounds, table):
+    """Every figure of a take_turns() run, its summary *table* and what it
+    ran on, into the file ``--json`` names (if it does)."""
+    if args.json:
+        with open(args.json, 'w') as f:
+            json.dump({'args': vars(args), 'other': other, 'rounds': rounds,
+                       'summary': table, 'cpus': os.cpu_count(),
+                       'python': sys.version.split()[0]}, f, indent=1)
+
+
+def parse_args(argv):
+    parser = argparse.ArgumentParser(prog='relstorage_speedtest.bulk',
+                                     description=help_text(__doc__))
+    add = parser.add_argument
+    add('--objects', type=int, default=100000,
+        help='objects inserted (%(default)s)')
+    add('--commits', type=int, default=20,
+        help='transactions per phase (%(default)s)')
+    add_contender_args(parser, rounds=2,
+                       databases='filestorage,sqlite,postgresql,mysql',
+                       other_databases='postgresql,mysql')
+    add('--reindex', action='store_true',
+        help='touch every remaining object once more')
+    add('--migrate', action='store_true',
+        help='read everything and write it to a new tree')
+    add('--nested', action='store_true', help='BTrees of BTrees')
+    add('--state-bytes', type=int, default=0,
+        help='extra bytes in each state (%(default)s)')
+    add('--connection-cache', type=int, default=5000,
+        help="ZODB's connection cache, objects (%(default)s)")
+    return parser.parse_args(argv)
+
+
+def main(argv=None):
+    args = parse_args(argv)
+
+    def show(number, run, figures):
+        print('round %d %-24s total %.2f s: %s' % (
+            number, run.label, figures['total'], ', '.join(
+                '%s %.2f' % item for item in figures['phases'].items())),
+              flush=True)
+    turns = take_turns(args, SCRIPT, lambda run, workdir, script: run.once(
+        args, workdir, script), show)
+    if turns is None:
+        return 1
+    other, runs, rounds = turns
     read_back = {(r['count'], r['digest']) for row in rounds
                  for r in row.values()}
     table = summarise(rounds, runs)
     print('\n%d objects, %d rounds: medians of the rounds [min-max]; ratios '
           'round by round' % (args.objects, args.rounds))
     print_table(table)
-    if args.json:
-        with open(args.json, 'w') as f:
-            json.dump({'args': vars(args), 'other': other, 'rounds': rounds,
-                       'summary': table, 'cpus': os.cpu_count(),
-                       'python': sys.version.split()[0]}, f, indent=1)
+    write_json(args, other, rounds, table)
     if len(read_back) != 1:
         print('contenders read back different data: %s' % sorted(read_back),
               file=sys.stderr)

@@ -20,17 +20,16 @@ range, and RelStorage 4.3's time over ours, round by round. Not a test:
 nothing here asserts on time.
 """
 import argparse
-import json
 import os
-import shutil
 import sys
 
 from relstorage.helptext import help_text
 
-from . import othervenv
-from .bulk import contenders
+from .bulk import add_contender_args
+from .bulk import fmt
 from .bulk import spread
-from .pack import PackBenchError
+from .bulk import take_turns
+from .bulk import write_json
 
 SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)),
                       'hotside.py')
@@ -59,9 +58,7 @@ def summarise(rounds, runs):
 
 
 def _fmt(triple, unit=''):
-    if not triple:
-        return '-'
-    return '%.3f%s [%.3f-%.3f]' % (triple[0], unit, triple[1], triple[2])
+    return fmt(triple, unit, digits=3)
 
 
 def print_table(table, file=None):
@@ -85,18 +82,8 @@ def parse_args(argv):
         help='reads of every object per pass (%(default)s)')
     add('--passes', type=int, default=7,
         help='timed passes per round, the median counts (%(default)s)')
-    add('--rounds', type=int, default=3,
-        help='rounds, the order reversed in every other (%(default)s)')
-    add('--databases', default='sqlite',
-        help='comma separated: sqlite, postgresql, mysql (%(default)s)')
-    add('--modes', default='hf,hp',
-        help='history-free (hf), history-preserving (hp): %(default)s')
-    add('--other-venv', nargs='?', const='', metavar='DIR',
-        help='also run RelStorage 4.3 from this virtualenv (made when '
-             'missing; default %s)' % othervenv.DEFAULT_DIR)
-    add('--other-databases', default='sqlite,postgresql,mysql',
-        help='where RelStorage 4.3 runs (%(default)s)')
-    add('--json', help='write every figure to this file')
+    add_contender_args(parser, rounds=3, databases='sqlite',
+                       other_databases='sqlite,postgresql,mysql')
     args = parser.parse_args(argv)
     if 'filestorage' in args.databases.split(','):
         parser.error('FileStorage has no cache of its own to time')
@@ -105,48 +92,26 @@ def parse_args(argv):
 
 def main(argv=None):
     args = parse_args(argv)
-    workdir = othervenv.neutral_dir()
-    # The copy's directory, not this checkout, comes first on the child's
-    # sys.path.
-    script = shutil.copy(SCRIPT, workdir)
-    other = None
-    rounds = []
-    try:
-        venv = None
-        if args.other_venv is not None:
-            venv = othervenv.ensure(args.other_venv or None)
-            other = othervenv.check(venv)
-            print('other: RelStorage %s from %s' % (
-                other['version'], other['path']), flush=True)
-        runs = contenders(args, venv)
-        for number in range(args.rounds):
-            order = runs if number % 2 == 0 else runs[::-1]
-            row = {}
-            for run in order:
-                spec = {'section': run.section(workdir),
-                        'objects': args.objects, 'times': args.times,
-                        'repeats': args.passes}
-                row[run.label] = figures = run.side.run(
-                    script, 'hot', spec, workdir)
-                print('round %d %-24s load %.3f us, read %.3f us' % (
-                    number + 1, run.label, figures['load'][0],
-                    figures['read'][0]), flush=True)
-            rounds.append(row)
-    except (PackBenchError, othervenv.OtherVenvError) as e:
-        print(e, file=sys.stderr)
+
+    def once(run, workdir, script):
+        spec = {'section': run.section(workdir), 'objects': args.objects,
+                'times': args.times, 'repeats': args.passes}
+        return run.side.run(script, 'hot', spec, workdir)
+
+    def show(number, run, figures):
+        print('round %d %-24s load %.3f us, read %.3f us' % (
+            number, run.label, figures['load'][0], figures['read'][0]),
+              flush=True)
+    turns = take_turns(args, SCRIPT, once, show)
+    if turns is None:
         return 1
-    finally:
-        shutil.rmtree(workdir, ignore_errors=True)
+    other, runs, rounds = turns
     table = summarise(rounds, runs)
     print('\n%d objects read %d times, %d rounds: microseconds per object, '
           'medians of the rounds [min-max]; ratios round by round'
           % (args.objects, args.times, args.rounds))
     print_table(table)
-    if args.json:
-        with open(args.json, 'w') as f:
-            json.dump({'args': vars(args), 'other': other, 'rounds': rounds,
-                       'summary': table, 'cpus': os.cpu_count(),
-                       'python': sys.version.split()[0]}, f, indent=1)
+    write_json(args, other, rounds, table)
     return 0
 
 
