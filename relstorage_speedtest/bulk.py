@@ -52,7 +52,7 @@ MODE_NAMES = {'hf': False, 'hp': True}
 
 class Run:
     """One contender: a side (whose Python runs the script), a database
-    and a history mode (None for FileStorage)."""
+    and a history mode (None for FileStorage and MappingStorage)."""
 
     def __init__(self, side, database, mode):
         self.side = side
@@ -64,6 +64,8 @@ class Run:
         who = 'RS 4.3' if self.side.name == 'other' else 'ours'
         if self.database == 'filestorage':
             return 'FileStorage'
+        if self.database == 'mappingstorage':
+            return 'ZODB alone'
         return '%s %s %s' % (who, self.database, self.mode)
 
     def section(self, workdir):
@@ -72,6 +74,8 @@ class Run:
             path = tempfile.mkdtemp(prefix='fs-', dir=workdir)
             return '<filestorage>\n path %s\n</filestorage>' % (
                 os.path.join(path, 'Data.fs'))
+        if self.database == 'mappingstorage':
+            return '<mappingstorage>\n</mappingstorage>'
         keep_history = MODE_NAMES[self.mode]
         if self.database == 'sqlite':
             adapter = '<sqlite3>\n data-dir %s\n</sqlite3>' % (
@@ -145,7 +149,7 @@ def contenders(args, other_venv):
         raise SystemExit('unknown modes: %s' % ', '.join(sorted(unknown)))
     runs = []
     for database in databases:
-        if database == 'filestorage':
+        if database in ('filestorage', 'mappingstorage'):
             runs.append(Run(ours, database, None))
             continue
         for mode in modes:
