@@ -32,6 +32,7 @@ from relstorage.helptext import help_text
 
 from .bulk import add_contender_args
 from .bulk import fmt
+from .bulk import ratios
 from .bulk import server_cpu
 from .bulk import spread
 from .bulk import take_turns
@@ -113,10 +114,10 @@ def summarise(rounds, runs):
         if run.side.name == 'ours' and run.database != 'mappingstorage':
             for key, other in (('rs4_vs_this', 'RS 4.3 %s %s' % (
                     run.database, run.mode)), ('zodb_share', BASELINE)):
-                versus = [r[other]['ms'] / r[run.label]['ms']
-                          for r in rounds if other in r and run.label in r]
+                versus = ratios(rounds, other, run.label,
+                                lambda figures: figures['ms'])
                 if versus:
-                    line[key] = spread(versus)
+                    line[key] = versus
         table.append(line)
     return table
 

@@ -160,10 +160,10 @@ def contenders(args, other_venv):
     return runs
 
 
-def ratios(rounds, label, base):
-    """Median and range of *label*'s total over *base*'s, round by
-    round."""
-    values = [r[label]['total'] / r[base]['total'] for r in rounds
+def ratios(rounds, label, base, value=lambda figures: figures['total']):
+    """Median and range of *label*'s total (or other *value* of its
+    figures) over *base*'s, round by round; None if no round has both."""
+    values = [value(r[label]) / value(r[base]) for r in rounds
               if label in r and base in r]
     if not values:
         return None

@@ -27,6 +27,7 @@ from relstorage.helptext import help_text
 
 from .bulk import add_contender_args
 from .bulk import fmt
+from .bulk import ratios
 from .bulk import spread
 from .bulk import take_turns
 from .bulk import write_json
@@ -49,10 +50,10 @@ def summarise(rounds, runs):
         other = 'RS 4.3 %s %s' % (run.database, run.mode)
         for kind in KINDS:
             line[kind] = spread([d[kind][0] for d in done])
-            versus = [r[other][kind][0] / r[run.label][kind][0]
-                      for r in rounds if other in r and run.label in r]
+            versus = ratios(rounds, other, run.label,
+                            lambda figures, kind=kind: figures[kind][0])
             if run.side.name == 'ours' and versus:
-                line['rs4_vs_this_' + kind] = spread(versus)
+                line['rs4_vs_this_' + kind] = versus
         table.append(line)
     return table
 

@@ -22,9 +22,12 @@ MAX_ID = (1 << 63) - 1
 
 def stored_id(oid):
     """*oid* (8 bytes) as the integer it is stored under; POSKeyError for
-    one above MAX_ID, which no row can have (asking the database would
-    fail on its type instead)."""
-    ioid = int.from_bytes(oid, 'big')
+    one above MAX_ID, or not 8 bytes long, which no row can have (asking
+    the database would fail on its type instead)."""
+    try:
+        ioid = oid_int(oid)[0]
+    except struct.error:
+        raise POSKeyError(oid) from None
     if ioid > MAX_ID:
         raise POSKeyError(oid)
     return ioid

@@ -18,6 +18,7 @@ from ZODB.utils import z64
 
 from relstorage.exceptions import InvalidPackTime
 from relstorage.exceptions import RelStorageError
+from relstorage.storage.load import MAX_ID
 
 #: An oid or tid just past what a signed 64-bit column holds, and the
 #: largest 8-byte one.
@@ -96,6 +97,22 @@ def test_load_of_oids_no_row_can_have(factory, site):
                 reader.load(bad)
             assert caught.value.args[0] == bad
         assert reader.load(oid)[0]
+    _still_usable(instance, oid)
+
+
+def test_older_reads_of_oids_not_8_bytes(factory, site):
+    """loadSerial, loadBefore and history take an oid that is not 8 bytes
+    long for none: a POSKeyError naming it (an empty oid was read as 0,
+    the root object, before)."""
+    storage, _, instance, oid = site
+    tid = instance.load(oid)[1]
+    for bad in (b'', b'\0', b'abc', b'\0' * 9):
+        for read in (lambda: instance.loadSerial(bad, tid),
+                     lambda: instance.loadBefore(bad, p64(MAX_ID)),
+                     lambda: instance.history(bad, 1)):
+            with pytest.raises(POSKeyError) as caught:
+                read()
+            assert caught.value.args[0] == bad
     _still_usable(instance, oid)
 
 
