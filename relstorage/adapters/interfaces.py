@@ -461,7 +461,10 @@ class IPackReads(ILoadSession):
         *pack_tid* are appended to *deleted* (a list), if given. With
         *checked*, where checks_kept_references, a row whose kept
         references the database found were read from that very state
-        comes with an empty state (b'') instead of the state."""
+        comes with an empty state (b'') instead of the state, and
+        either as it is otherwise or lean: ``(oid, b'', None, None,
+        kept)``, no tids (which no other row lacks), and ``kept`` None
+        where it holds no oid."""
 
     def states_after(after_tid):
         """``(oid, state)`` of every revision committed after

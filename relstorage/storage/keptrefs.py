@@ -25,8 +25,9 @@ can write the tables: they can remove anything anyway.) PostgreSQL and
 MySQL make the check themselves (``sha256()``, ``SHA2()``), so that the
 states of the objects whose kept references serve never travel: such a
 row comes with an empty state (which no real state is) when the pages
-are read checked (see IPackReads.states_at); this process checks the
-others.
+are read checked (see IPackReads.states_at), on PostgreSQL without its
+tids and with its kept bytes only when they hold an oid; this process
+checks the others.
 """
 import hashlib
 import struct
@@ -104,6 +105,19 @@ class KeptReferences:
             tids = {}
             stale = []
             for oid, state, tid, kept_tid, kept in rows:
+                if tid is None:
+                    # A row the database checked, sent lean (see
+                    # IPackReads.states_at): no tids, and the kept bytes
+                    # only when they hold any oid.
+                    if not (checked and state == b'' and kept_tid is None):
+                        raise ValueError(
+                            'a pre-pack row of object 0x%x came without '
+                            'its tid unchecked' % oid)
+                    if kept is not None:
+                        refs = decode(kept, state, checked)
+                        if refs:
+                            kept_found.append((oid, refs))
+                    continue
                 if use and kept_tid is not None:
                     if kept_tid == tid:
                         refs = decode(kept, state, checked)
