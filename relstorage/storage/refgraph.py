@@ -88,21 +88,29 @@ class ReferenceGraph:
         i = bisect_left(oids, oid)
         return i if i < len(oids) and oids[i] == oid else -1
 
-    def locator(self):
-        """A function giving the position of an oid (-1: not added), as
-        index() does. When the oids are dense (the largest below twice
-        their number, as in a database whose oids came from new_oid), a
-        table of positions by oid, of at most 8 bytes per object, makes
-        that a lookup instead of a binary search."""
+    def positions(self):
+        """When the oids are dense (the largest below twice their number,
+        as in a database whose oids came from new_oid): a table of the
+        position of each oid up to the largest (-1: not added), of at
+        most 8 bytes per object. Else None."""
         oids = self.oids
         count = len(oids)
         if not count or oids[0] < 0 or oids[-1] >= 2 * count \
                 or count >= 2 ** 31:
-            return self.index
-        size = oids[-1] + 1
-        where = array('i', [-1]) * size
+            return None
+        where = array('i', [-1]) * (oids[-1] + 1)
         for i, oid in enumerate(oids):
             where[oid] = i
+        return where
+
+    def locator(self):
+        """A function giving the position of an oid (-1: not added), as
+        index() does: a lookup in positions() where the oids are dense,
+        else a binary search."""
+        where = self.positions()
+        if where is None:
+            return self.index
+        size = len(where)
 
         def locate(oid):
             return where[oid] if 0 <= oid < size else -1
@@ -114,23 +122,41 @@ class ReferenceGraph:
         reference of a reached object to an oid that was not added,
         ``missing(referring_oid, oid)`` is called, if given."""
         oids, refs, ends = self.oids, self.refs, self.ends
-        index = self.locator()
+        where = self.positions()
+        if where is None:
+            index = self.index
+        else:
+            # Looked up in place below: a call per reference was a
+            # third of the walk.
+            size = len(where)
+
+            def index(oid):
+                return where[oid] if 0 <= oid < size else -1
         reached = bytearray(len(oids))
         # An array, not a list: a wide graph (a mapping of millions of
         # objects) puts that many positions on it at once.
         todo = array('q', [i for i in map(index, roots) if i >= 0])
         for i in todo:
             reached[i] = 1
+        pop = todo.pop
+        push = todo.append
         while todo:
-            i = todo.pop()
-            for ref in refs[ends[i - 1] if i else 0:ends[i]]:
-                j = index(ref)
+            i = pop()
+            start = ends[i - 1] if i else 0
+            end = ends[i]
+            if start == end:
+                continue  # most objects refer to none
+            for ref in refs[start:end]:
+                if where is not None:
+                    j = where[ref] if 0 <= ref < size else -1
+                else:
+                    j = index(ref)
                 if j < 0:
                     if missing is not None:
                         missing(oids[i], ref)
                 elif not reached[j]:
                     reached[j] = 1
-                    todo.append(j)
+                    push(j)
         return reached
 
     def unreached(self, reached):

@@ -147,3 +147,33 @@ def test_the_graph_in_memory_widens_for_oids_past_32_bits():
                                    (2 ** 40, 2 ** 33)]
     assert list(graph.unreached(graph.reach({2 ** 40}))) == []
     assert list(graph.unreached(graph.reach({1}))) == [2 ** 33, 2 ** 40]
+
+
+@settings(max_examples=200, deadline=None)
+@given(data=st.data(), sparse=st.booleans())
+def test_reach_is_a_plain_walk(data, sparse):
+    """reach() on any graph, its oids dense (a table of positions) or
+    sparse (a binary search): what a plain walk reaches, and each
+    reference to an oid never added reported once per referring object
+    reached."""
+    top = 2 ** 40 if sparse else 60
+    oids = sorted(data.draw(st.sets(st.integers(0, top), min_size=1,
+                                    max_size=40)))
+    targets = st.one_of(st.sampled_from(oids), st.integers(0, top))
+    edges = {oid: sorted(set(data.draw(st.lists(targets, max_size=4))))
+             for oid in oids}
+    roots = data.draw(st.sets(targets, max_size=4))
+    graph = ReferenceGraph()
+    half = len(oids) // 2
+    for part in (oids[:half], oids[half:]):
+        graph.add_page(part, [(oid, edges[oid]) for oid in part
+                              if edges[oid]])
+    missing = []
+    reached = graph.reach(roots, lambda oid, ref: missing.append((oid, ref)))
+    known = set(oids)
+    expected = _reached(edges, roots & known) & known
+    assert {oid for oid, flag in zip(oids, reached) if flag} == expected
+    assert list(graph.unreached(reached)) == sorted(known - expected)
+    assert sorted(missing) == sorted(
+        (oid, ref) for oid in expected for ref in edges[oid]
+        if ref not in known)
