@@ -9,7 +9,7 @@ from new_oid), else of 64: each object costs 9 bytes plus 4 per reference
 it holds (about 25 MB for 1,000,000 objects of 4 references each; twice
 that with 64 bits), and no state is kept once its references are read;
 following the references adds at most 8 bytes per object (see
-locator()).
+positions()).
 """
 from array import array
 from bisect import bisect_left
@@ -102,19 +102,6 @@ class ReferenceGraph:
         for i, oid in enumerate(oids):
             where[oid] = i
         return where
-
-    def locator(self):
-        """A function giving the position of an oid (-1: not added), as
-        index() does: a lookup in positions() where the oids are dense,
-        else a binary search."""
-        where = self.positions()
-        if where is None:
-            return self.index
-        size = len(where)
-
-        def locate(oid):
-            return where[oid] if 0 <= oid < size else -1
-        return locate
 
     def reach(self, roots, missing=None):
         """A bytearray, one byte per object, set for every object that
