@@ -317,3 +317,23 @@ def test_a_pack_without_garbage_collection_keeps_nothing(factory):
         assert _kept(db.storage) == {}
     finally:
         db.close()
+
+
+def test_the_kept_bytes_a_page_makes_are_encode_s():
+    """merged() makes the kept bytes in place: byte for byte what
+    encode() makes, for objects referring to none, one or many."""
+    from relstorage.storage.keptrefs import KeptReferences
+    from relstorage.storage.keptrefs import encode
+    rows = [(oid, b'state %d' % oid * (oid % 7 + 1), 100 + oid, None, None)
+            for oid in range(1, 200)]
+    found = [(oid, list(range(oid + 1, oid + 1 + oid % 70)))
+             for oid in range(1, 200, 3)]
+    kept = KeptReferences(True)
+    (page,) = kept.to_read([rows])
+    oids, merged, keep, stale = kept.merged(page, found)
+    assert oids == list(range(1, 200)) and merged == found and not stale
+    refs = dict(found)
+    assert keep == [(oid, tid, encode(refs.get(oid, ()), state))
+                    for oid, state, tid, _, _ in rows]
+    for oid, _, kept_bytes in keep:
+        assert decode(kept_bytes, rows[oid - 1][1]) == refs.get(oid, [])
