@@ -34,6 +34,7 @@ from .bulk import add_contender_args
 from .bulk import fmt
 from .bulk import ratios
 from .bulk import server_cpu
+from .bulk import server_cpu_since
 from .bulk import spread
 from .bulk import take_turns
 from .bulk import write_json
@@ -76,7 +77,7 @@ def adds_at_once(run, args, workdir, script):
         with open(spec['go'], 'w'):
             pass
         outputs = [p.communicate(timeout=READY_TIMEOUT) for p in procs]
-        server = server_cpu() - server
+        server = server_cpu_since(server)
     finally:
         for p in procs:
             if p.poll() is None:

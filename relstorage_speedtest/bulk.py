@@ -98,7 +98,7 @@ class Run:
         server = server_cpu()
         work = self.side.run(script, 'work', spec, workdir)
         fresh = self.side.run(script, 'read', spec, workdir)
-        server = server_cpu() - server
+        server = server_cpu_since(server)
         if (work['count'], work['digest']) != (fresh['count'],
                                                fresh['digest']):
             raise PackBenchError('%s: the fresh process read other data '
@@ -115,29 +115,41 @@ SERVERS = ('postgres', 'mariadbd', 'mysqld')
 
 
 def server_cpu():
-    """The CPU seconds the database servers of this machine (their
-    processes that /proc shows, and the processes they started that have
-    ended) have used so far; 0 without /proc."""
-    total = 0
+    """What the database servers of this machine have used so far: the
+    CPU seconds of each of their processes that /proc shows, with those
+    of the processes it started that have ended (PostgreSQL's sessions,
+    each a process that ends with its connection), by process (its pid
+    and start time); empty without /proc. See server_cpu_since()."""
+    used = {}
     try:
         pids = [pid for pid in os.listdir('/proc') if pid.isdigit()]
     except OSError:
-        return 0.0
+        return used
     for pid in pids:
         try:
             with open('/proc/%s/comm' % pid) as f:
                 if f.read().strip() not in SERVERS:
                     continue
             with open('/proc/%s/stat' % pid) as f:
-                # utime, stime, and those of its children that ended
-                # (cutime, cstime: PostgreSQL's sessions, each a process
-                # that ends with its connection), counted after the
-                # parenthesised name.
+                # After the parenthesised name: utime, stime, cutime,
+                # cstime, then (six on) the start time.
                 fields = f.read().rsplit(')', 1)[1].split()
-            total += sum(int(field) for field in fields[11:15])
+            used[pid, fields[19]] = sum(int(field)
+                                        for field in fields[11:15])
         except (OSError, IndexError, ValueError):
             continue  # gone meanwhile
-    return total / os.sysconf('SC_CLK_TCK')
+    return used
+
+
+def server_cpu_since(before):
+    """The CPU seconds the database servers have used since *before* (a
+    server_cpu()): what each process still running used meanwhile, all
+    of what a new one used. A process that ended meanwhile is not
+    counted, unless its parent (a server's process) reaped it: the
+    servers of other runs that stop meanwhile take nothing away."""
+    ticks = sum(used - before.get(key, 0)
+                for key, used in server_cpu().items())
+    return ticks / os.sysconf('SC_CLK_TCK')
 
 
 def contenders(args, other_venv):

@@ -63,15 +63,17 @@ def test_beside_relstorage_4(tmp_path):
 
 
 def test_server_cpu_counts_the_servers_work():
-    """server_cpu() grows while PostgreSQL works (a server of this
-    machine, as the test databases are), and keeps what a session's
-    process used once that has ended."""
+    """server_cpu_since() counts what PostgreSQL did (a server of this
+    machine, as the test databases are), a session's process included
+    once that has ended; and never less than nothing, whatever servers
+    stop meanwhile."""
     import os
 
     import psycopg2
 
     from relstorage.testing.dbs import pg_dsn
     from relstorage_speedtest.bulk import server_cpu
+    from relstorage_speedtest.bulk import server_cpu_since
 
     def named(pid):
         try:
@@ -92,4 +94,9 @@ def test_server_cpu_counts_the_servers_work():
         conn.close()
     # Counted after the session's process has ended too.
     time.sleep(0.2)
-    assert server_cpu() - before > 0.05
+    assert server_cpu_since(before) > 0.05
+    # A server that stopped meanwhile (its processes gone, with what they
+    # had used) takes nothing away.
+    gone = server_cpu()
+    gone['999999999', '1'] = 10 ** 9
+    assert 0 <= server_cpu_since(gone) < 1
