@@ -53,8 +53,12 @@ def _digest(state, body):
 
 
 def encode(refs, state):
-    """The bytes kept for *refs* (oids, in increasing order) read from
-    *state*."""
+    """The bytes kept for *refs* (oids, in increasing order; None or
+    empty for none) read from *state*."""
+    if not refs:
+        # Most objects: the digest of the state alone (one call, not
+        # three: a first pack keeps the bytes of every object).
+        return _sha256(state).digest()[:DIGEST]
     body = _oids(len(refs)).pack(*refs)
     return body + _digest(state, body)
 
@@ -147,20 +151,7 @@ class KeptReferences:
             found = sorted(found + kept_found)
         if not tids:
             return oids, found, (), stale
-        # encode(), spelled out: a first pack keeps the references of
-        # every object, most referring to none (whose kept bytes are the
-        # digest of the state alone), and three calls an object were a
-        # tenth of the packing process's work.
         refs = dict(found).get
-        sha256 = _sha256
-        keep = []
-        for oid, (tid, state) in tids.items():
-            found_refs = refs(oid)
-            if found_refs:
-                body = _oids(len(found_refs)).pack(*found_refs)
-                digest = sha256(state)
-                digest.update(body)
-                keep.append((oid, tid, body + digest.digest()[:DIGEST]))
-            else:
-                keep.append((oid, tid, sha256(state).digest()[:DIGEST]))
+        keep = [(oid, tid, encode(refs(oid), state))
+                for oid, (tid, state) in tids.items()]
         return oids, found, keep, stale

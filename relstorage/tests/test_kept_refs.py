@@ -2,6 +2,7 @@
 later pack unpickles only what changed, yet removes exactly what an
 unpickling pack would."""
 import contextlib
+import hashlib
 import time
 
 import pytest
@@ -320,8 +321,10 @@ def test_a_pack_without_garbage_collection_keeps_nothing(factory):
 
 
 def test_the_kept_bytes_a_page_makes_are_encode_s():
-    """merged() makes the kept bytes in place: byte for byte what
-    encode() makes, for objects referring to none, one or many."""
+    """merged() keeps what encode() makes, for objects referring to none,
+    one or many: the oids, 8 bytes each, big-endian, then the first 16
+    bytes of the SHA-256 of the state and those oids; decode() reads
+    them back."""
     from relstorage.storage.keptrefs import KeptReferences
     from relstorage.storage.keptrefs import encode
     rows = [(oid, b'state %d' % oid * (oid % 7 + 1), 100 + oid, None, None)
@@ -337,3 +340,6 @@ def test_the_kept_bytes_a_page_makes_are_encode_s():
                     for oid, state, tid, _, _ in rows]
     for oid, _, kept_bytes in keep:
         assert decode(kept_bytes, rows[oid - 1][1]) == refs.get(oid, [])
+        body = b''.join(ref.to_bytes(8, 'big') for ref in refs.get(oid, ()))
+        assert kept_bytes == body + hashlib.sha256(
+            rows[oid - 1][1] + body).digest()[:16]
