@@ -30,6 +30,7 @@ import time
 
 from relstorage.helptext import help_text
 
+from .bulk import MODELESS
 from .bulk import add_contender_args
 from .bulk import fmt
 from .bulk import ratios
@@ -45,7 +46,7 @@ SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)),
 #: Seconds the processes of a contender have to open their database and
 #: say they are ready.
 READY_TIMEOUT = 300
-BASELINE = 'ZODB alone'
+BASELINE = MODELESS['mappingstorage']
 
 
 def adds_at_once(run, args, workdir, script):
@@ -89,10 +90,9 @@ def adds_at_once(run, args, workdir, script):
             raise PackBenchError('%s: an adding process failed:\n%s' % (
                 run.label, (err or out)[-3000:]))
         figures.append(json.loads(out.strip().splitlines()[-1]))
-    expected = args.objects
-    if any(f['count'] != expected for f in figures):
+    if any(f['count'] != args.objects for f in figures):
         raise PackBenchError('%s: a process read back %s objects, not %d' % (
-            run.label, [f['count'] for f in figures], expected))
+            run.label, [f['count'] for f in figures], args.objects))
     adds = args.processes * args.commits
     return {'ms': statistics.mean(
         [statistics.mean(f['seconds']) * 1000 for f in figures]),
@@ -112,9 +112,9 @@ def summarise(rounds, runs):
         line = {'label': run.label}
         for name in ('ms', 'cpu_ms', 'server_ms'):
             line[name] = spread([d[name] for d in done])
-        if run.side.name == 'ours' and run.database != 'mappingstorage':
-            for key, other in (('rs4_vs_this', 'RS 4.3 %s %s' % (
-                    run.database, run.mode)), ('zodb_share', BASELINE)):
+        if run.side.name == 'ours' and run.mode is not None:
+            for key, other in (('rs4_vs_this', run.rs4_label),
+                               ('zodb_share', BASELINE)):
                 versus = ratios(rounds, other, run.label,
                                 lambda figures: figures['ms'])
                 if versus:

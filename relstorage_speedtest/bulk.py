@@ -48,11 +48,14 @@ from .pack import other_side
 SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)),
                       'bulkside.py')
 MODE_NAMES = {'hf': False, 'hp': True}
+#: The labels of the storages that have no history mode (nor another
+#: side), by database name.
+MODELESS = {'filestorage': 'FileStorage', 'mappingstorage': 'ZODB alone'}
 
 
 class Run:
     """One contender: a side (whose Python runs the script), a database
-    and a history mode (None for FileStorage and MappingStorage)."""
+    and a history mode (None for those of MODELESS)."""
 
     def __init__(self, side, database, mode):
         self.side = side
@@ -61,12 +64,17 @@ class Run:
 
     @property
     def label(self):
-        who = 'RS 4.3' if self.side.name == 'other' else 'ours'
-        if self.database == 'filestorage':
-            return 'FileStorage'
-        if self.database == 'mappingstorage':
-            return 'ZODB alone'
-        return '%s %s %s' % (who, self.database, self.mode)
+        if self.database in MODELESS:
+            return MODELESS[self.database]
+        if self.side.name == 'other':
+            return self.rs4_label
+        return 'ours %s %s' % (self.database, self.mode)
+
+    @property
+    def rs4_label(self):
+        """The label of RelStorage 4.3's run on the same database in the
+        same mode."""
+        return 'RS 4.3 %s %s' % (self.database, self.mode)
 
     def section(self, workdir):
         """The storage section, for an empty database."""
@@ -161,7 +169,7 @@ def contenders(args, other_venv):
         raise SystemExit('unknown modes: %s' % ', '.join(sorted(unknown)))
     runs = []
     for database in databases:
-        if database in ('filestorage', 'mappingstorage'):
+        if database in MODELESS:
             runs.append(Run(ours, database, None))
             continue
         for mode in modes:
@@ -201,10 +209,10 @@ def summarise(rounds, runs):
             'peak_mb': spread([d['peak_mb'] for d in done]),
             'cpu': spread([d['cpu'] for d in done]),
             'server_cpu': spread([d['server_cpu'] for d in done]),
-            'vs_filestorage': ratios(rounds, run.label, 'FileStorage')}
-        if run.side.name == 'ours' and run.database != 'filestorage':
-            line['rs4_vs_this'] = ratios(
-                rounds, 'RS 4.3 %s %s' % (run.database, run.mode), run.label)
+            'vs_filestorage': ratios(rounds, run.label,
+                                     MODELESS['filestorage'])}
+        if run.side.name == 'ours' and run.mode is not None:
+            line['rs4_vs_this'] = ratios(rounds, run.rs4_label, run.label)
         table.append(line)
     return table
 

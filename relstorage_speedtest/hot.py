@@ -47,10 +47,9 @@ def summarise(rounds, runs):
         if not done:
             continue
         line = {'label': run.label}
-        other = 'RS 4.3 %s %s' % (run.database, run.mode)
         for kind in KINDS:
             line[kind] = spread([d[kind][0] for d in done])
-            versus = ratios(rounds, other, run.label,
+            versus = ratios(rounds, run.rs4_label, run.label,
                             lambda figures, kind=kind: figures[kind][0])
             if run.side.name == 'ours' and versus:
                 line['rs4_vs_this_' + kind] = versus
