@@ -39,10 +39,6 @@ from .sql import EMPTY_TABLE
 
 log = logging.getLogger(__name__)
 
-#: Oids handed out per trip to the database.
-OID_BLOCK = 16
-
-
 def _first_line(error):
     text = str(error).strip()
     return text.splitlines()[0] if text else type(error).__name__

@@ -4,6 +4,9 @@ from zope.interface import implementer
 
 from .interfaces import IOIDAllocator
 
+#: Oids handed out per trip to the database.
+OID_BLOCK = 16
+
 
 @implementer(IOIDAllocator)
 class OIDAllocator:
@@ -40,6 +43,5 @@ class SequenceOIDAllocator(OIDAllocator):
     next_values_sql = None
 
     def new_blocks(self, session, blocks):
-        from .adapter import OID_BLOCK
         rows = session.fetchall(self.next_values_sql, (blocks,))
         return [(first, OID_BLOCK) for (first,) in rows]

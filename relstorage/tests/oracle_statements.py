@@ -15,7 +15,7 @@ import tempfile
 from relstorage.adapters.adapter import LoadSession
 from relstorage.adapters.adapter import StoreSession
 from relstorage.adapters.oracle.adapter import OracleAdapter
-from relstorage.adapters.oracle.adapter import OracleSession
+from relstorage.adapters.oracle.session import OracleSession
 from relstorage.adapters.schema import SCHEMA_VERSION
 from relstorage.options import Options
 

@@ -101,7 +101,7 @@ def test_adapter_sessions_and_components_keep_the_contract(
 def test_oracle_as_far_as_it_is_built_without_a_server(keep_history):
     pytest.importorskip('oracledb')
     from relstorage.adapters.oracle import OracleAdapter
-    from relstorage.adapters.oracle.adapter import OracleSession
+    from relstorage.adapters.oracle.session import OracleSession
     adapter = OracleAdapter(user='nobody', password='-', dsn='localhost/x',
                             options=Options(keep_history=keep_history))
     verify_components(adapter)

@@ -158,7 +158,7 @@ def test_commit_lock_waits_then_times_out(oracle):
         holder.session.begin()
         adapter.locker.hold_commit_lock(holder.session,
                                         adapter.mover.last_tid_sql)
-        assert adapter.dbms_lock is not None
+        assert adapter.locker.dbms_lock is not None
         waiter.session.begin()
         with pytest.raises(CommitLockTimeout):
             adapter.locker.hold_commit_lock(waiter.session,

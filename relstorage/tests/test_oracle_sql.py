@@ -17,7 +17,9 @@ import pytest
 import sqlglot
 from sqlglot import exp
 
-from relstorage.adapters.oracle import adapter as oracle_adapter
+from relstorage.adapters.oracle import locker as oracle_locker
+from relstorage.adapters.oracle import schema as oracle_schema
+from relstorage.adapters.oracle import session as oracle_session
 from relstorage.adapters.sql import named_binds
 from relstorage.adapters.session import in_list
 
@@ -156,9 +158,13 @@ def _sql_attributes(adapter):
                     if isinstance(text, str):
                         found['%s.%s[%d]' % (type(owner).__name__, name,
                                              i)] = text
-    for name in ('CREATE_SEQUENCE', 'TEMP_STORE_DDL', 'BEGIN_SNAPSHOT',
-                 'REQUEST_COMMIT_LOCK', 'REQUEST_PACK_LOCK', 'RELEASE_LOCK'):
-        found[name] = getattr(oracle_adapter, name)
+    for module, names in (
+            (oracle_schema, ('CREATE_SEQUENCE', 'TEMP_STORE_DDL')),
+            (oracle_session, ('BEGIN_SNAPSHOT',)),
+            (oracle_locker, ('REQUEST_COMMIT_LOCK', 'REQUEST_PACK_LOCK',
+                             'RELEASE_LOCK'))):
+        for name in names:
+            found[name] = getattr(module, name)
     return found
 
 

@@ -6,7 +6,7 @@ import logging
 import re
 
 from ...exceptions import DatabaseUnavailable
-from ..adapter import OID_BLOCK
+from ..oidallocator import OID_BLOCK
 from ..adapter import Adapter
 from .. import replicas
 from ..keepalive import Keepalive

@@ -10,7 +10,7 @@ from ZODB.utils import p64
 
 from ...exceptions import ConfigurationError
 from ...exceptions import DatabaseUnavailable
-from ..adapter import OID_BLOCK
+from ..oidallocator import OID_BLOCK
 from ..adapter import Adapter
 from ..locker import Locker
 from ..mover import HistoryFreeMover

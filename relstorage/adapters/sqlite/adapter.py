@@ -17,7 +17,7 @@ from ...exceptions import CommitLockTimeout
 from ...exceptions import DatabaseMissing
 from ...exceptions import ConfigurationError
 from ...exceptions import DatabaseUnavailable
-from ..adapter import OID_BLOCK
+from ..oidallocator import OID_BLOCK
 from ..adapter import Adapter
 from .. import cooperative
 from ..locker import Locker

@@ -1,0 +1,66 @@
+"""Oracle sessions: named binds, no BEGIN (a transaction begins with its
+first statement), COMMIT and ROLLBACK as the connection's calls, and a
+read-only transaction as a load snapshot."""
+from ..session import Session
+from ..sql import named_binds
+
+
+#: Ends the transaction before (ROLLBACK) and begins a read-only one, whose
+#: queries all see the database as it was when it began: one round trip.
+BEGIN_SNAPSHOT = 'BEGIN ROLLBACK; SET TRANSACTION READ ONLY; END;'
+
+
+class OracleSession(Session):
+    """Transactions begin with their first statement (there is no BEGIN);
+    COMMIT and ROLLBACK are the connection's calls."""
+
+    def translate(self, stmt):
+        return named_binds(stmt)
+
+    def execute(self, stmt, params=()):
+        if stmt == 'COMMIT' or stmt == 'ROLLBACK':
+            self._end(stmt)
+            return self.cursor
+        return super().execute(stmt, params)
+
+    def _end(self, verb):
+        with self.lock:
+            conn = self.conn
+            if conn is None:
+                self.lost()
+            self.round_trips += 1
+            try:
+                if verb == 'COMMIT':
+                    conn.commit()
+                else:
+                    conn.rollback()
+            except Exception as e:
+                self.translate_error(e)
+                raise
+
+    def begin(self, sql=None):
+        if sql and sql != 'BEGIN':
+            self.execute(sql)
+        self.in_transaction = True
+
+    def restart(self, begin_sql):
+        # The snapshot block ends the transaction before it.
+        self.begin(begin_sql)
+
+    def table_exists(self, name):
+        return bool(self.scalar(
+            'SELECT COUNT(*) FROM user_tables WHERE table_name = %s',
+            (name.upper(),)))
+
+    def sequence_exists(self, name):
+        return bool(self.scalar(
+            'SELECT COUNT(*) FROM user_sequences WHERE sequence_name = %s',
+            (name.upper(),)))
+
+    def call_status(self, block, **binds):
+        """Run the PL/SQL *block*, which sets ``:status``; return it."""
+        with self.lock:
+            status = self.live_cursor().var(int)
+            binds['status'] = status
+            self.execute(block, binds)
+            return status.getvalue()
