@@ -132,15 +132,6 @@ def _parse():
     return ET.parse(COMPONENT).getroot()
 
 
-def section_descriptions():
-    """``{section: description}`` of the section types that have one."""
-    root = _parse()
-    found = {t.get('name'): _text(t) for t in root.findall('sectiontype')}
-    for abstract in root.findall('abstracttype'):
-        found[abstract.get('name')] = _text(abstract)
-    return found
-
-
 def keys():
     """Every key of every section, in SECTIONS order, then as
     component.xml lists them."""

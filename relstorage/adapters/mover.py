@@ -54,8 +54,6 @@ class Mover:
     #: Completes a SELECT that reads no table (Oracle's FROM DUAL).
     no_table = ''
 
-    temp_store_ddl = None  # set by the adapter
-
     def __init__(self, adapter):
         self.adapter = adapter
         #: blob_of's statement (see blobs.BLOB_OF).

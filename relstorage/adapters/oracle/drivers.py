@@ -15,8 +15,6 @@ from ..redact import scrub
 DRIVER_NAMES = {'oracledb': 'oracledb', 'python-oracledb': 'oracledb',
                 'cx_oracle': 'cx_Oracle'}
 
-#: Login refused: wrong password; account locked; password expired.
-LOGIN_ERRORS = ('ORA-01017', 'ORA-28000', 'ORA-28001', 'ORA-01005')
 #: A missing privilege (at login, CREATE SESSION; no quota granted on a
 #: tablespace at all).
 PRIVILEGE_ERRORS = ('ORA-01031', 'ORA-01045', 'ORA-01950', 'ORA-01749')
