@@ -21,17 +21,17 @@ MIN_RANGE = 3
 #: Parameters per row-lock statement.
 PARAMS_PER_LOCK = 500
 
-#: The row-lock SELECT around its WHERE, a disjunction of oid ranges and
-#: lists made per vote from the oids (between the two parts).
-LOCK_ROWS_HEAD = SQL('SELECT zoid, tid FROM {table} WHERE ')
-LOCK_ROWS_TAIL = SQL(' ORDER BY zoid{clause}')
+#: The row-lock SELECT; its WHERE is a disjunction of oid ranges and
+#: lists made per vote from the oids.
+LOCK_ROWS = SQL('SELECT zoid, tid FROM {table} WHERE {where} '
+                'ORDER BY zoid{clause}')
 
 
-def lock_ends(table, clause):
-    """``(head, tail)`` of the row-lock SELECTs on *table* with the lock
-    *clause*."""
-    return (LOCK_ROWS_HEAD.format(table=table),
-            LOCK_ROWS_TAIL.format(clause=clause))
+def lock_rows_sql(table, clause):
+    """The row-lock SELECT on *table* with the lock *clause*, its
+    ``{where}`` slot left to fill per statement."""
+    return SQL(LOCK_ROWS.format(table=table, clause=clause,
+                                where='{where}'))
 
 
 def runs(oids):
@@ -79,17 +79,18 @@ class Locker:
         self.adapter = adapter
         self.mover = mover
         if mover is not None:
-            self.exclusive_ends = lock_ends(mover.lock_table,
-                                            self.exclusive_clause)
-            self.shared_ends = lock_ends(mover.lock_table, self.shared_clause)
+            self.exclusive_sql = lock_rows_sql(mover.lock_table,
+                                               self.exclusive_clause)
+            self.shared_sql = lock_rows_sql(mover.lock_table,
+                                            self.shared_clause)
 
     def lock_rows(self, session, store_oids, read_oids):
         """Lock rows; return ``{oid: current_tid}`` for all that exist."""
         current = {}
-        for oids, ends in ((sorted(store_oids), self.exclusive_ends),
-                           (sorted(set(read_oids) - set(store_oids)),
-                            self.shared_ends)):
-            for chunk, sql, params in self.statements(oids, *ends):
+        for oids, template in ((sorted(store_oids), self.exclusive_sql),
+                               (sorted(set(read_oids) - set(store_oids)),
+                                self.shared_sql)):
+            for chunk, sql, params in self.statements(oids, template):
                 try:
                     current.update(session.fetchall(sql, params))
                 except Exception as e:
@@ -108,10 +109,11 @@ class Locker:
         """``(oids, sql, params)`` selecting ``zoid, tid`` of the sorted
         *oids* of *table* with the lock *clause*, in as many statements
         as needed."""
-        return self.statements(oids, *lock_ends(table, clause))
+        return self.statements(oids, lock_rows_sql(table, clause))
 
-    def statements(self, oids, head, tail):
-        """lock_statements, its SELECTs being *head* + WHERE + *tail*.
+    def statements(self, oids, template):
+        """lock_statements, its SELECTs being *template* with the WHERE
+        filled in.
 
         Objects created together have consecutive oids: a run of them is
         selected as one range, two parameters instead of one per oid (a
@@ -125,7 +127,7 @@ class Locker:
                 in_where, in_params = self.singles_where(singles)
                 zoid_where.append(in_where)
                 params.extend(in_params)
-            sql = head + ' OR '.join(zoid_where) + tail
+            sql = template.format(where=' OR '.join(zoid_where))
             return covered[:], sql, params[:]
 
         for first, last in runs(oids):

@@ -67,6 +67,9 @@ UNREACHED = SQL(
     'INSERT INTO pack_gc (zoid) SELECT c.zoid FROM {table} c WHERE '
     'c.tid <= %s AND NOT EXISTS (SELECT 1 FROM pack_reached r '
     'WHERE r.zoid = c.zoid)')
+#: Narrows the deletions the pre-pack did not read (deleted_template) to
+#: the objects reached.
+REACHED = ' AND EXISTS (SELECT 1 FROM pack_reached r WHERE r.zoid = c.zoid)'
 #: Those of the objects in the list {oids} whose current revision is
 #: still the one at or before the pack time.
 STILL_DELETED = SQL(
@@ -178,7 +181,7 @@ class Packer:
         when none are kept; see keep_references). The oids of the page's
         objects whose revision current at *pack_tid* records a deletion,
         still current, are appended to the list *deleted* if one is given
-        (what deleted_sql finds, found on the way). With *checked*, where
+        (what deleted_template finds, found on the way). With *checked*, where
         the database checks kept references (checks_kept_references),
         the state is empty bytes for each row whose kept references it
         found were read from that very state."""
@@ -253,7 +256,7 @@ class Packer:
         and those whose revision current at *pack_tid* records a deletion
         (deleteObject, or an undone creation), which go with or without
         garbage collection: the oids *deleted*, when the pre-pack read
-        them with the states (states_at), else found by deleted_sql (a
+        them with the states (states_at), else found by deleted_template (a
         look at every current object's row). Returns how many."""
         reached_clause = ''
         if gc:
@@ -268,9 +271,9 @@ class Packer:
                         'pack_reached WHERE zoid IN %s' % in_list(oids),
                         oids)
                 return self.garbage_count(session)
-            reached_clause = (' AND EXISTS (SELECT 1 FROM pack_reached r '
-                              'WHERE r.zoid = c.zoid)')
-        session.execute(self.deleted_sql + reached_clause, (pack_tid,))
+            reached_clause = REACHED
+        session.execute(self.deleted_template.format(reached=reached_clause),
+                        (pack_tid,))
         return self.garbage_count(session)
 
     def garbage_count(self, session):
@@ -372,10 +375,10 @@ class HistoryPreservingPacker(Packer):
     current_table = 'current_object'
     #: Puts in pack_gc the objects whose revision current at the pack time
     #: records a deletion.
-    deleted_sql = (
+    deleted_template = SQL(
         'INSERT INTO pack_gc (zoid) SELECT c.zoid FROM current_object c '
         'JOIN object_state s ON s.zoid = c.zoid AND s.tid = c.tid '
-        'WHERE c.tid <= %s AND s.state IS NULL')
+        'WHERE c.tid <= %s AND s.state IS NULL{reached}')
     # A page is a run of object_state's primary key: every revision at or
     # before the pack time, the newest of each object kept here
     # (states_at). The database reads the rows one after another instead
@@ -478,8 +481,9 @@ class HistoryFreePacker(Packer):
     current_table = 'object_state'
     # A deleted object keeps its row, with a NULL state, as a tombstone
     # that tells polls of the deletion; packing removes the tombstones.
-    deleted_sql = ('INSERT INTO pack_gc (zoid) SELECT c.zoid FROM '
-                   'object_state c WHERE c.tid <= %s AND c.state IS NULL')
+    deleted_template = SQL(
+        'INSERT INTO pack_gc (zoid) SELECT c.zoid FROM object_state c '
+        'WHERE c.tid <= %s AND c.state IS NULL{reached}')
 
     states_at_template = SQL(
         'SELECT {columns} FROM object_state s{join} WHERE s.tid <= %s '
