@@ -12,6 +12,8 @@ import ZODB
 from persistent.mapping import PersistentMapping
 
 from relstorage import uriresolver
+from relstorage.adapters.mysql.tls import connector_c
+from relstorage.adapters.mysql.tls import mysqlclient_options
 from relstorage.config import storage_from_string
 from relstorage.exceptions import DatabaseUnavailable
 from relstorage.testing.dbs import in_ci
@@ -380,3 +382,29 @@ def test_each_mode_does_what_it_says(servers, other_ca, driver, mode, case,
     finally:
         storage.close()
     assert bool(cipher) == (outcome == 'encrypted'), (outcome, cipher)
+
+
+def test_mysqlclient_is_told_each_mode_in_its_librarys_terms():
+    """MySQL's client library takes the modes as they are (only its
+    VERIFY modes given the CA); MariaDB's, as tested above, needs
+    REQUIRED to encrypt at all and checks a CA it is given without
+    checking the name. Which library it is comes from its version."""
+    files = {'ca': '/ca.pem', 'cert': '/c.pem', 'key': '/k.pem'}
+    told = {mariadb: {mode: mysqlclient_options(mode, files, mariadb)
+                      for mode in MODES}
+            for mariadb in (False, True)}
+    client = {'cert': '/c.pem', 'key': '/k.pem'}
+    verified = dict(client, ca='/ca.pem')
+    assert told[False] == {
+        'DISABLED': ('DISABLED', None), 'PREFERRED': ('PREFERRED', client),
+        'REQUIRED': ('REQUIRED', client),
+        'VERIFY_CA': ('VERIFY_CA', verified),
+        'VERIFY_IDENTITY': ('VERIFY_IDENTITY', verified)}
+    assert told[True] == {
+        'DISABLED': ('DISABLED', None), 'PREFERRED': ('REQUIRED', client),
+        'REQUIRED': ('REQUIRED', client),
+        'VERIFY_CA': ('REQUIRED', verified),
+        'VERIFY_IDENTITY': ('VERIFY_IDENTITY', verified)}
+    assert [connector_c(v) for v in ('3.3.20', '10.11.6', '8.0.36',
+                                     '5.7.44', '9.1.0')] == [
+        True, True, False, False, False]
