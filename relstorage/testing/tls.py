@@ -1,6 +1,7 @@
 """For the TLS and credential tests: certificates made with openssl, a
 private MariaDB server that speaks TLS and has a user that must use it,
-and a private PostgreSQL server that checks one user's password."""
+a private PostgreSQL server that speaks TLS, and one that checks one
+user's password."""
 import os
 import shutil
 import subprocess
@@ -54,6 +55,20 @@ def make_certificate(directory, name, ca, common_name, alt_names=None):
     return os.path.join(directory, cert), os.path.join(directory, key)
 
 
+def server_certificate(server):
+    """A CA and, signed by it, a certificate for SERVER_NAME in
+    *server*'s directory, readable by the server's system user:
+    ``(ca, certificate, key)`` paths."""
+    ca = make_ca(server.dir)
+    cert, key = make_certificate(server.dir, 'server', ca, SERVER_NAME,
+                                 'IP:' + SERVER_NAME)
+    if server._as_root():
+        uid, gid = server._system_ids()
+        for path in (cert, key):
+            os.chown(path, uid, gid)
+    return ca[0], cert, key
+
+
 class TLSMySQLServer(MySQLServer):
     """A private MariaDB server with TLS (its certificate, for
     SERVER_NAME, signed by the CA at ``ca_path``) and TLS_USER, who
@@ -65,16 +80,9 @@ class TLSMySQLServer(MySQLServer):
         super().__init__(also_listen=(OTHER_ADDRESS,))
 
     def _initialise(self):
-        ca = make_ca(self.dir)
-        cert, key = make_certificate(self.dir, 'server', ca, SERVER_NAME,
-                                     'IP:' + SERVER_NAME)
-        self.ca_path = ca[0]
-        if self._as_root():
-            uid, gid = self._system_ids()
-            for path in (cert, key):
-                os.chown(path, uid, gid)
-        self.extra_args = ['--ssl-ca=%s' % ca[0], '--ssl-cert=%s' % cert,
-                           '--ssl-key=%s' % key]
+        self.ca_path, cert, key = server_certificate(self)
+        self.extra_args = ['--ssl-ca=%s' % self.ca_path,
+                           '--ssl-cert=%s' % cert, '--ssl-key=%s' % key]
         super()._initialise()
 
     def _setup(self):
@@ -84,6 +92,23 @@ class TLSMySQLServer(MySQLServer):
                        "BY '%s' REQUIRE SSL" % (TLS_USER, host, TLS_PASSWORD),
                        "GRANT ALL PRIVILEGES ON `relstoragetest_hp`.* "
                        "TO '%s'@'%s'" % (TLS_USER, host))
+
+
+class TLSPostgreSQLServer(PostgreSQLServer):
+    """A private PostgreSQL server that offers TLS (its certificate, for
+    SERVER_NAME, signed by the CA at ``ca_path``), to clients that want
+    it; it also listens on OTHER_ADDRESS."""
+
+    prefix = 'relstorage-private-tls-'
+
+    def __init__(self):
+        super().__init__(also_listen=(OTHER_ADDRESS,))
+
+    def _initialise(self):
+        self.ca_path, cert, key = server_certificate(self)
+        self.extra_settings = {'ssl': 'on', 'ssl_cert_file': "'%s'" % cert,
+                               'ssl_key_file': "'%s'" % key}
+        super()._initialise()
 
 
 #: The PostgreSQL user whose password PasswordPostgreSQLServer checks.

@@ -12,6 +12,8 @@ import ZODB
 from persistent.mapping import PersistentMapping
 
 from relstorage import uriresolver
+from relstorage.adapters.mysql.tls import connector_c
+from relstorage.adapters.mysql.tls import mysqlclient_options
 from relstorage.config import storage_from_string
 from relstorage.exceptions import DatabaseUnavailable
 from relstorage.testing.dbs import in_ci
@@ -288,3 +290,121 @@ def test_required_tls_from_a_server_without_it(plain_server, driver):
             or 'the connection is not encrypted' in message), message
     # Without it, the same section connects.
     storage_from_string(text).close()
+
+
+# -- each ssl-mode against each kind of server -------------------------
+
+MODES = ['DISABLED', 'PREFERRED', 'REQUIRED', 'VERIFY_CA', 'VERIFY_IDENTITY']
+#: The servers a mode is tried against: the certificate names the
+#: address connected to and is signed by the CA given; it names another
+#: address; it is signed by a CA other than the one given; the server
+#: speaks no TLS.
+CASES = ['named', 'wrong-name', 'wrong-ca', 'no-tls']
+#: What a refusal says, by case (either driver's words).
+PROBLEMS = {
+    'wrong-name': ('IP address mismatch',
+                   'Validation of SSL server certificate failed'),
+    'wrong-ca': ('self-signed certificate', 'unable to get local issuer'),
+    'no-tls': ('SSL is required', 'the connection is not encrypted'),
+}
+
+
+def expected(mode, case):
+    """'clear', 'encrypted' or 'refused': what MySQL's client's *mode*
+    does with the server of *case*."""
+    if mode == 'DISABLED':
+        return 'clear'
+    if case == 'no-tls':
+        return 'clear' if mode == 'PREFERRED' else 'refused'
+    checks = {'REQUIRED': (), 'VERIFY_CA': ('wrong-ca',),
+              'VERIFY_IDENTITY': ('wrong-ca', 'wrong-name')}
+    return 'refused' if case in checks.get(mode, ()) else 'encrypted'
+
+
+#: A user of both servers whom TLS is not required of (so that the mode
+#: alone decides), and its password, which no error may show.
+MODES_USER = 'relstoragemodes'
+MODES_PASSWORD = 'modes-secret-Pw'
+
+
+@pytest.fixture(scope='module')
+def servers(server, plain_server):
+    """The TLS server and the one without TLS, each with MODES_USER."""
+    for target in (server, plain_server):
+        for host in ('%', 'localhost', '127.0.0.1'):
+            target.admin("CREATE USER IF NOT EXISTS '%s'@'%s' IDENTIFIED "
+                         "BY '%s'" % (MODES_USER, host, MODES_PASSWORD),
+                         "GRANT ALL PRIVILEGES ON `relstoragetest_hp`.* "
+                         "TO '%s'@'%s'" % (MODES_USER, host))
+    return {'tls': server, 'plain': plain_server}
+
+
+@pytest.fixture(scope='module')
+def other_ca(tmp_path_factory):
+    """A CA that signed neither server's certificate."""
+    return make_ca(str(tmp_path_factory.mktemp('other-ca')), 'other')[0]
+
+
+@pytest.mark.parametrize('source', ['ssl-ca', 'system-store'])
+@pytest.mark.parametrize('case', CASES)
+@pytest.mark.parametrize('mode', MODES)
+@pytest.mark.parametrize('driver', DRIVERS)
+def test_each_mode_does_what_it_says(servers, other_ca, driver, mode, case,
+                                     source, monkeypatch, tmp_path):
+    """The CA is the section's ``ssl-ca``, or where none is given the
+    system's store, here OpenSSL's default file (SSL_CERT_FILE) with an
+    empty default directory (SSL_CERT_DIR)."""
+    target = servers['plain' if case == 'no-tls' else 'tls']
+    host = OTHER_ADDRESS if case == 'wrong-name' else '127.0.0.1'
+    ca = other_ca if case == 'wrong-ca' else servers['tls'].ca_path
+    keys = ['ssl-mode %s' % mode]
+    if source == 'ssl-ca':
+        keys.append('ssl-ca %s' % ca)
+    else:
+        monkeypatch.setenv('SSL_CERT_FILE', ca)
+        monkeypatch.setenv('SSL_CERT_DIR', str(tmp_path))
+    outcome = expected(mode, case)
+    if outcome == 'refused':
+        with pytest.raises(DatabaseUnavailable) as exc:
+            _open(target, driver, keys, host=host, user=MODES_USER,
+                  password=MODES_PASSWORD).close()
+        text = str(exc.value)
+        assert text.startswith('cannot connect to the '), text
+        assert 'host=%s port=%d' % (host, target.port) in text, text
+        assert 'ssl-mode=%s' % mode in text, text
+        assert any(problem in text for problem in PROBLEMS[case]), text
+        assert MODES_PASSWORD not in text
+        return
+    storage = _open(target, driver, keys, host=host, user=MODES_USER,
+                    password=MODES_PASSWORD)
+    try:
+        cipher = _cipher(storage)
+    finally:
+        storage.close()
+    assert bool(cipher) == (outcome == 'encrypted'), (outcome, cipher)
+
+
+def test_mysqlclient_is_told_each_mode_in_its_librarys_terms():
+    """MySQL's client library takes the modes as they are (only its
+    VERIFY modes given the CA); MariaDB's, as tested above, needs
+    REQUIRED to encrypt at all and checks a CA it is given without
+    checking the name. Which library it is comes from its version."""
+    files = {'ca': '/ca.pem', 'cert': '/c.pem', 'key': '/k.pem'}
+    told = {mariadb: {mode: mysqlclient_options(mode, files, mariadb)
+                      for mode in MODES}
+            for mariadb in (False, True)}
+    client = {'cert': '/c.pem', 'key': '/k.pem'}
+    verified = dict(client, ca='/ca.pem')
+    assert told[False] == {
+        'DISABLED': ('DISABLED', None), 'PREFERRED': ('PREFERRED', client),
+        'REQUIRED': ('REQUIRED', client),
+        'VERIFY_CA': ('VERIFY_CA', verified),
+        'VERIFY_IDENTITY': ('VERIFY_IDENTITY', verified)}
+    assert told[True] == {
+        'DISABLED': ('DISABLED', None), 'PREFERRED': ('REQUIRED', client),
+        'REQUIRED': ('REQUIRED', client),
+        'VERIFY_CA': ('REQUIRED', verified),
+        'VERIFY_IDENTITY': ('VERIFY_IDENTITY', verified)}
+    assert [connector_c(v) for v in ('3.3.20', '10.11.6', '8.0.36',
+                                     '5.7.44', '9.1.0')] == [
+        True, True, False, False, False]

@@ -31,8 +31,9 @@ from .drivers import DISCONNECT_ERRORS
 from .drivers import error_code
 from .drivers import select_driver
 from . import galera
-from .drivers import TLS_KEYS
-from .drivers import requires_tls
+from .tls import TLS_KEYS
+from .tls import requires_tls
+from .tls import tls_label
 from ..credentials import command_argv
 from ..credentials import run_password_command
 from .locker import MySQLLocker
@@ -581,9 +582,9 @@ class MySQLAdapter(Adapter):
                  else 'host=%s port=%s' % (p.get('host', 'localhost'),
                                            p.get('port', 3306)))
         flavour = self.server.flavour if self.server else 'MySQL'
-        return '%s database (db=%s %s user=%s)' % (
+        return '%s database (db=%s %s user=%s%s)' % (
             flavour, p.get('db', '<default>'), where,
-            p.get('user', '<default>'))
+            p.get('user', '<default>'), tls_label(p))
 
     def location(self):
         p = self.params
@@ -611,9 +612,8 @@ class MySQLAdapter(Adapter):
             conn.close()
             raise DatabaseUnavailable(
                 'cannot connect to the %s: the connection is not encrypted '
-                '(the server offers no TLS), and ssl-mode %s requires it'
-                % (self.describe(server), params['ssl_mode'].upper()
-                   if params.get('ssl_mode') else 'REQUIRED'))
+                '(the server offers no TLS), and its ssl-mode requires it'
+                % self.describe(server))
         if keepalive is not None:
             keepalive.apply(driver.fileno(conn))
         return conn

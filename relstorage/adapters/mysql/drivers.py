@@ -8,46 +8,15 @@ import logging
 from ...exceptions import ConfigurationError
 from ..drivers import choose_driver
 from .. import cooperative
+from .tls import connector_c
+from .tls import mysqlclient_options
+from .tls import offers_no_tls
+from .tls import prefers_tls
+from .tls import ssl_context
+from .tls import tls_settings
+from .tls import without_tls
 
 log = logging.getLogger(__name__)
-
-#: The ``<mysql>`` section's TLS keys (also a mysql:// URI's).
-TLS_KEYS = ('ssl_mode', 'ssl_ca', 'ssl_capath', 'ssl_cert', 'ssl_key',
-            'ssl_cipher')
-
-#: ``ssl_mode`` values, weakest first (MySQL's client's names).
-TLS_MODES = ('DISABLED', 'PREFERRED', 'REQUIRED', 'VERIFY_CA',
-             'VERIFY_IDENTITY')
-#: The TLS keys other than ssl_mode -> the driver's ``ssl`` dict's keys.
-_TLS_FILES = {'ssl_ca': 'ca', 'ssl_capath': 'capath', 'ssl_cert': 'cert',
-              'ssl_key': 'key', 'ssl_cipher': 'cipher'}
-
-
-def tls_settings(params):
-    """``(mode, {ca:, cert:, ...})`` of the TLS keys in *params* (which
-    loses them), or ``(None, {})`` where none is set. A CA makes the
-    mode VERIFY_CA by default, any other key REQUIRED."""
-    files = {_TLS_FILES[key]: params.pop(key) for key in _TLS_FILES
-             if params.get(key) is not None}
-    for key in _TLS_FILES:
-        params.pop(key, None)
-    mode = params.pop('ssl_mode', None)
-    if mode is None:
-        if not files:
-            return None, {}
-        mode = 'VERIFY_CA' if {'ca', 'capath'} & set(files) else 'REQUIRED'
-    mode = mode.upper().replace('-', '_')
-    if mode not in TLS_MODES:
-        raise ConfigurationError('ssl-mode: %r is not one of %s' % (
-            mode, ', '.join(TLS_MODES)))
-    return mode, files
-
-
-def requires_tls(params):
-    """Whether the section's TLS keys require an encrypted connection."""
-    mode, _ = tls_settings(dict(params))
-    return mode is not None and TLS_MODES.index(mode) >= 2
-
 
 #: Error codes that mean "the server could not be reached or refused us".
 CONNECT_ERRORS = (1044, 1045, 1049, 2002, 2003, 2005, 2006, 2013)
@@ -68,7 +37,15 @@ class Driver:
 
     def connect(self, params):
         connector = self.connector or self.module.connect
-        return connector(**self.translate(params))
+        try:
+            return connector(**self.translate(params))
+        except self.module.OperationalError as e:
+            # PREFERRED is asked of the driver as TLS required (where it
+            # has no mode of its own that encrypts whenever it can):
+            # only a server that offers no TLS is then met in the clear.
+            if not (prefers_tls(params) and offers_no_tls(e)):
+                raise
+        return connector(**self.translate(without_tls(params)))
 
     def cooperate(self):
         """Make this driver's waits yield to other greenlets, where it
@@ -101,6 +78,8 @@ class MySQLdbDriver(Driver):
         from MySQLdb.constants import CLIENT
         self.module = MySQLdb
         self.multi_statements = CLIENT.MULTI_STATEMENTS
+        #: Whether the client library is MariaDB's (see tls).
+        self.connector_c = connector_c(MySQLdb.get_client_info())
 
     def cooperate(self):
         # Its waits are in C: the connection's are made to yield
@@ -116,9 +95,10 @@ class MySQLdbDriver(Driver):
             params['local_infile'] = params.pop('load_infile')
         mode, files = tls_settings(params)
         if mode is not None:
-            params['ssl_mode'] = mode
-            if mode != 'DISABLED' and files:
-                params['ssl'] = files
+            params['ssl_mode'], ssl = mysqlclient_options(
+                mode, files, self.connector_c)
+            if ssl:
+                params['ssl'] = ssl
         return params
 
 
@@ -158,13 +138,11 @@ class PyMySQLDriver(Driver):
         if mode == 'DISABLED':
             result['ssl_disabled'] = True
         elif mode is not None:
-            # Without verification for PREFERRED and REQUIRED, as MySQL's
-            # client; whether TLS was had at all is checked once
-            # connected (PyMySQL goes on in the clear where the server
-            # offers no TLS).
-            verify = TLS_MODES.index(mode) >= 3
-            result['ssl'] = dict(files, verify_mode=verify,
-                                 check_hostname=mode == 'VERIFY_IDENTITY')
+            # Our own context: given a dict, PyMySQL checks no name
+            # without a CA file. Whether TLS was had at all is checked
+            # once connected (PyMySQL before 1.2 goes on in the clear
+            # where the server offers no TLS).
+            result['ssl'] = ssl_context(mode, files)
         return result
 
     def fileno(self, conn):

@@ -47,13 +47,14 @@ def parse_dsn(dsn):
 
 
 def describe_dsn(dsn):
-    """``dbname=app host=127.0.0.1 port=5432 user=app`` (no password).
-    What *dsn* leaves out is shown as libpq fills it in, and said so."""
+    """``dbname=app host=127.0.0.1 port=5432 user=app`` (no password),
+    and the ``sslmode`` where *dsn* sets one. What *dsn* leaves out is
+    shown as libpq fills it in, and said so."""
     params = parse_dsn(dsn or '')
     host, port, dbname = dsn_location(dsn)
     shown = ['dbname=%s' % dbname, 'host=%s' % host, 'port=%s' % port]
-    if 'user' in params:
-        shown.append('user=%s' % params['user'])
+    shown.extend('%s=%s' % (key, params[key]) for key in ('user', 'sslmode')
+                 if key in params)
     given = set(params)
     if 'hostaddr' in given:
         given.add('host')
