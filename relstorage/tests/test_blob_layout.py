@@ -143,3 +143,32 @@ def test_a_relstorage4_cache_as_a_shared_blob_dir_is_refused(sqlite,
         sqlite.storage(blob_dir=str(blob_dir), shared_blob_dir=True)
     assert (blob_dir / '.layout').read_text() == 'zeocache'
     assert os.path.isdir(blob_dir / '23')
+
+
+def test_storages_opening_an_old_cache_at_once_take_turns(sqlite, tmp_path):
+    """Storages opened at once on the same RelStorage 4 cache: one
+    begins it anew, the others open what it made."""
+    import threading
+    blob_dir = tmp_path / 'blobs'
+    _old_cache(blob_dir)
+    for rem in range(30, 200):
+        (blob_dir / str(rem)).mkdir()
+    start = threading.Barrier(4)
+    opened, failed = [], []
+
+    def open_one():
+        start.wait()
+        try:
+            opened.append(sqlite.storage(blob_dir=str(blob_dir)))
+        except Exception as e:  # reported below
+            failed.append(e)
+    threads = [threading.Thread(target=open_one) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    for storage in opened:
+        storage.close()
+    assert not failed and len(opened) == 4, failed
+    assert sorted(os.listdir(blob_dir)) == ['.layout', 'tmp']
+    assert _commit_and_read(sqlite, blob_dir) == PAYLOAD
