@@ -11,6 +11,7 @@ from ZODB.blob import Blob
 
 from relstorage.blobs.layout import ASIDE_PREFIX
 from relstorage.exceptions import ConfigurationError
+from relstorage.testing.atonce import at_once
 from relstorage.testing.dbs import DatabaseFactory
 
 from .test_blob_cache_trust import _db
@@ -148,27 +149,15 @@ def test_a_relstorage4_cache_as_a_shared_blob_dir_is_refused(sqlite,
 def test_storages_opening_an_old_cache_at_once_take_turns(sqlite, tmp_path):
     """Storages opened at once on the same RelStorage 4 cache: one
     begins it anew, the others open what it made."""
-    import threading
     blob_dir = tmp_path / 'blobs'
     _old_cache(blob_dir)
     for rem in range(30, 200):
         (blob_dir / str(rem)).mkdir()
-    start = threading.Barrier(4)
-    opened, failed = [], []
-
-    def open_one():
-        start.wait()
-        try:
-            opened.append(sqlite.storage(blob_dir=str(blob_dir)))
-        except Exception as e:  # reported below
-            failed.append(e)
-    threads = [threading.Thread(target=open_one) for _ in range(4)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    opened = at_once([lambda: sqlite.storage(blob_dir=str(blob_dir))] * 4)
+    failed = [e for e in opened if isinstance(e, Exception)]
     for storage in opened:
-        storage.close()
-    assert not failed and len(opened) == 4, failed
+        if storage not in failed:
+            storage.close()
+    assert not failed, failed
     assert sorted(os.listdir(blob_dir)) == ['.layout', 'tmp']
     assert _commit_and_read(sqlite, blob_dir) == PAYLOAD
