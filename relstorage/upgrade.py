@@ -9,7 +9,8 @@ section whose database holds RelStorage 4's tables is converted to this
 storage's schema inside the same database, with set-based SQL. Stop every
 RelStorage 4 process first; the upgrade refuses to start while one holds
 the old tables. An interrupted upgrade resumes where it stopped when run
-again. RelStorage 4's tables are kept (renamed ``rs4_*``; on SQLite its
+again, as does one whose last step (keeping the references the first pack
+would otherwise read) did not end. RelStorage 4's tables are kept (renamed ``rs4_*``; on SQLite its
 ``main.sqlite3`` is left as it was) until ``--drop-old`` removes them.
 
 ``--dry-run`` says what a run would do, with the exit status the run
@@ -86,26 +87,25 @@ def upgrade_one(name, section, args, out):
             upgrade.drop_old()
             print('%s: RelStorage 4\'s tables dropped' % name, file=out)
         else:
-            if upgrade.run():  # steps ran: the database was filled
-                keep_references(name, adapter, out)
+            upgrade.run(lambda done: keep_references(adapter, done))
         return 0
     finally:
         adapter.close()
 
 
-def keep_references(name, adapter, out):
-    """Read the upgraded database's states for the references its first
-    pack would otherwise read (see storage.keptrefs)."""
+def keep_references(adapter, done):
+    """The upgrade's last step: read the upgraded database's states for
+    the references its first pack would otherwise read (see
+    storage.keptrefs), then *done()*; what to say of it."""
     from .storage import RelStorage
     storage = RelStorage(adapter)  # closes the adapter when closed
     try:
         kept = storage.keep_references()
+        done()
     finally:
         storage.close()
-    print('%s: kept the references of %d objects for the first pack in '
-          '%.1f s' % (name, kept.get('prepack_unpickled', 0),
-                      kept['seconds']),
-          file=out)
+    return ('kept the references of %d objects for the first pack in '
+            '%.1f s' % (kept.get('prepack_unpickled', 0), kept['seconds']))
 
 
 def main(argv=None, out=None):

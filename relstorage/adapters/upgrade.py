@@ -6,8 +6,11 @@ server (``INSERT ... SELECT``), none goes through Python. It runs as a
 sequence of steps, each in a transaction of its own and recorded in
 ``relstorage_meta`` (``upgrade_step``, and for the big copies the last oid
 done), so an interrupted upgrade resumes where it stopped. Until the
-last step marks the schema complete the storage refuses to open the
-database and names this command.
+``finish`` step marks the schema complete the storage refuses to open the
+database and names this command. The last step, ``references``, reads the
+upgraded database as a storage (for the references its first pack would
+otherwise unpickle: see storage.keptrefs); until it is done a row of
+``relstorage_meta`` says so, and a run resumes there.
 
 RelStorage 4's tables are kept, renamed (``rs4_*``) where their names
 clash with ours, until ``--drop-old``: a site can go back to RelStorage 4
@@ -25,7 +28,13 @@ from .sql import SQL
 
 #: The steps, in order; each runs in a transaction of its own.
 STEPS = ('prepare', 'transactions', 'states', 'current', 'blob map',
-         'blobs', 'oids', 'finish')
+         'blobs', 'oids', 'finish', 'references')
+#: The step run on the upgraded database opened as a storage, once the
+#: others' session has ended.
+REFERENCES = STEPS[-1]
+#: The relstorage_meta row of a finished schema whose references are
+#: still to be kept.
+REFERENCES_PENDING = 'upgrade_references_pending'
 
 #: Objects copied per transaction in the big steps.
 BATCH_OBJECTS = 20000
@@ -122,6 +131,9 @@ class Upgrade:
         if meta is not None and 'upgrade_step' in meta:
             return meta['upgrade_step'], meta
         if meta is not None and 'schema_version' in meta:
+            if (REFERENCES_PENDING in meta
+                    or self._references_never_kept(session)):
+                return REFERENCES, meta
             return None, meta
         mode = self.adapter.schema.relstorage4_mode(session)
         if mode is None and self.renamed(session):
@@ -143,6 +155,16 @@ class Upgrade:
                    'true' if self.keep_history else 'false',
                    'true' if mode == 'history-preserving' else 'false'))
         return 'prepare', {}
+
+    def _references_never_kept(self, session):
+        """Whether a finished upgrade (its old tables still there) never
+        kept any reference: what earlier releases left when keeping them
+        failed after the schema was marked complete."""
+        return (self.renamed(session) and session.table_exists('state_refs')
+                and session.scalar('SELECT COUNT(*) FROM (SELECT 1 FROM '
+                                   'state_refs LIMIT 1) kept') == 0
+                and session.scalar('SELECT COUNT(*) FROM (SELECT 1 FROM '
+                                   'object_state LIMIT 1) held') == 1)
 
     # -- running -----------------------------------------------------------
 
@@ -170,34 +192,63 @@ class Upgrade:
         """Where connecting would create the database: UpgradeRefused
         when there is none to upgrade, before anything is created."""
 
-    def run(self):
-        """Run the remaining steps; returns the seconds each took."""
+    def run(self, keep_references):
+        """Run the remaining steps; returns the seconds each took.
+        *keep_references(done)* does the last on the upgraded database
+        opened as a storage, calling *done()* once the references are
+        kept, before it closes the storage; it returns what to say."""
         self.refuse_missing()
-        session = self.adapter.connect(for_store=True)
         times = {}
+        step = self._run_database_steps(times)
+        if step is None:
+            self.say_upgraded()
+            return times
+        self._step(times, REFERENCES, lambda: self.say(
+            '  ' + keep_references(self._references_kept)))
+        self.say('%s upgraded from RelStorage 4 in %.1f s'
+                 % (self.adapter.describe(), sum(times.values())))
+        return times
+
+    def _step(self, times, name, run):
+        self.say('step %d of %d: %s' % (STEPS.index(name) + 1, len(STEPS),
+                                        name))
+        started = time.time()
+        run()
+        times[name] = time.time() - started
+        self.say('  %s took %.1f s' % (name, times[name]))
+
+    def _run_database_steps(self, times):
+        """Run the remaining steps before REFERENCES in a session of
+        their own; the step the run began with (None: nothing was left)."""
+        session = self.adapter.connect(for_store=True)
         try:
             self.begin(session)
             step, meta = self.status(session)
             session.commit()
-            if step is None:
-                self.say_upgraded()
-                return times
+            if step in (None, REFERENCES):
+                return step
             self.keep_out()
             self.begin(session)
-            for name in STEPS[STEPS.index(step):]:
-                self.say('step %d of %d: %s' % (STEPS.index(name) + 1,
-                                                len(STEPS), name))
-                started = time.time()
-                getattr(self, 'step_' + name.replace(' ', '_'))(session)
-                times[name] = time.time() - started
-                self.say('  %s took %.1f s' % (name, times[name]))
-            self.say('%s upgraded from RelStorage 4 in %.1f s'
-                     % (self.adapter.describe(), sum(times.values())))
-            return times
+            for name in STEPS[STEPS.index(step):STEPS.index(REFERENCES)]:
+                self._step(times, name, lambda: getattr(
+                    self, 'step_' + name.replace(' ', '_'))(session))
+            return step
         finally:
             session.rollback_quietly()
             session.close()
             self.release()
+
+    def _references_kept(self):
+        """Record that the references are kept: the upgrade is done."""
+        session = self.adapter.connect(for_store=True)
+        try:
+            self.begin(session)
+            session.execute('DELETE FROM relstorage_meta WHERE name = %s',
+                            (REFERENCES_PENDING,))
+            session.commit()
+        finally:
+            session.rollback_quietly()
+            session.close()
 
     def keep_out(self):
         """Keep RelStorage 4 processes from writing for the whole run,
@@ -334,6 +385,8 @@ class Upgrade:
         session.execute('DROP TABLE IF EXISTS upgrade_blob_map')
         session.execute('DELETE FROM relstorage_meta WHERE name LIKE %s',
                         ('upgrade%',))
+        session.execute('INSERT INTO relstorage_meta (name, value) '
+                        'VALUES (%s, %s)', (REFERENCES_PENDING, 'true'))
         self.adapter.schema.mark_complete(session)
         session.commit()
 

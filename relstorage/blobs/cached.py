@@ -15,6 +15,7 @@ from ..exceptions import CorruptRecord
 from .cachesize import CacheSizeChecker
 from .files import BlobFiles
 from .files import missing_blob
+from .layout import open_cache_layout
 from .signed import Signatures
 
 log = logging.getLogger(__name__)
@@ -49,6 +50,10 @@ class DatabaseBlobs(BlobFiles):
     #: A blob cache is served from: a directory others may write is
     #: refused (see BlobFiles).
     trusted_dir = True
+
+    def _open_layout(self, blob_dir):
+        # A cache another client (RelStorage 4) left is begun anew.
+        return open_cache_layout(blob_dir)
 
     def __init__(self, blob_dir, options, keep_history, cache_key,
                  open_session, where):

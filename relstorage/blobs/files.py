@@ -8,7 +8,6 @@ import shutil
 import tempfile
 
 from ZODB.blob import BLOB_SUFFIX
-from ZODB.blob import FilesystemHelper
 from ZODB.blob import rename_or_copy_blob
 from ZODB.POSException import POSKeyError
 from ZODB.utils import oid_repr
@@ -20,6 +19,7 @@ from ZODB.utils import u64
 from ..cache.safefile import checked_dir
 from ..exceptions import CacheFileUnusable
 from ..exceptions import ConfigurationError
+from .layout import helper
 from .signed import remove_blob_file
 
 log = logging.getLogger(__name__)
@@ -53,16 +53,20 @@ class BlobFiles:
         blob_dir = os.path.abspath(os.path.expanduser(blob_dir))
         # Owner-only, and missing parents too: blobs are application data.
         self._check_dir(blob_dir)
+        # The layout is chosen from what the directory holds, so only
+        # after it exists and before anything is put in it.
+        self.fshelper = self._open_layout(blob_dir)
         try:
-            # The layout is chosen from what the directory holds, so only
-            # after it exists and before anything is put in it.
-            self.fshelper = FilesystemHelper(blob_dir)
             os.makedirs(self.fshelper.temp_dir, mode=0o700, exist_ok=True)
             self.fshelper.create()
         except (OSError, ValueError) as e:
             raise ConfigurationError(
                 'cannot use blob-dir %s: %s' % (blob_dir, e)) from e
         self.blob_dir = blob_dir
+
+    def _open_layout(self, blob_dir):
+        """The directory's FilesystemHelper (see layout)."""
+        return helper(blob_dir)
 
     def _check_dir(self, blob_dir):
         """Create *blob_dir* (0700) if missing, and check that it is the
@@ -217,4 +221,4 @@ class BlobFiles:
 def reading_helper(blob_dir):
     """ZODB's FilesystemHelper of an existing blob directory, its layout
     read from the directory, for tools that only look: creates nothing."""
-    return FilesystemHelper(os.path.abspath(os.path.expanduser(blob_dir)))
+    return helper(os.path.abspath(os.path.expanduser(blob_dir)))

@@ -8,9 +8,11 @@ then writes ``dump(storage)`` as JSON. The tests import ``dump`` to
 describe the same database as this project reads it after the upgrade:
 the two descriptions must be equal.
 
-Usage: python rs4_workload.py KIND KEEP_HISTORY WHERE OUT.json [SHARED]
-(KIND postgresql with WHERE a dsn, mysql with WHERE
-host:port:user:password:db, or sqlite with WHERE a data-dir).
+Usage: python rs4_workload.py KIND KEEP_HISTORY WHERE OUT.json [BLOB_DIR
+[cache]] (KIND postgresql with WHERE a dsn, mysql with WHERE
+host:port:user:password:db, or sqlite with WHERE a data-dir; BLOB_DIR the
+shared blob directory, or with ``cache`` the blob cache of blobs kept in
+the database, which the dump fills: else a temporary one).
 """
 import hashlib
 import json
@@ -166,16 +168,17 @@ def adapter_section(kind, where):
     return '<sqlite3>\n data-dir %s\n</sqlite3>' % where
 
 
-def main(kind, keep_history, where, out, shared_blob_dir=''):
-    """Build the database; *shared_blob_dir*, when given, is the shared
-    blob directory it keeps its blobs in (else they go into the
-    database)."""
+def main(kind, keep_history, where, out, blob_dir='', mode='shared'):
+    """Build the database; *blob_dir*, when given, is the shared blob
+    directory it keeps its blobs in, or with *mode* ``cache`` its blob
+    cache (the blobs going into the database)."""
     import ZODB.config
     keep_history = keep_history == 'true'
     if kind == 'mysql':
         adjust_for_mariadb()
     adapter = adapter_section(kind, where)
-    blob_dir = shared_blob_dir or tempfile.mkdtemp(prefix='rs4-blobs-')
+    shared = bool(blob_dir) and mode != 'cache'
+    blob_dir = blob_dir or tempfile.mkdtemp(prefix='rs4-blobs-')
     config = """
 %%import relstorage
 <relstorage>
@@ -186,7 +189,7 @@ def main(kind, keep_history, where, out, shared_blob_dir=''):
   %s
 </relstorage>
 """ % ('true' if keep_history else 'false', blob_dir,
-       'true' if shared_blob_dir else 'false', CHUNK, adapter)
+       'true' if shared else 'false', CHUNK, adapter)
     storage = ZODB.config.storageFromString(config)
     storage.zap_all()
     db = _fill(storage, keep_history)
@@ -196,4 +199,4 @@ def main(kind, keep_history, where, out, shared_blob_dir=''):
 
 
 if __name__ == '__main__':
-    main(*sys.argv[1:6])
+    main(*sys.argv[1:7])

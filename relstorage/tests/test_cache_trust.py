@@ -22,6 +22,7 @@ from persistent.mapping import PersistentMapping
 from ZODB.MappingStorage import MappingStorage
 
 from relstorage.cache import persist
+from relstorage.testing.atonce import at_once
 from relstorage.testing.dbs import DatabaseFactory
 from relstorage.testing.dbs import require
 
@@ -471,21 +472,10 @@ def test_processes_creating_the_key_at_once_agree(sqlite_pg):
     _fill(sqlite_pg)
     _forget_key(sqlite_pg)
     adapters = [sqlite_pg.adapter() for _ in range(4)]
-    start = threading.Barrier(len(adapters))
-    keys = [None] * len(adapters)
-
-    def run(i):
-        start.wait()
-        keys[i] = adapters[i].cache_key()
-    threads = [threading.Thread(target=run, args=(i,))
-               for i in range(len(adapters))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    keys = at_once([adapter.cache_key for adapter in adapters])
     for adapter in adapters:
         adapter.close()
-    assert None not in keys
+    assert all(isinstance(key, bytes) for key in keys), keys
     assert len(set(keys)) == 1
 
 

@@ -40,13 +40,16 @@ from relstorage.upgrade import main as upgrade_main
 
 from .conformance import make_classes
 
-def build_rs4(kind, keep_history, where, out, shared_blob_dir=''):
+def build_rs4(kind, keep_history, where, out, shared_blob_dir='',
+              blob_cache=''):
     """Fill a RelStorage 4 database at *where* (its blobs in
-    *shared_blob_dir* when given); return what RelStorage 4 reads from
-    it."""
+    *shared_blob_dir* when given, else in the database with *blob_cache*
+    as its blob cache); return what RelStorage 4 reads from it."""
+    blob_args = ([str(shared_blob_dir)] if shared_blob_dir
+                 else [str(blob_cache), 'cache'] if blob_cache else [])
     done = subprocess.run(
         [rs4_python(), rs4_workload.__file__, kind,
-         'true' if keep_history else 'false', where, out, shared_blob_dir],
+         'true' if keep_history else 'false', where, out] + blob_args,
         cwd=tempfile.gettempdir(), env=user_environment(), capture_output=True,
         text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-4000:]
@@ -94,7 +97,8 @@ _MYSQL_EMPTY = (
 class Site:
     """A RelStorage 4 database and the config file that opens it (on a
     server, the test server's ``misc`` database, emptied before and
-    after)."""
+    after); its blob-dir is the blob cache RelStorage 4 kept (layout
+    ``zeocache``) and this storage keeps after the upgrade."""
 
     def __init__(self, kind, keep_history, tmp_path):
         self.kind, self.keep_history = kind, keep_history
@@ -112,8 +116,9 @@ class Site:
                     'host', 'port', 'user', 'passwd', 'db'))
             self.empty()
         self.config = tmp_path / 'site.conf'
+        self.blob_dir = tmp_path / 'blobs'
         self.config.write_text(_config(kind, keep_history, self.where,
-                                       tmp_path / 'blobs'))
+                                       self.blob_dir))
         self.tmp_path = tmp_path
 
     def empty(self):
@@ -140,7 +145,8 @@ class Site:
 
     def build(self):
         return build_rs4(self.kind, self.keep_history, self.where,
-                         str(self.tmp_path / 'rs4.json'))
+                         str(self.tmp_path / 'rs4.json'),
+                         blob_cache=self.blob_dir)
 
     def upgrade(self, *args):
         return upgrade_main(list(args) + [str(self.config)])
@@ -168,9 +174,27 @@ def site(request, tmp_path):
         site.empty()
 
 
+def old_cache_entries(blob_dir):
+    """What of RelStorage 4's blob cache (and of its removal) is left in
+    *blob_dir*."""
+    return sorted(p.name for p in blob_dir.iterdir()
+                  if p.name.isdigit() or p.name == 'check_size.lock'
+                  or p.name.startswith('.old-blob-cache-'))
+
+
+def blob_files(blob_dir):
+    return sorted(p.relative_to(blob_dir) for p in blob_dir.rglob('*.blob'))
+
+
 def test_upgrade_reads_what_relstorage4_read(site, capsys):
     expected = site.build()
     assert len(expected['transactions']) >= (5 if site.keep_history else 3)
+    # RelStorage 4 kept a blob cache in its layout: a directory ZODB does
+    # not know.
+    assert (site.blob_dir / '.layout').read_text() == 'zeocache'
+    old_files = blob_files(site.blob_dir)
+    assert len(old_files) >= len(rs4_workload.BLOB_SIZES)
+    assert all(p.parent.name.isdigit() for p in old_files), old_files
     # Before: refused, naming the command.
     with pytest.raises(RelStorage4Database, match='relstorage-upgrade'):
         site.storage()
@@ -181,12 +205,22 @@ def test_upgrade_reads_what_relstorage4_read(site, capsys):
         site.storage()
     assert site.upgrade() == 0
     said = capsys.readouterr().out
-    assert 'upgraded from RelStorage 4' in said
-    assert 'kept the references of' in said
+    # Every step, the references last, then the end.
+    assert said.index('step 9 of 9: references') \
+        < said.index('kept the references of') \
+        < said.index('upgraded from RelStorage 4'), said
+    # The blob cache was begun anew, in this storage's layout.
+    assert (site.blob_dir / '.layout').read_text() == 'bushy'
+    assert old_cache_entries(site.blob_dir) == []
     assert site.read() == expected
+    # Each blob read was downloaded again, and signed.
+    files = blob_files(site.blob_dir)
+    assert files and all(str(p).startswith('0x') for p in files)
+    assert all((site.blob_dir / ('%s.sig' % p)).exists() for p in files)
     # Running it again changes nothing.
     assert site.upgrade() == 0
-    assert 'already upgraded' in capsys.readouterr().out
+    said = capsys.readouterr().out
+    assert 'already upgraded' in said and 'step' not in said, said
     # The upgraded database goes on: a commit, a new oid above the old.
     storage = site.storage()
     db = ZODB.DB(storage)
@@ -283,6 +317,93 @@ def test_interrupted_upgrade_resumes(site, capsys, monkeypatch, stop_in):
     assert 'objects up to 0x%x' % (batches[-1]['upgrade_%s_zoid'
                                                % stop_in]) not in out
     assert site.read() == expected
+
+
+def _interrupt_keeping_references(monkeypatch):
+    """Make the upgrade's last step stop as a power cut would, once the
+    references are read and before they are recorded as kept."""
+    from relstorage.storage import RelStorage
+    original = RelStorage.keep_references
+
+    def keep_then_fail(self, *args, **kwargs):
+        original(self, *args, **kwargs)
+        raise KeyboardInterrupt('the power went out')
+    monkeypatch.setattr(RelStorage, 'keep_references', keep_then_fail)
+
+
+def _read_then_pack_reads(site, expected):
+    """The site reads what RelStorage 4 read, and its first pack unpickles
+    nothing (every reference was kept)."""
+    assert site.read() == expected
+    storage = site.storage()
+    try:
+        assert storage.pack_with_result(
+            time.time(), referencesf)['prepack_unpickled'] == 0
+    finally:
+        storage.close()
+
+
+def test_interrupted_references_resume(site, capsys, monkeypatch):
+    """Stopped in its last step, the upgrade leaves a site that opens
+    (and reads its blobs), and the next run does that last step rather
+    than call the database upgraded."""
+    expected = site.build()
+    _interrupt_keeping_references(monkeypatch)
+    with pytest.raises(KeyboardInterrupt):
+        site.upgrade()
+    said = capsys.readouterr().out
+    assert 'step 9 of 9: references' in said
+    assert 'upgraded from RelStorage 4' not in said
+    monkeypatch.undo()
+    assert site.read() == expected
+    assert site.upgrade('--dry-run') == 0
+    assert 'a run would resume at step 9 of 9 (references)' \
+        in capsys.readouterr().out
+    # Not finished: RelStorage 4's tables are not dropped yet.
+    assert site.upgrade('--drop-old') == 1
+    assert 'next step: references' in capsys.readouterr().err
+    assert site.upgrade() == 0
+    said = capsys.readouterr().out
+    assert 'step 8 of' not in said and 'already upgraded' not in said
+    assert said.index('step 9 of 9: references') \
+        < said.index('kept the references of') \
+        < said.index('upgraded from RelStorage 4'), said
+    assert site.upgrade() == 0
+    assert 'already upgraded' in capsys.readouterr().out
+    _read_then_pack_reads(site, expected)
+
+
+def test_references_an_earlier_release_skipped(site, capsys, monkeypatch):
+    """A database whose upgrade an earlier release finished without
+    keeping the references (it failed at opening the blob cache, and
+    recorded nothing of the last step): a run keeps them."""
+    expected = site.build()
+    from relstorage.adapters import upgrade as upgrade_module
+    _interrupt_keeping_references(monkeypatch)
+    with pytest.raises(KeyboardInterrupt):
+        site.upgrade()
+    monkeypatch.undo()
+    # What such a release left: the schema marked complete, no row for
+    # the last step, no references kept.
+    storage = site.storage()
+    session = storage._adapter.connect(for_store=True)
+    try:
+        session.begin()
+        session.execute('DELETE FROM relstorage_meta WHERE name = %s',
+                        (upgrade_module.REFERENCES_PENDING,))
+        session.execute('DELETE FROM state_refs')
+        session.commit()
+    finally:
+        session.close()
+        storage.close()
+    capsys.readouterr()
+    assert site.upgrade() == 0
+    said = capsys.readouterr().out
+    assert 'step 9 of 9: references' in said and 'kept the references of' \
+        in said and 'already upgraded' not in said, said
+    assert site.upgrade() == 0
+    assert 'already upgraded' in capsys.readouterr().out
+    _read_then_pack_reads(site, expected)
 
 
 @pytest.mark.parametrize('kind', ['postgresql', 'mysql'])

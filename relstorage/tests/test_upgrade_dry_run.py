@@ -106,12 +106,12 @@ def test_interrupted_upgrade_would_resume(site, capsys, monkeypatch):
     before = fingerprint(site)
     assert site.upgrade('--dry-run') == 0
     out = capsys.readouterr().out
-    assert 'a run would resume at step 4 of 8 (current); nothing was ' \
+    assert 'a run would resume at step 4 of 9 (current); nothing was ' \
         'changed' in out, out
     assert fingerprint(site) == before
     assert site.upgrade() == 0
     out = capsys.readouterr().out
-    assert 'step 4 of 8: current' in out and 'step 3 of' not in out, out
+    assert 'step 4 of 9: current' in out and 'step 3 of' not in out, out
     assert site.read() == expected
 
 

@@ -39,10 +39,14 @@ class SQLiteUpgrade(Upgrade):
     def _path(self):
         return os.path.join(self.adapter.data_dir, RS4_FILE)
 
+    @staticmethod
+    def _attached(session):
+        return session.scalar(
+            "SELECT COUNT(*) FROM pragma_database_list WHERE name = 'rs4'")
+
     def begin(self, session):
         # ATTACH cannot run inside a transaction.
-        if not session.scalar(
-                "SELECT COUNT(*) FROM pragma_database_list WHERE name = 'rs4'"):
+        if not self._attached(session):
             if os.path.exists(self._path()):
                 path = self._path()
                 if getattr(session, 'reading', False):
@@ -98,6 +102,12 @@ class SQLiteUpgrade(Upgrade):
 
     def rename_old(self, session):
         """Nothing clashes: the old tables are in a file of their own."""
+
+    def renamed(self, session):
+        # Where old_tables says whenever RelStorage 4's file is attached.
+        return bool(self._attached(session)) and bool(session.scalar(
+            "SELECT COUNT(*) FROM rs4.sqlite_master WHERE type = 'table' "
+            "AND name = 'object_state'"))
 
     def cut_blobs(self, session, lo, hi):
         """RelStorage 4 keeps a blob whole in one row here: cut those into
