@@ -14,6 +14,7 @@ Oracle tests are skipped, saying so, in CI too: no Oracle server can be
 installed from the package registries CI reaches. A configured server that
 cannot be reached fails under CI like the others.
 """
+import atexit
 import os
 import shutil
 import tempfile
@@ -307,7 +308,9 @@ class DatabaseFactory:
 
     def data_dir(self, which='main'):
         if which not in self._dirs:
-            self._dirs[which] = tempfile.mkdtemp(prefix='relstorage-test-')
+            path = tempfile.mkdtemp(prefix='relstorage-test-')
+            _made_dirs.add(path)
+            self._dirs[which] = path
         return self._dirs[which]
 
     def adapter(self, which='main', **options):
@@ -366,7 +369,20 @@ class DatabaseFactory:
     def cleanup(self):
         for path in self._dirs.values():
             shutil.rmtree(path, ignore_errors=True)
+            _made_dirs.discard(path)
         self._dirs.clear()
+
+
+#: The data directories DatabaseFactory.data_dir made in this process and
+#: no cleanup() removed yet: removed when the process exits (the ones a
+#: child process is given are its parent's, never in it).
+_made_dirs = set()
+
+
+@atexit.register
+def _remove_made_dirs():
+    while _made_dirs:
+        shutil.rmtree(_made_dirs.pop(), ignore_errors=True)
 
 
 def wait_for(predicate, timeout=10):

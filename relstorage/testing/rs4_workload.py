@@ -14,6 +14,7 @@ host:port:user:password:db, or sqlite with WHERE a data-dir).
 """
 import hashlib
 import json
+import shutil
 import sys
 import tempfile
 import time
@@ -170,12 +171,23 @@ def main(kind, keep_history, where, out, shared_blob_dir=''):
     """Build the database; *shared_blob_dir*, when given, is the shared
     blob directory it keeps its blobs in (else they go into the
     database)."""
-    import ZODB.config
     keep_history = keep_history == 'true'
     if kind == 'mysql':
         adjust_for_mariadb()
     adapter = adapter_section(kind, where)
+    # Without a shared blob directory the blobs go into the database, and
+    # the blob directory is RelStorage 4's cache of them: removed at the
+    # end.
     blob_dir = shared_blob_dir or tempfile.mkdtemp(prefix='rs4-blobs-')
+    try:
+        _build(keep_history, adapter, blob_dir, shared_blob_dir, out)
+    finally:
+        if not shared_blob_dir:
+            shutil.rmtree(blob_dir, ignore_errors=True)
+
+
+def _build(keep_history, adapter, blob_dir, shared_blob_dir, out):
+    import ZODB.config
     config = """
 %%import relstorage
 <relstorage>
