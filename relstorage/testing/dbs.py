@@ -168,6 +168,20 @@ def require_pair(db):
         raise unittest.SkipTest('no %s replica pair: %s' % (db, e))
 
 
+def require_private_server(kind):
+    """The run's private server of *kind* (private_servers); skip when
+    its programs are missing, or under CI fail."""
+    from .private_servers import private_server
+    from .servers import NotInstalled
+    try:
+        return private_server(kind)
+    except NotInstalled as e:
+        if in_ci():
+            raise AssertionError('CI=true and no private %s server: %s'
+                                 % (kind, e))
+        raise unittest.SkipTest(str(e))
+
+
 #: pgbouncer's default_pool_size for the suites through it, by pool
 #: mode: in session mode each client connection holds a server connection
 #: as long as it is open; in transaction mode only while a transaction

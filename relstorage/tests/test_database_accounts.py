@@ -27,9 +27,7 @@ from relstorage.exceptions import PermissionDenied
 from relstorage.options import Options
 from relstorage.storage import RelStorage
 from relstorage.testing.checkout import checkout_files
-from relstorage.testing.dbs import in_ci
-from relstorage.testing.private_servers import private_server
-from relstorage.testing.servers import NotInstalled
+from relstorage.testing.dbs import require_private_server
 
 DOCS = Path(__file__).resolve().parents[2] / 'docs'
 SECTION = re.compile(r'^(The (?:database|directory) and its account)\n=+\n',
@@ -38,20 +36,18 @@ SECTION = re.compile(r'^(The (?:database|directory) and its account)\n=+\n',
 
 def documented(page):
     """The lines of the first literal block of *page*'s section on the
-    database and its account, and the section's text."""
+    database and its account."""
     checkout_files(new=False)  # skips outside a checkout
     text = (DOCS / (page + '.rst')).read_text()
     found = SECTION.search(text)
     assert found, '%s.rst has no section on the database and its account' \
         % page
-    section = text[found.end():]
-    section = section[:SECTION.search(section).start()] \
-        if SECTION.search(section) else section
-    section = re.split(r'\n\S[^\n]*\n=+\n', section)[0]
+    # Up to the next heading.
+    section = re.split(r'\n\S[^\n]*\n=+\n', text[found.end():])[0]
     block = re.search(r'::\n\n((?:    [^\n]*\n|\n)+)', section)
     assert block, 'no statements in %s.rst\'s section' % page
     lines = [line[4:] for line in block.group(1).splitlines() if line]
-    return lines, section
+    return lines
 
 
 def as_named(line, names):
@@ -60,15 +56,6 @@ def as_named(line, names):
         line = re.sub(r'(?<![\w%])' + re.escape(example) + r'(?![\w%])',
                       name, line)
     return line
-
-
-def server_of(kind):
-    try:
-        return private_server(kind)
-    except NotInstalled as e:
-        if in_ci():
-            pytest.fail('CI=true and no private %s server: %s' % (kind, e))
-        pytest.skip(str(e))
 
 
 def commit_and_read(storage):
@@ -101,8 +88,8 @@ def pg_admin(server):
 
 
 def test_postgresql_guide_statements():
-    lines, _ = documented('postgresql')
-    server = server_of('postgresql')
+    lines = documented('postgresql')
+    server = require_private_server('postgresql')
     name, password = fresh_name('app'), secrets.token_hex(8)
     conn, cur = pg_admin(server)
     try:
@@ -139,7 +126,7 @@ def test_postgresql_database_not_owned_names_the_missing_privilege(driver):
     not create in its schema public: the error names the privilege, the
     schema and the database, and the statement that gives it (with
     either driver); run, the storage opens and commits."""
-    server = server_of('postgresql')
+    server = require_private_server('postgresql')
     role, database = fresh_name('role'), fresh_name('db')
     conn, cur = pg_admin(server)
     try:
@@ -167,8 +154,8 @@ def test_postgresql_database_not_owned_names_the_missing_privilege(driver):
 def test_mysql_guide_statements():
     import MySQLdb
     from relstorage.adapters.mysql import MySQLAdapter
-    lines, section = documented('mysql')
-    server = server_of('mysql')
+    lines = documented('mysql')
+    server = require_private_server('mysql')
     name, password = fresh_name('app'), secrets.token_hex(8)
     names = {'app': name, 'secret': password, '192.0.2.10': '127.0.0.1'}
     statements = [s for s in ' '.join(lines).split(';') if s.strip()]
@@ -195,7 +182,7 @@ def test_mysql_guide_statements():
 
 def test_sqlite_guide_directory(tmp_path, caplog):
     from relstorage.adapters.sqlite import SQLiteAdapter
-    lines, _ = documented('sqlite')
+    lines = documented('sqlite')
     [command] = lines
     user = pwd.getpwuid(os.getuid()).pw_name
     group = grp.getgrgid(os.getgid()).gr_name

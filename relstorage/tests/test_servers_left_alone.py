@@ -85,15 +85,8 @@ def test_testdb_script_drops_the_any_host_accounts():
     they are at loopback hosts only, and still log in."""
     import MySQLdb
 
-    from relstorage.testing.dbs import in_ci
-    from relstorage.testing.private_servers import private_server
-    from relstorage.testing.servers import NotInstalled
-    try:
-        server = private_server('mysql')
-    except NotInstalled as e:
-        if in_ci():
-            pytest.fail('CI=true and no private mysql server: %s' % e)
-        pytest.skip(str(e))
+    from relstorage.testing.dbs import require_private_server
+    server = require_private_server('mysql')
     server.admin(*["CREATE USER IF NOT EXISTS '%s'@'%%' IDENTIFIED BY '%s'"
                    % (user, user) for user in TEST_ACCOUNTS])
     env = dict(os.environ, RELSTORAGE_TEST_MYSQL_HOST=server.host,
