@@ -157,29 +157,27 @@ def require_pair(db):
     """The shared replicated pair of private *db* servers
     (replica_pairs); skip when their programs are missing, or under CI
     fail (as when they will not start)."""
-    from .servers import NotInstalled
     from .replica_pairs import replica_pair
-    try:
-        return replica_pair(db)
-    except NotInstalled as e:
-        if in_ci():
-            raise AssertionError('CI=true and no %s replica pair: %s'
-                                 % (db, e))
-        raise unittest.SkipTest('no %s replica pair: %s' % (db, e))
+    return _installed('%s replica pair' % db, replica_pair, db)
 
 
 def require_private_server(kind):
     """The run's private server of *kind* (private_servers); skip when
     its programs are missing, or under CI fail."""
     from .private_servers import private_server
+    return _installed('private %s server' % kind, private_server, kind)
+
+
+def _installed(what, start, *args):
+    """*start(*args)*; when the programs it needs are missing, a skip
+    naming *what* (under CI a failure)."""
     from .servers import NotInstalled
     try:
-        return private_server(kind)
+        return start(*args)
     except NotInstalled as e:
         if in_ci():
-            raise AssertionError('CI=true and no private %s server: %s'
-                                 % (kind, e))
-        raise unittest.SkipTest(str(e))
+            raise AssertionError('CI=true and no %s: %s' % (what, e))
+        raise unittest.SkipTest('no %s: %s' % (what, e))
 
 
 #: pgbouncer's default_pool_size for the suites through it, by pool
