@@ -15,7 +15,8 @@ RUN_TMP = ROOT / 'scripts' / 'run_tmp.sh'
 
 #: A stand-in for the test command: the run's temporary directory, and
 #: in it what a run makes (pytest's basetemp, a mkdtemp() directory of a
-#: child process); then the end given as $1.
+#: child process); then the end given as $1 (``wait``: a command that
+#: runs until stopped, as pytest would, which says when it runs).
 RUN = textwrap.dedent('''\
     set -euo pipefail
     source "%s"
@@ -25,16 +26,19 @@ RUN = textwrap.dedent('''\
     "%s" -c 'import tempfile; print(tempfile.mkdtemp(prefix="rs4-blobs-"))'
     case "$1" in
         fail) false ;;
-        wait) echo ready; sleep 60 ;;
+        wait) "%s" -c 'import time
+    print("ready", flush=True)
+    time.sleep(60)' ;;
         *) exit 0 ;;
     esac
-''') % (RUN_TMP, sys.executable)
+''') % (RUN_TMP, sys.executable, sys.executable)
 
 
 def _start(tmp_path, end):
     return subprocess.Popen(
-        ['bash', '-c', RUN, 'run', end], stdout=subprocess.PIPE, text=True,
-        env=dict(os.environ, TMPDIR=str(tmp_path)), start_new_session=True)
+        ['bash', '-c', RUN, 'run', end], stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL, text=True, start_new_session=True,
+        env=dict(os.environ, TMPDIR=str(tmp_path)))
 
 
 def _made(out, tmp_path):
