@@ -144,7 +144,9 @@ class DatabaseFull(RelStorageError):
 
 class PermissionDenied(RelStorageError):
     """The database user lacks a privilege the storage needs (typically:
-    a read-only user, without ``read-only true``)."""
+    a read-only user, without ``read-only true``; or, creating the schema,
+    one that may not create tables there: the message names the privilege
+    where the database tells it)."""
 
 
 class CacheKeyUnavailable(RelStorageError):

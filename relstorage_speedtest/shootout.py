@@ -14,7 +14,8 @@ the rounds, and the state of each server.
 Start it from outside any checkout: ``python -m`` puts the working
 directory first on ``sys.path``. The other side always runs in a
 directory of its own and is checked to import its own ``relstorage``.
-This side needs zodbshootout: ``pip install 'relstorage[bench]'``.
+This side needs zodbshootout: the ``bench`` extra (``pip install
+'.[bench]'`` in the checkout).
 
 Each contender writes to databases of its own, ``PREFIX_ours_hf`` and so on,
 created when missing through the admin connections (``--pg-admin``,
@@ -467,8 +468,8 @@ def main(argv=None):
         import zodbshootout  # noqa: F401 -- only checked for
         del zodbshootout
     except ImportError:
-        raise SystemExit("this side needs zodbshootout: pip install "
-                         "'relstorage[bench]' (or zodbshootout==0.8.0 "
+        raise SystemExit("this side needs zodbshootout: relstorage's bench "
+                         "extra (or pip install zodbshootout==0.8.0 "
                          "pyperf==2.3.1 six)")
     workdir = tempfile.mkdtemp(prefix='speedtest-shootout-')
     ours_env = dict(os.environ)

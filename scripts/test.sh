@@ -22,6 +22,11 @@ set -euo pipefail
 SCRIPT_NAME=test.sh
 EXTRAS=test,postgresql,mysql
 source "$(dirname "${BASH_SOURCE[0]}")/setup.sh"
+source "$ROOT/scripts/run_tmp.sh"
+
+# What the run puts in the temporary directory goes into one of its own,
+# removed at the end (see scripts/run_tmp.sh and docs/testing.rst).
+run_tmp_begin
 
 # ------------------------------------------------------------ databases
 
@@ -67,8 +72,8 @@ BESIDE=(relstorage/tests/test_gevent.py
         relstorage/tests/test_packaging.py)
 set +e
 if [ "$#" -eq 0 ] && [ "${RELSTORAGE_TEST_SERIAL:-0}" != 1 ]; then
-    own_log=$(mktemp "${TMPDIR:-/tmp}/relstorage-tests-XXXXXX")
-    beside_log=$(mktemp "${TMPDIR:-/tmp}/relstorage-tests-XXXXXX")
+    own_log=$RUN_TMP/own-servers.log
+    beside_log=$RUN_TMP/beside.log
     say "running beside the others (output below, at the end): python -m pytest ${OWN_SERVERS[*]}"
     PYTHONFAULTHANDLER=1 "${guard[@]}" "$VENV/bin/python" -m pytest \
         -p no:cacheprovider "${OWN_SERVERS[@]}" >"$own_log" 2>&1 &
@@ -102,7 +107,6 @@ if [ "$#" -eq 0 ] && [ "${RELSTORAGE_TEST_SERIAL:-0}" != 1 ]; then
     cat "$own_log"
     say "the tests beside (python -m pytest ${BESIDE[*]}) and the other Pythons:"
     cat "$beside_log"
-    rm -f "$own_log" "$beside_log"
     say "exit status: $status, $own_status for the tests on servers of their own," \
         "$beside_status for the tests beside and the other Pythons"
     if [ "$status" = 0 ] || [ "$status" = 5 ]; then

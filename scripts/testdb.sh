@@ -13,6 +13,9 @@
 # <relstorage> section to use, and removes them all on ^C. It needs the
 # venv scripts/test.sh makes.
 #
+# --print-mysql-sql prints the statements it would send to MySQL/MariaDB
+# (as the administrator) and does nothing else.
+#
 # --galera likewise starts a private three-node MariaDB Galera cluster
 # (loopback ports, a temporary directory) and prints a replica-conf file
 # naming its nodes and a <relstorage> section.
@@ -26,6 +29,9 @@
 # for scripts/other_pythons.sh, and relstoragetest_side_ for the tests
 # scripts/test.sh runs beside the others) owned by / fully granted to that
 # account, and the account `relstoragetest_ro`, which may only read relstoragetest_hp.
+# On MySQL/MariaDB both accounts are loopback ones only (@localhost,
+# @127.0.0.1, @::1); the same accounts @'%', which earlier versions made,
+# are dropped.
 #
 # A server that answers is used as it is: this script never stops,
 # restarts or reconfigures it (no ALTER SYSTEM, no SET GLOBAL, no
@@ -430,6 +436,35 @@ my_admin() {
     fi
 }
 
+# The accounts are loopback ones only (a server that listens beyond
+# loopback must not let the known test passwords in from elsewhere); the
+# '%' accounts earlier versions of this script made are dropped.
+MY_HOSTS=(localhost 127.0.0.1 ::1)
+
+# The statements my_setup sends, one a line.
+my_setup_sql() {
+    local host db account user
+    for user in "$TEST_USER" "$RO_USER"; do
+        echo "DROP USER IF EXISTS '$user'@'%';"
+    done
+    for host in "${MY_HOSTS[@]}"; do
+        account="'$TEST_USER'@'$host'"
+        echo "CREATE USER IF NOT EXISTS $account IDENTIFIED BY '$TEST_PASSWORD';"
+        echo "ALTER USER $account IDENTIFIED BY '$TEST_PASSWORD';"
+    done
+    for db in "${TEST_DATABASES[@]}"; do
+        echo "CREATE DATABASE IF NOT EXISTS \`$db\` CHARACTER SET utf8mb4;"
+        for host in "${MY_HOSTS[@]}"; do
+            echo "GRANT ALL PRIVILEGES ON \`$db\`.* TO '$TEST_USER'@'$host';"
+        done
+    done
+    for host in "${MY_HOSTS[@]}"; do
+        account="'$RO_USER'@'$host'"
+        echo "CREATE USER IF NOT EXISTS $account IDENTIFIED BY '$RO_USER';"
+        echo "GRANT SELECT ON \`${TEST_DATABASES[0]}\`.* TO $account;"
+    done
+}
+
 my_setup() {
     if ! my_find_admin; then
         my_test_connect && return 0  # already set up; nothing to do
@@ -437,29 +472,13 @@ my_setup() {
              "(set RELSTORAGE_TEST_MYSQL_ADMIN_USER/_PASSWORD); not creating $TEST_USER"
         return 0
     fi
-    local sql="" host db account
-    for host in localhost 127.0.0.1 %; do
-        account="'$TEST_USER'@'$host'"
-        sql+="CREATE USER IF NOT EXISTS $account IDENTIFIED BY '$TEST_PASSWORD';"
-        sql+="ALTER USER $account IDENTIFIED BY '$TEST_PASSWORD';"
-    done
-    for db in "${TEST_DATABASES[@]}"; do
-        sql+="CREATE DATABASE IF NOT EXISTS \`$db\` CHARACTER SET utf8mb4;"
-        for host in localhost 127.0.0.1 %; do
-            sql+="GRANT ALL PRIVILEGES ON \`$db\`.* TO '$TEST_USER'@'$host';"
-        done
-    done
-    for host in localhost 127.0.0.1 %; do
-        account="'$RO_USER'@'$host'"
-        sql+="CREATE USER IF NOT EXISTS $account IDENTIFIED BY '$RO_USER';"
-        sql+="GRANT SELECT ON \`${TEST_DATABASES[0]}\`.* TO $account;"
-    done
-    if ! my_admin -e "$sql" >"$LOG" 2>&1; then
+    if ! my_admin -e "$(my_setup_sql)" >"$LOG" 2>&1; then
         show_log
         return 1
     fi
     # PROCESS lets the tests look at lock waits; nice to have only.
-    for host in localhost 127.0.0.1 %; do
+    local host
+    for host in "${MY_HOSTS[@]}"; do
         my_admin -e "GRANT PROCESS ON *.* TO '$TEST_USER'@'$host'" >/dev/null 2>&1 || true
     done
 }
@@ -535,6 +554,7 @@ for arg in "$@"; do
         --galera) run_servers relstorage.testing.galera_cluster ;;
         --postgresql|--postgres|--pg) want_pg=1 ;;
         --mysql|--mariadb) want_my=1 ;;
+        --print-mysql-sql) my_setup_sql; exit 0 ;;
         -h|--help) usage; exit 0 ;;
         *) err "unknown argument: $arg"; usage >&2; exit 2 ;;
     esac

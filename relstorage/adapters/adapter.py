@@ -250,7 +250,16 @@ class Adapter:
                            else 'create-schema is false'))
                 log.info('creating the relstorage schema in %s',
                          self.describe())
-                self.schema.create(session)
+                try:
+                    self.schema.create(session)
+                except PermissionDenied as e:
+                    session.rollback_quietly()
+                    raise PermissionDenied(
+                        'the database user may not create the relstorage '
+                        'schema in %s: %s' % (self.describe(),
+                                              self.missing_create_privilege(
+                                                  session, e.__cause__ or e))
+                    ) from e
             else:
                 self.schema.verify(meta)
             session.commit()
@@ -437,6 +446,14 @@ class Adapter:
     def is_permission_error(self, error):
         """Whether a driver error means the user lacks a privilege."""
         return False
+
+    def missing_create_privilege(self, session, error):
+        """What the user lacks to create the schema, and how to give it,
+        after the driver *error* refused it (asked in *session*, whose
+        transaction has been rolled back)."""
+        return ('%s; the user needs the privilege to create tables there '
+                '(the database\'s guide shows the statements)'
+                % _first_line(error))
 
     def is_full_error(self, error):
         """Whether a driver error means the database has no room left

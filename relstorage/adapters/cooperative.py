@@ -63,8 +63,8 @@ def cooperating(asked):
             import gevent  # noqa: F401
         except ImportError:
             raise ConfigurationError(
-                'driver: the gevent drivers need gevent (pip install '
-                'relstorage[gevent])') from None
+                'driver: the gevent drivers need gevent (relstorage\'s '
+                'gevent extra)') from None
         return True
     return monkey_patched()
 

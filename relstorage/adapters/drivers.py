@@ -26,5 +26,5 @@ def choose_driver(name, drivers, spellings, auto, database, supported,
         except ImportError as e:
             problems.append('%s: %s' % (candidate, e))
     raise ConfigurationError(
-        'driver: no %s driver could be imported (pip install '
-        'relstorage[%s]): %s' % (database, extra, '; '.join(problems)))
+        'driver: no %s driver could be imported (relstorage\'s %s extra '
+        'installs one): %s' % (database, extra, '; '.join(problems)))

@@ -97,6 +97,6 @@ def recorder_for(enabled, name, cache, adapter, blobs):
     except ImportError as e:
         from ..exceptions import ConfigurationError
         raise ConfigurationError(
-            'metrics true needs prometheus_client (pip install '
-            'relstorage[metrics]): %s' % e) from None
+            'metrics true needs prometheus_client (relstorage\'s metrics '
+            'extra): %s' % e) from None
     return Recorder(name, cache, adapter, blobs)

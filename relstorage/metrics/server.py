@@ -307,7 +307,7 @@ def main(argv=None, out=None):
                                '%(message)s')
     if importlib.util.find_spec('prometheus_client') is None:
         print('relstorage-metrics: prometheus_client is not installed '
-              '(pip install relstorage[metrics])', file=sys.stderr)
+              "(relstorage's metrics extra)", file=sys.stderr)
         return EXIT_FAILED
     try:
         opened = open_storages(args.config)

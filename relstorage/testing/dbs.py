@@ -14,6 +14,7 @@ Oracle tests are skipped, saying so, in CI too: no Oracle server can be
 installed from the package registries CI reaches. A configured server that
 cannot be reached fails under CI like the others.
 """
+import atexit
 import os
 import shutil
 import tempfile
@@ -156,15 +157,27 @@ def require_pair(db):
     """The shared replicated pair of private *db* servers
     (replica_pairs); skip when their programs are missing, or under CI
     fail (as when they will not start)."""
-    from .servers import NotInstalled
     from .replica_pairs import replica_pair
+    return _installed('%s replica pair' % db, replica_pair, db)
+
+
+def require_private_server(kind):
+    """The run's private server of *kind* (private_servers); skip when
+    its programs are missing, or under CI fail."""
+    from .private_servers import private_server
+    return _installed('private %s server' % kind, private_server, kind)
+
+
+def _installed(what, start, *args):
+    """*start(*args)*; when the programs it needs are missing, a skip
+    naming *what* (under CI a failure)."""
+    from .servers import NotInstalled
     try:
-        return replica_pair(db)
+        return start(*args)
     except NotInstalled as e:
         if in_ci():
-            raise AssertionError('CI=true and no %s replica pair: %s'
-                                 % (db, e))
-        raise unittest.SkipTest('no %s replica pair: %s' % (db, e))
+            raise AssertionError('CI=true and no %s: %s' % (what, e))
+        raise unittest.SkipTest('no %s: %s' % (what, e))
 
 
 #: pgbouncer's default_pool_size for the suites through it, by pool
@@ -307,7 +320,9 @@ class DatabaseFactory:
 
     def data_dir(self, which='main'):
         if which not in self._dirs:
-            self._dirs[which] = tempfile.mkdtemp(prefix='relstorage-test-')
+            path = tempfile.mkdtemp(prefix='relstorage-test-')
+            _made_dirs.add(path)
+            self._dirs[which] = path
         return self._dirs[which]
 
     def adapter(self, which='main', **options):
@@ -366,7 +381,20 @@ class DatabaseFactory:
     def cleanup(self):
         for path in self._dirs.values():
             shutil.rmtree(path, ignore_errors=True)
+            _made_dirs.discard(path)
         self._dirs.clear()
+
+
+#: The data directories DatabaseFactory.data_dir made in this process and
+#: no cleanup() removed yet: removed when the process exits (the ones a
+#: child process is given are its parent's, never in it).
+_made_dirs = set()
+
+
+@atexit.register
+def _remove_made_dirs():
+    while _made_dirs:
+        shutil.rmtree(_made_dirs.pop(), ignore_errors=True)
 
 
 def wait_for(predicate, timeout=10):

@@ -16,6 +16,7 @@ the database, which the dump fills: else a temporary one).
 """
 import hashlib
 import json
+import shutil
 import sys
 import tempfile
 import time
@@ -172,13 +173,25 @@ def main(kind, keep_history, where, out, blob_dir='', mode='shared'):
     """Build the database; *blob_dir*, when given, is the shared blob
     directory it keeps its blobs in, or with *mode* ``cache`` its blob
     cache (the blobs going into the database)."""
-    import ZODB.config
     keep_history = keep_history == 'true'
     if kind == 'mysql':
         adjust_for_mariadb()
     adapter = adapter_section(kind, where)
     shared = bool(blob_dir) and mode != 'cache'
+    # Without a blob directory given the blobs go into the database, and
+    # the blob directory is RelStorage 4's cache of them: removed at the
+    # end.
+    made = not blob_dir
     blob_dir = blob_dir or tempfile.mkdtemp(prefix='rs4-blobs-')
+    try:
+        _build(keep_history, adapter, blob_dir, shared, out)
+    finally:
+        if made:
+            shutil.rmtree(blob_dir, ignore_errors=True)
+
+
+def _build(keep_history, adapter, blob_dir, shared, out):
+    import ZODB.config
     config = """
 %%import relstorage
 <relstorage>

@@ -147,3 +147,45 @@ def test_defaults_written_in_descriptions_are_the_real_ones():
             else:
                 assert float(said.rstrip('.')) == float(key.default), key
     assert checked > 10
+
+
+#: ``pip install`` of this package by its name (any options first, the
+#: name quoted or not, with extras or not, across a line break): the
+#: package index answers it with RelStorage 4, another release of a
+#: distribution of that name, until this one is published.
+INSTALL_BY_NAME = re.compile(
+    r"""pip\s+install\s+(?:-\S+\s+)*['"]?relstorage\b""", re.I)
+
+
+def _install_by_name(text):
+    """The spans of *text* that tell pip to install relstorage by name."""
+    return [m.group(0) for m in INSTALL_BY_NAME.finditer(text)]
+
+
+def test_the_install_by_name_scan_sees_every_spelling():
+    assert len(_install_by_name(
+        "pip install relstorage\n"
+        "``pip install 'relstorage[postgresql]'``\n"
+        "pip install -U relstorage\n"
+        "``pip\n  install relstorage[gevent]``\n"
+        'pip install -q "RelStorage[mysql]"\n')) == 5
+    assert _install_by_name(
+        "pip install '.[postgresql]'\npip install .\n"
+        "pip install 'dist/relstorage-5.0.0-py3-none-any.whl[mysql]'\n"
+        "pip install relstorage_extra\n") == []
+
+
+def test_nothing_tells_users_to_install_relstorage_from_the_index():
+    """README, the pages of docs/ and the messages of the shipped code
+    install this package from its checkout (or a wheel built from it),
+    never by its name from the package index."""
+    _docs_checkout()
+    files = [ROOT / 'README.txt'] + sorted(DOCS.glob('*.rst'))
+    for top in ('relstorage', 'relstorage_speedtest'):
+        files += [path for path in sorted((ROOT / top).rglob('*'))
+                  if path.suffix in ('.py', '.xml', '.txt')
+                  and 'tests' not in path.relative_to(ROOT).parts]
+    assert len(files) > 100
+    found = {str(path.relative_to(ROOT)): _install_by_name(path.read_text())
+             for path in files}
+    assert {name: spans for name, spans in found.items() if spans} == {}

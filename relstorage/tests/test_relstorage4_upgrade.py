@@ -9,6 +9,7 @@ current states and blobs, and go on committing.
 """
 import json
 import os
+import shutil
 import subprocess
 import tempfile
 import textwrap
@@ -44,15 +45,22 @@ def build_rs4(kind, keep_history, where, out, shared_blob_dir='',
               blob_cache=''):
     """Fill a RelStorage 4 database at *where* (its blobs in
     *shared_blob_dir* when given, else in the database with *blob_cache*
-    as its blob cache); return what RelStorage 4 reads from it."""
+    as its blob cache); return what RelStorage 4 reads from it. It leaves
+    nothing in its temporary directory."""
     blob_args = ([str(shared_blob_dir)] if shared_blob_dir
                  else [str(blob_cache), 'cache'] if blob_cache else [])
-    done = subprocess.run(
-        [rs4_python(), rs4_workload.__file__, kind,
-         'true' if keep_history else 'false', where, out] + blob_args,
-        cwd=tempfile.gettempdir(), env=user_environment(), capture_output=True,
-        text=True, timeout=600)
-    assert done.returncode == 0, done.stderr[-4000:]
+    python = rs4_python()
+    scratch = tempfile.mkdtemp(prefix='rs4-workload-')
+    try:
+        done = subprocess.run(
+            [python, rs4_workload.__file__, kind,
+             'true' if keep_history else 'false', where, out] + blob_args,
+            cwd=scratch, env=dict(user_environment(), TMPDIR=scratch),
+            capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0, done.stderr[-4000:]
+        assert os.listdir(scratch) == []
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
     with open(out) as f:
         return json.load(f)
 

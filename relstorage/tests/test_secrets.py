@@ -31,10 +31,8 @@ from relstorage.exceptions import DatabaseUnavailable
 from relstorage.options import Options
 from relstorage.testing.dbs import DatabaseFactory
 from relstorage.testing.dbs import child_env
-from relstorage.testing.dbs import in_ci
-from relstorage.testing.private_servers import private_server
+from relstorage.testing.dbs import require_private_server
 from relstorage.testing.processes import free_port as closed_port
-from relstorage.testing.servers import NotInstalled
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -81,13 +79,7 @@ def said(caplog, words):
     return [r.getMessage() for r in caplog.records if words in r.getMessage()]
 
 
-def server_of(kind):
-    try:
-        return private_server(kind)
-    except NotInstalled as e:
-        if in_ci():
-            pytest.fail('CI=true and no private %s server: %s' % (kind, e))
-        pytest.skip(str(e))
+server_of = require_private_server
 
 
 def _open(section):

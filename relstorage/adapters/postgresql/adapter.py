@@ -48,6 +48,7 @@ from .pooler import pooler_mode
 from .pooler import without_sessions
 from .upgrade import PostgreSQLUpgrade
 from . import pooler
+from . import errors as pg_errors
 
 log = logging.getLogger(__name__)
 
@@ -790,12 +791,9 @@ class PostgreSQLAdapter(Adapter):
         if tables:
             session.execute(ANALYZE.format(tables=', '.join(tables)))
 
-    def is_permission_error(self, error):
-        return getattr(error, 'pgcode', None) == '42501'
-
-    def is_full_error(self, error):
-        # disk_full: a table, an index or a temporary file could not grow.
-        return getattr(error, 'pgcode', None) == '53100'
+    is_permission_error = pg_errors.is_permission_error
+    is_full_error = pg_errors.is_full_error
+    missing_create_privilege = pg_errors.missing_create_privilege
 
     def is_disconnect(self, session, error):
         driver = self.driver

@@ -181,7 +181,7 @@ def select_driver(name):
                            ('psycopg2', 'psycopg'), 'PostgreSQL',
                            'auto, psycopg2, psycopg (each also as '
                            'gevent psycopg2 ...)',
-                           'postgresql] or relstorage[psycopg')
+                           'postgresql or psycopg')
     if cooperative.cooperating(asked):
         driver.cooperate()
     return driver
