@@ -99,16 +99,25 @@ def _where(url):
     return url
 
 
+#: ZConfig's errors whose text is their message and where it is (the
+#: file as a URL, on a line of its own); said here as a compiler does.
+_POSITIONED = (ZConfig.ConfigurationError.__str__,
+               ZConfig.ConfigurationSyntaxError.__str__,
+               ZConfig.DataConversionError.__str__)
+
+
 def config_error_text(error):
-    """One line for ZConfig's *error*, with the file and line it names
-    (ZConfig keeps them beside a misspelt key's message, not in it)."""
+    """One line for ZConfig's *error*: ``FILE, line N: what is wrong``
+    where ZConfig knows the file and line (it keeps them beside a
+    misspelt key's message, not in it)."""
     text = str(error)
     lineno = getattr(error, 'lineno', None)
     where = _where(error.url)
-    if type(error).__str__ is ZConfig.ConfigurationError.__str__ and (
-            lineno or where and where not in text):
+    if type(error).__str__ in _POSITIONED and (
+            lineno or where and where not in error.message):
         text = '%s%s: %s' % (where or 'the configuration',
-                             ', line %d' % lineno if lineno else '', text)
+                             ', line %d' % lineno if lineno else '',
+                             error.message)
     return ' '.join(text.split())
 
 

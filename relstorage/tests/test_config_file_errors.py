@@ -132,3 +132,12 @@ def test_a_relstorage4_database_is_one_line(tool, relstorage4, tmp_path):
     assert err.startswith(tool + ': ')
     assert 'holds a RelStorage 4 database' in err
     assert 'relstorage-upgrade CONFIG' in err
+
+
+@pytest.mark.parametrize('tool', sorted(TOOLS))
+def test_a_misspelt_section_names_its_file_and_line(tool, tmp_path):
+    path = site_file(tool, tmp_path, sqlite_section(
+        tmp_path / 'data').replace('sqlite3>', 'sqlite>'))
+    err = one_line(run(tool, path), 2)
+    assert err == ("%s: %s, line %d: unknown type name: 'sqlite'"
+                   % (tool, path, line_of(path, b'<sqlite>')))
