@@ -18,13 +18,15 @@ from relstorage.testing.dbs import MYSQL_USER
 from relstorage.testing.dbs import PG_HOST
 from relstorage.testing.dbs import PG_PORT
 from relstorage.testing.dbs import PG_USER
-from relstorage.testing.dbs import in_ci
 from relstorage.testing.dbs import require
 from relstorage.testing.private_servers import private_server
 from relstorage.testing.servers import NotInstalled
 from relstorage.testing.servers import ServerError
 from relstorage.testing.tls import CHECKED_USER
 from relstorage.testing.tls import PasswordPostgreSQLServer
+
+from .test_tls_and_credentials import _started as started
+from .test_tls_and_credentials import _unavailable as unavailable
 
 #: Passwords that are pieces of what servers say ("database", "exist",
 #: "at", "failed", "Access denied", "127.0.0.1").
@@ -60,12 +62,6 @@ def assert_not_a_value(password, text):
     if len(password) >= 3:
         words = re.split(r'[\s"\'(),;:=@]+|\.(?:\s|$)', text)
         assert password not in words, (password, text)
-
-
-def _unavailable(why):
-    if in_ci():
-        pytest.fail(why)
-    pytest.skip(why)
 
 
 # The machine's PostgreSQL (it trusts local connections: the password
@@ -110,13 +106,7 @@ def test_postgresql_no_such_database(driver, password):
 
 @pytest.fixture(scope='module')
 def checking_pg():
-    server = PasswordPostgreSQLServer()
-    try:
-        server.start()
-    except (NotInstalled, ServerError) as e:
-        _unavailable(str(e))
-    yield server
-    server.remove()
+    yield from started(PasswordPostgreSQLServer())
 
 
 def _checked_section(server, password, dbname='relstoragetest_hp'):
@@ -184,7 +174,7 @@ def mariadb():
     try:
         server = private_server('mysql')
     except (NotInstalled, ServerError) as e:
-        _unavailable(str(e))
+        unavailable(str(e))
     return server
 
 
