@@ -112,7 +112,7 @@ def config_error_text(error):
     misspelt key's message, not in it)."""
     text = str(error)
     lineno = getattr(error, 'lineno', None)
-    where = _where(error.url)
+    where = _where(getattr(error, 'url', None))
     if type(error).__str__ in _POSITIONED and (
             lineno or where and where not in error.message):
         text = '%s%s: %s' % (where or 'the configuration',
