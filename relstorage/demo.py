@@ -12,6 +12,7 @@ import sys
 import time
 
 import transaction
+import ZConfig
 import ZODB.config
 from persistent.list import PersistentList
 from persistent.mapping import PersistentMapping
@@ -20,6 +21,9 @@ from .children import child_env
 from .children import python_command
 from .config import default_sqlite_data_dir
 from .defaultlocation import default_data_dir
+from .exceptions import RelStorageError
+from .siteconfig import config_error_text
+from .siteconfig import load_config
 
 CONF = """\
 %%import relstorage
@@ -34,7 +38,10 @@ WORKERS = ('alice', 'bob')
 
 
 def open_db(conf_path):
-    return ZODB.config.databaseFromURL(conf_path)
+    """The database the file at *conf_path* configures (as
+    ZODB.config.databaseFromURL opens it)."""
+    config, _ = load_config(ZODB.config.getDbSchema(), conf_path)
+    return ZODB.config.databaseFromConfig(config.database)
 
 
 def worker(conf_path, me, rounds):
@@ -72,6 +79,20 @@ def worker(conf_path, me, rounds):
 
 
 def main(argv=None):
+    """Runs the demo; a config file that cannot be read (status 2) or a
+    database that cannot be opened (status 1) is one line on stderr."""
+    try:
+        return _main(argv)
+    except ZConfig.ConfigurationError as e:
+        print('relstorage-demo: %s' % config_error_text(e), file=sys.stderr)
+        return 2
+    except RelStorageError as e:
+        print('relstorage-demo: %s: %s' % (type(e).__name__, e),
+              file=sys.stderr)
+        return 1
+
+
+def _main(argv):
     parser = argparse.ArgumentParser(
         prog='relstorage-demo',
         description='Two processes commit to one relstorage database '

@@ -12,12 +12,16 @@ the file a site already has:
   sections, which are read past (Zope need not be installed).
 
 A file is first read strictly (a misspelt key or section is reported as
-ZConfig reports it); when that fails and the file has ``<zodb_db>``
-sections, it is read as a zope.conf.
+ZConfig reports it, with the file and line ZConfig knows); when that
+fails and the file has ``<zodb_db>`` sections, it is read as a zope.conf.
+A file (or one it includes) that is not UTF-8 text is named, with the
+offset and line of its first byte that is not.
 """
 import collections
 import io
 import logging
+import urllib.parse
+import urllib.request
 
 import ZConfig
 import ZConfig.loader
@@ -28,6 +32,8 @@ from .exceptions import UsageError
 __all__ = [
     'Configured',
     'add_database_argument',
+    'config_error_text',
+    'load_config',
     'load_configured',
     'select',
 ]
@@ -84,6 +90,59 @@ class ZopeDatabaseSection:
         self.missing = getattr(section, 'ignored_sections', ())
 
 
+def _where(url):
+    """The path of a ``file:`` *url* (what ZConfig makes of a path), else
+    the URL."""
+    parts = urllib.parse.urlsplit(url or '')
+    if parts.scheme == 'file':
+        return urllib.request.url2pathname(parts.path)
+    return url
+
+
+#: ZConfig's errors whose text is their message and where it is (the
+#: file as a URL, on a line of its own); said here as a compiler does.
+_POSITIONED = (ZConfig.ConfigurationError.__str__,
+               ZConfig.ConfigurationSyntaxError.__str__,
+               ZConfig.DataConversionError.__str__)
+
+
+def config_error_text(error):
+    """One line for ZConfig's *error*: ``FILE, line N: what is wrong``
+    where ZConfig knows the file and line (it keeps them beside a
+    misspelt key's message, not in it)."""
+    text = str(error)
+    lineno = getattr(error, 'lineno', None)
+    where = _where(getattr(error, 'url', None))
+    if type(error).__str__ in _POSITIONED and (
+            lineno or where and where not in error.message):
+        text = '%s%s: %s' % (where or 'the configuration',
+                             ', line %d' % lineno if lineno else '',
+                             error.message)
+    return ' '.join(text.split())
+
+
+class _CheckedLoader(ZConfig.loader.ConfigLoader):
+    """Says which file is not UTF-8 text, and where (ZConfig lets the
+    decoding error out, naming neither)."""
+
+    def openResource(self, url):
+        try:
+            return super().openResource(url)
+        except UnicodeDecodeError as e:
+            error = ZConfig.ConfigurationError(
+                'not UTF-8 text: byte 0x%02x at offset %d'
+                % (e.object[e.start], e.start), url)
+            error.lineno = e.object.count(b'\n', 0, e.start) + 1
+        raise error
+
+
+def load_config(schema, path):
+    """``(config, handler)``: ZConfig's reading of the file at *path*
+    with *schema* (ZConfig.loadConfig), a file that is not UTF-8 text
+    refused with ZConfig.ConfigurationError naming it."""
+    return _CheckedLoader(schema).loadURL(path)
+
+
 class _Ignored:
     """Matches a section read past: any key, any nested section."""
 
@@ -130,7 +189,7 @@ class _LenientSection(_Lenient, ZConfig.matcher.SectionMatcher):
         return super().finish()
 
 
-class _ZopeLoader(ZConfig.loader.ConfigLoader):
+class _ZopeLoader(_CheckedLoader):
     """A zope.conf loader: sections and keys this schema does not know
     (Zope's own, or of a package that is not installed) are read past;
     a storage section whose type is unknown is remembered by name."""
@@ -181,7 +240,7 @@ def _schema(text):
 
 
 def _strict(path):
-    config, _ = ZConfig.loadConfig(_schema(STRICT_SCHEMA), path)
+    config, _ = load_config(_schema(STRICT_SCHEMA), path)
     found = []
     for index, storage in enumerate(config.storages):
         name = getattr(storage, 'name', None) or 'storage %d' % (index + 1)
@@ -213,10 +272,17 @@ def _zope(path, loader):
 
 def load_configured(path):
     """``[Configured]``: every storage of the config file at *path*, in
-    the file's order (top-level storages first). Raises
-    ZConfig.ConfigurationError for a file that cannot be read as any of
-    the three kinds, naming what is wrong, and OSError for one that
-    cannot be opened."""
+    the file's order (top-level storages first). Raises UsageError for a
+    file that cannot be opened or read as any of the three kinds, in one
+    line naming what is wrong, and the file and line where ZConfig knows
+    them."""
+    try:
+        return _load_configured(path)
+    except ZConfig.ConfigurationError as e:
+        raise UsageError(config_error_text(e)) from None
+
+
+def _load_configured(path):
     try:
         return _strict(path)
     except ZConfig.ConfigurationError as strict_error:

@@ -5,52 +5,94 @@ which never holds a password. Text that comes from elsewhere (a driver's
 error, which may quote the connection string it could not parse) goes
 through :func:`scrub` with the secrets of the parameters it was made
 from, before it is put into a message or a log.
+
+A secret is hidden where it stands as a value, never inside the
+server's words: a short password (``a``, ``ist``) must leave
+``database`` and ``exist`` as they are.
 """
 import re
 from urllib.parse import unquote
 
-#: What replaces a secret, or a quoted fragment that overlaps one.
+#: What replaces a secret, or a quoted fragment that holds one.
 HIDDEN = '***'
 
-#: A quoted fragment of a driver's message ("..." or '...').
-_QUOTED = re.compile(r'"[^"\n]*"|\'[^\'\n]*\'')
+#: The quoted fragments of a driver's message ("..." and '...', which
+#: may be inside the other).
+_QUOTED = (re.compile(r'"[^"\n]*"'), re.compile(r"'[^'\n]*'"))
 
-#: Fragments of a secret shorter than this are not looked for on their
-#: own (the whole secret always is): they would blank out ordinary words.
-_SHORTEST_PART = 3
+#: ``password=VALUE`` (libpq's keywords, a URI's query, mysqlclient's
+#: ``passwd``), the value quoted or not: hidden whatever it is. (Not
+#: ``password: YES``, which is MySQL telling that one was given.)
+_KEYWORD_VALUE = re.compile(
+    r'(?i)(?<![\w-])((?:ssl)?password|passwd|pwd)(\s*=\s*)'
+    r'(\'(?:\\.|[^\'\\])*\'?|"(?:\\.|[^"\\])*"?|[^\s\'"&;,)]+)')
+
+#: The password of a URI's ``user:password@``: hidden whatever it is.
+_URI_PASSWORD = re.compile(
+    r'(\b[a-zA-Z][\w+.-]*://[^\s/?#@:\'"]*:)([^\s/?#@\'"]*)(@)')
+
+#: Secrets (or their words) shorter than this are hidden only as values
+#: (quoted, after ``password=``, in a URI): as words of their own they
+#: would blank out the server's ("a", "at", "is").
+_SHORTEST_WORD = 3
 
 
-def _parts(secrets):
-    """Each secret, and each of its words, longest first."""
-    parts = set()
+def _words(secrets):
+    """Each secret, and each word of one, longest first."""
+    words = set()
     for secret in secrets:
-        parts.add(secret)
-        parts.update(word for word in re.split(r'[\s\'"]+', secret)
-                     if len(word) >= _SHORTEST_PART)
-    return sorted(parts, key=len, reverse=True)
+        words.add(secret)
+        words.update(word for word in re.split(r'[\s\'"]+', secret) if word)
+    return sorted(words, key=len, reverse=True)
+
+
+#: What may stand before and after a word of its own: a space, a quote,
+#: a bracket, a separator, the start or end, or a full stop that ends a
+#: sentence; not ``.``, ``-`` or ``_`` inside a word (``127.0.0.1``,
+#: ``relstoragetest_hp``), nor a letter or digit.
+_BEFORE = r'(?<![^\s"\'(\[{<,;:=&@/])'
+_AFTER = r'(?=$|[\s"\')\]}>,;:=&@/?]|\.(?:\s|$))'
+
+
+def _standing_alone(word):
+    """A pattern of *word* where it is not part of a longer word."""
+    return re.compile('%s%s%s' % (
+        _BEFORE if re.match(r'[\w.-]', word[0]) else '', re.escape(word),
+        _AFTER if re.match(r'[\w.-]', word[-1]) else ''))
+
+
+def _hide_value(match):
+    value = match.group(3)
+    quote = value[0] if value[0] in '\'"' else ''
+    return match.group(1) + match.group(2) + quote + HIDDEN + (
+        quote if quote and len(value) > 1 and value[-1] == quote else '')
 
 
 def scrub(text, secrets):
-    """*text* (a driver's message, say) without any of *secrets*: each
-    quoted fragment that holds a secret, a word of one or is part of one
-    becomes ``"***"``, and what is left of them elsewhere ``***``."""
-    text = str(text)
+    """*text* (a driver's message, say) without any of *secrets* as a
+    value: the value of each ``password=`` and the password of each URI
+    become ``***``, and so does each quoted fragment that is a secret
+    or a word of one, and each secret (or word of one) standing as a
+    word of its own. Inside the server's own words (``database``,
+    ``exist``) nothing changes."""
+    text = _KEYWORD_VALUE.sub(_hide_value, str(text))
+    text = _URI_PASSWORD.sub(r'\1%s\3' % HIDDEN, text)
     secrets = [str(secret) for secret in secrets if secret]
-    parts = _parts(secrets)
-    if not parts:
+    words = _words(secrets)
+    if not words:
         return text
+    alone = [_standing_alone(word) for word in words
+             if len(word) >= _SHORTEST_WORD]
 
     def quoted(match):
-        inner = match.group(0)[1:-1]
-        if inner and (any(part in inner for part in parts)
-                      or (len(inner) >= _SHORTEST_PART
-                          and any(inner in secret for secret in secrets))):
+        if match.group(0)[1:-1] in words:
             quote = match.group(0)[0]
             return quote + HIDDEN + quote
         return match.group(0)
-    text = _QUOTED.sub(quoted, text)
-    for part in parts:
-        text = text.replace(part, HIDDEN)
+    for fragments in _QUOTED:
+        text = fragments.sub(quoted, text)
+    for pattern in alone:
+        text = pattern.sub(HIDDEN, text)
     return text
 
 

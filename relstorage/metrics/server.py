@@ -44,6 +44,7 @@ from wsgiref.simple_server import make_server
 
 import ZConfig
 
+from ..exceptions import UsageError
 from ..helptext import help_text
 
 log = logging.getLogger('relstorage-metrics')
@@ -311,7 +312,7 @@ def main(argv=None, out=None):
         return EXIT_FAILED
     try:
         opened = open_storages(args.config)
-    except (ZConfig.ConfigurationError, OSError) as e:
+    except (ZConfig.ConfigurationError, UsageError, OSError) as e:
         print('relstorage-metrics: %s' % e, file=sys.stderr)
         return EXIT_USAGE
     except Exception as e:  # noqa: BLE001 -- reported, then exit 1
