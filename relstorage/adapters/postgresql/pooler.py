@@ -30,6 +30,7 @@ import secrets
 import threading
 
 from ...exceptions import ConfigurationError
+from ...exceptions import PackLockLost
 from ..mover import Mover
 from ..packer import PACK_TABLES
 from ..packer import PACK_TABLES_TEMPLATE
@@ -197,6 +198,23 @@ class LeaseKeeper(threading.Thread):
         self.stopping.set()
         self.join(RENEW_SECONDS * 2)
 
+    def confirm(self, session):
+        """Renew the lease in the transaction a pack batch began on
+        *session*: the row stays locked until the batch ends, so no other
+        pack takes the lease meanwhile (its claim waits, then finds it
+        renewed). PackLockLost when it is this pack's no more."""
+        if not self.lost:
+            cursor = session.execute(RENEW_LEASE, (
+                self.token, LEASE_SECONDS, LEASE_NAME, self.token))
+            self.lost = cursor.rowcount == 0
+        if self.lost:
+            raise PackLockLost(
+                'the pack lock of the %s was lost to another pack: this '
+                "pack's lease lapsed (it was stopped for longer than %s s) "
+                'and another pack took it; this pack stops here, removing '
+                'nothing more, and the other one finishes the job'
+                % (self.adapter.describe(), LEASE_SECONDS))
+
 
 class PooledLockerMixin:
     """The pack lock as a lease (see the module's docstring): a session
@@ -213,12 +231,22 @@ class PooledLockerMixin:
         keeper.start()
         return True
 
+    def begin_with_commit_lock(self, session, last_tid_sql, wait=0):
+        # A pack's batch goes on only while the lease is its own.
+        last = super().begin_with_commit_lock(session, last_tid_sql, wait)
+        keeper = getattr(session, 'pack_lease', None)
+        if keeper is not None and last is not self.BUSY:
+            keeper.confirm(session)
+        return last
+
     def release_pack_lock(self, session):
         keeper = getattr(session, 'pack_lease', None)
         if keeper is None:
             return
         keeper.stop()
         session.pack_lease = None
+        if keeper.lost:
+            return  # the scratch tables and the row are another pack's
         if session.table_exists('pack_gc'):
             session.execute(EMPTY_SCRATCH)
         session.execute(DROP_LEASE, (LEASE_NAME, keeper.token))
