@@ -102,6 +102,13 @@ class PackAlreadyRunning(RelStorageError):
     """Only one pack may run per database at a time."""
 
 
+class PackLockLost(RelStorageError):
+    """A pack whose pack lock is a lease (behind a transaction pooler)
+    was stopped past it, and another pack took the lock: this one stops
+    before its next batch, removing nothing more, and the other one
+    finishes the job."""
+
+
 class PackedFurtherAlready(RelStorageError):
     """A pack to a time before an earlier pack's: the older states it
     would keep are gone already, and there is nothing to pack."""

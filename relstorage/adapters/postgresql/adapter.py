@@ -1,6 +1,5 @@
 """What PostgreSQL does differently: psycopg2 or psycopg connections,
 advisory locks, a sequence for oids, bulk upload with a binary COPY."""
-import contextlib
 import logging
 import re
 import struct
@@ -664,7 +663,8 @@ class PostgreSQLAdapter(Adapter):
     def location(self):
         return ('postgresql',) + dsn_location(self.dsn)
 
-    def open_connection(self, for_store, server=None):
+    def _raw_session(self, server):
+        """A session on *server* (None: the dsn's) with nothing set."""
         driver = self.driver
         dsn, bounds = self.dsn, self.bounds
         if server is not None:
@@ -689,6 +689,18 @@ class PostgreSQLAdapter(Adapter):
         session = (PsycopgSession if driver.results_from_first
                    else PostgreSQLSession)(self, conn)
         session.server = server
+        return session
+
+    def open_connection(self, for_store, server=None):
+        session = self._raw_session(server)
+        if self.pooler_unchecked:
+            try:
+                pooler.refuse_unannounced_transaction_pooler(
+                    self, session, lambda: self._raw_session(server))
+            except BaseException:
+                session.close()
+                raise
+            self.pooler_unchecked = False
         if self.pooled_begin_sql is not None:
             # Each transaction makes its own settings.
             session.begin_sql = self.pooled_begin_sql
@@ -741,21 +753,6 @@ class PostgreSQLAdapter(Adapter):
         if self.pooled_begin_sql is None:
             session.execute(TEMP_STORE_DDL)
         # (Else each store transaction creates it: see _without_sessions.)
-
-    @contextlib.contextmanager
-    def _schema_transaction(self, may_create):
-        # The first thing an open does, before any statement that a
-        # transaction pooler would break: one more round trip, and two
-        # more connections only where a pooler answered.
-        pooled = False
-        with super()._schema_transaction(may_create) as session:
-            if self.pooler_unchecked:
-                pooled = pooler.behind_a_pooler(self, session)
-            yield session
-        if self.pooler_unchecked:
-            if pooled:
-                pooler.check_not_transaction_pooled(self)
-            self.pooler_unchecked = False
 
     def empty_tables(self, session):
         # DELETE leaves the old rows' space behind until a vacuum, and a

@@ -6,9 +6,11 @@ the server:
 * ``none`` (the default): a server session per connection, as direct.
   The storage prepares its most frequent statement, sets its timeouts
   once per connection, keeps its scratch tables as temporary tables and
-  listens for commits. At open it checks that this holds (see
-  ``check_not_transaction_pooled``): a pooler in transaction mode that
-  the storage was not told of is refused with an error naming it.
+  listens for commits. At open, before it sets anything in a server
+  session, it checks that this holds (see
+  ``refuse_unannounced_transaction_pooler``): a pooler in transaction
+  mode that the storage was not told of is refused with an error naming
+  it, and leaves no server session changed.
 * ``session``: a session pooler (pgbouncer ``pool_mode = session``),
   which gives each client a server session of its own for as long as it
   is connected: the same as direct.
@@ -28,6 +30,7 @@ import secrets
 import threading
 
 from ...exceptions import ConfigurationError
+from ...exceptions import PackLockLost
 from ..mover import Mover
 from ..packer import PACK_TABLES
 from ..packer import PACK_TABLES_TEMPLATE
@@ -195,6 +198,23 @@ class LeaseKeeper(threading.Thread):
         self.stopping.set()
         self.join(RENEW_SECONDS * 2)
 
+    def confirm(self, session):
+        """Renew the lease in the transaction a pack batch began on
+        *session*: the row stays locked until the batch ends, so no other
+        pack takes the lease meanwhile (its claim waits, then finds it
+        renewed). PackLockLost when it is this pack's no more."""
+        if not self.lost:
+            cursor = session.execute(RENEW_LEASE, (
+                self.token, LEASE_SECONDS, LEASE_NAME, self.token))
+            self.lost = cursor.rowcount == 0
+        if self.lost:
+            raise PackLockLost(
+                'the pack lock of the %s was lost to another pack: this '
+                "pack's lease lapsed (it was stopped for longer than %s s) "
+                'and another pack took it; this pack stops here, removing '
+                'nothing more, and the other one finishes the job'
+                % (self.adapter.describe(), LEASE_SECONDS))
+
 
 class PooledLockerMixin:
     """The pack lock as a lease (see the module's docstring): a session
@@ -211,51 +231,62 @@ class PooledLockerMixin:
         keeper.start()
         return True
 
+    def begin_with_commit_lock(self, session, last_tid_sql, wait=0):
+        # A pack's batch goes on only while the lease is its own.
+        last = super().begin_with_commit_lock(session, last_tid_sql, wait)
+        keeper = getattr(session, 'pack_lease', None)
+        if keeper is not None and last is not self.BUSY:
+            keeper.confirm(session)
+        return last
+
     def release_pack_lock(self, session):
         keeper = getattr(session, 'pack_lease', None)
         if keeper is None:
             return
         keeper.stop()
         session.pack_lease = None
+        if keeper.lost:
+            return  # the scratch tables and the row are another pack's
         if session.table_exists('pack_gc'):
             session.execute(EMPTY_SCRATCH)
         session.execute(DROP_LEASE, (LEASE_NAME, keeper.token))
 
 
-def behind_a_pooler(adapter, session):
-    """Whether *session* reaches the server through a pooler: a pooler
-    answers a connection with a backend key of its own, so the process
-    id libpq was given is not the server's."""
-    return (session.scalar('SELECT pg_backend_pid()')
-            != adapter.driver.backend_pid(session.conn))
+#: Statements each of two clients sends in turn, outside any
+#: transaction, when looking for a transaction pooler.
+PROBE_ROUNDS = 16
+BACKEND_PID = 'SELECT pg_backend_pid()'
 
 
-def check_not_transaction_pooled(adapter):
-    """Refuse to go on, naming the mode, when the adapter (told of no
-    pooler, and found behind one) reaches the server through a pooler in
-    transaction mode: two connections are compared, outside any
-    transaction of ours (a pool of one must be free for them). Behind a
-    transaction pooler the second one's transaction runs on the server
-    session the first one used a moment before, or the first one's next
-    statement runs on another, neither of which can happen with sessions
-    of their own."""
-    first = adapter.connect(for_store=True)
-    second = None
+def refuse_unannounced_transaction_pooler(adapter, session, open_raw):
+    """Refuse *session* (nothing set on it yet), naming the mode, when the
+    adapter (told of no pooler) reaches the server through a pooler in
+    transaction mode. *open_raw* opens another such session.
+
+    A pooler answers a connection with a backend key of its own, so the
+    process id libpq was given is not the server's: only then are two
+    clients compared, each asking for its server session's process id in
+    turn, outside any transaction (a pool of one must be free for them),
+    PROBE_ROUNDS times. Behind a session pooler each keeps its own server
+    session; behind a transaction pooler a client sees another server
+    session than before, or the other client's, as soon as the pool
+    hands out its sessions otherwise than one per client, which other
+    clients' traffic (taking the session one just gave back) makes it do
+    all the more. Nothing is set in any server session before this
+    passed: a refused open leaves none changed."""
+    seen = ({session.scalar(BACKEND_PID)}, set())
+    if seen[0] == {adapter.driver.backend_pid(session.conn)}:
+        return  # the server itself
+    other = open_raw()
     try:
-        server_pid = first.scalar('SELECT pg_backend_pid()')
-        second = adapter.connect(for_store=True)
-        second.begin()
-        shared = second.scalar('SELECT pg_backend_pid()') == server_pid
-        moved = shared or (first.scalar('SELECT pg_backend_pid()')
-                           != server_pid)
-        second.rollback()
+        for _ in range(PROBE_ROUNDS):
+            for pids, client in zip(reversed(seen), (other, session)):
+                pids.add(client.scalar(BACKEND_PID))
+            if len(seen[0]) > 1 or len(seen[1]) > 1 or seen[0] & seen[1]:
+                raise transaction_pooler_error(
+                    adapter, 'server sessions change between transactions')
     finally:
-        first.close()
-        if second is not None:
-            second.close()
-    if moved:
-        raise transaction_pooler_error(
-            adapter, 'server sessions change between transactions')
+        other.close()
     log.info('the %s is reached through a connection pooler that keeps '
              'sessions (session mode); "pooler session" in <postgresql> '
              'says so and skips this check', adapter.describe())
