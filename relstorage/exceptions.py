@@ -103,8 +103,8 @@ class PackAlreadyRunning(RelStorageError):
 
 
 class PackLockLost(RelStorageError):
-    """A pack whose pack lock is a lease (behind a transaction pooler)
-    was stopped past it, and another pack took the lock: this one stops
+    """A pack whose pack lock is a lease (behind a transaction pooler, on
+    a Galera cluster) was stopped past it, and another pack took the lock: this one stops
     before its next batch, removing nothing more, and the other one
     finishes the job."""
 

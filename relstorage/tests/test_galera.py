@@ -175,3 +175,62 @@ def test_a_pack_leaves_the_cluster_locks_free(cluster):
         assert cur.fetchall() == (('pack', ''), ('schema', ''))
     finally:
         conn.close()
+
+
+def test_a_pack_whose_lease_was_taken_stops_at_its_next_batch(cluster):
+    """The cluster's pack lock is a lease each batch renews: a pack
+    stopped past it, whose lease another pack (on another node, whose
+    own lock is no obstacle) then took, stops before its next batch and
+    removes nothing more."""
+    from ZODB.serialize import referencesf
+    from relstorage.exceptions import PackLockLost
+    from relstorage.storage.pack import STEP
+    node = cluster.nodes[0]
+    storage = DatabaseFactory('mysql', False, server=node).storage(
+        zap=True, pack_batch_timeout=0.0001)
+    made, kept = 3 * STEP + 100, 100
+    conn = node.connect('relstoragetest_hf')
+    cur = conn.cursor()
+
+    def rows():
+        conn.commit()   # a new snapshot
+        cur.execute('SELECT COUNT(*) FROM object_state')
+        return cur.fetchone()[0]
+    db = ZODB.DB(storage)
+    try:
+        with db.transaction() as c:
+            for i in range(made):
+                c.root()['o%d' % i] = PersistentMapping(i=i)
+        with db.transaction() as c:
+            for i in range(kept, made):
+                del c.root()['o%d' % i]
+        taken = []
+
+        def progress(done, total):
+            if not taken:
+                # Another pack takes the lease, as if this one's lapsed.
+                cur.execute("UPDATE cluster_lock SET holder = 'another', "
+                            'expires = UNIX_TIMESTAMP() + 300 '
+                            "WHERE name = 'pack'")
+                conn.commit()
+                taken.append(rows())
+        with pytest.raises(PackLockLost, match='lost to another pack'):
+            storage.pack_with_result(time.time() + 1, referencesf,
+                                     progress=progress)
+        # One batch removed STEP objects; the next one removed nothing.
+        assert taken == [made + 1 - STEP]
+        assert rows() == taken[0]
+        # The other pack's lease is left as it is.
+        cur.execute("SELECT holder FROM cluster_lock WHERE name = 'pack'")
+        assert cur.fetchone()[0] == 'another'
+        cur.execute("UPDATE cluster_lock SET holder = '', expires = 0 "
+                    "WHERE name = 'pack'")
+        conn.commit()
+        # Once it is free, a pack finishes the job.
+        storage.pack(time.time() + 1, referencesf)
+        assert rows() == kept + 1
+        with db.transaction() as c:
+            assert sorted(c.root()) == sorted('o%d' % i for i in range(kept))
+    finally:
+        db.close()
+        conn.close()

@@ -29,6 +29,7 @@ import secrets
 import time
 
 from ...exceptions import ClusterConflict
+from ...exceptions import PackLockLost
 from ...exceptions import SchemaError
 from .drivers import error_code
 from .locker import GET_COMMIT_LOCK
@@ -131,8 +132,17 @@ class GaleraLocker(MySQLLocker):
         self._check_row(session.scalar(LOCK_COMMIT_ROW))
         holder = getattr(session, 'pack_holder', None)
         if holder:
-            # Only packs take the lock so; each batch renews the lease.
+            # Only packs take the lock so; each batch renews the lease,
+            # and goes on only while it is still this pack's.
             session.execute(CLAIM, ('pack', holder, PACK_LEASE))
+            if session.scalar(HOLDER, ('pack',)) != holder:
+                session.pack_holder = None  # the lease is another's now
+                raise PackLockLost(
+                    'the pack lock of the %s was lost to another pack: '
+                    "this pack's lease lapsed (it was stopped for longer "
+                    'than %s s) and another pack took it; this pack stops '
+                    'here, removing nothing more, and the other one '
+                    'finishes the job' % (self.adapter.describe(), PACK_LEASE))
         return last
 
     def _check_row(self, serial):
