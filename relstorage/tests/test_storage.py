@@ -657,9 +657,9 @@ def test_consecutive_oids_are_locked_by_range():
 
 
 def test_postgresql_locks_long_runs_by_range_and_the_rest_as_one_array():
-    from relstorage.adapters.postgresql.adapter import LOCK_RANGES
-    from relstorage.adapters.postgresql.adapter import LONG_RUN
-    from relstorage.adapters.postgresql.adapter import PostgreSQLLocker
+    from relstorage.adapters.postgresql.locker import LOCK_RANGES
+    from relstorage.adapters.postgresql.locker import LONG_RUN
+    from relstorage.adapters.postgresql.locker import PostgreSQLLocker
     locker = PostgreSQLLocker(None, None)
     oids = (list(range(1, 1001)) + [2000, 2001, 2005]
             + list(range(3000, 3000 + LONG_RUN - 1)))
