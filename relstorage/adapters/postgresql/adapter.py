@@ -29,13 +29,13 @@ from .inspect import PostgreSQLStatistics
 from .locker import PostgreSQLLocker
 from .mover import PostgreSQLHFMover
 from .mover import PostgreSQLHPMover
+from .oidallocator import PostgreSQLOIDAllocator
 from .packer import PostgreSQLHFPacker
 from .packer import PostgreSQLHPPacker
 from .pooler import pooler_mode
 from .pooler import without_sessions
 from .schema import POOLED_TEMP_STORE_DDL
 from .schema import TEMP_STORE_DDL
-from .schema import PostgreSQLOIDAllocator
 from .schema import PostgreSQLSchema
 from .session import KEEPALIVE_SETUP
 from .session import LISTENING_LOAD_SETUP

@@ -1,8 +1,6 @@
 """What PostgreSQL's schema has beyond the shared one: the oid sequence,
-the temporary table commits stage their rows in, and the oids handed out
-from the sequence."""
+and the temporary table commits stage their rows in."""
 from ..oidallocator import OID_BLOCK
-from ..oidallocator import SequenceOIDAllocator
 from ..schema import Schema
 from ..sql import SQL
 from . import pooler
@@ -35,17 +33,3 @@ class PostgreSQLSchema(Schema):
     # RelStorage 4 keeps each blob chunk in a large object.
     rs4_piece_query = ('SELECT lo_get(chunk, %s - 1, %s) FROM blob_chunk '
                      'WHERE zoid = %s AND tid = %s AND chunk_num = %s')
-
-
-class PostgreSQLOIDAllocator(SequenceOIDAllocator):
-
-    next_values_sql = (
-        "SELECT nextval('zoid_seq') FROM generate_series(1, %s)")
-
-    def raise_to(self, max_oid):
-        # Only ever moves the sequence forward.
-        return [("SELECT setval('zoid_seq', %s) FROM zoid_seq "
-                 "WHERE last_value < %s", (max_oid, max_oid))]
-
-    def reset(self, session):
-        session.execute("ALTER SEQUENCE zoid_seq RESTART WITH 1")
