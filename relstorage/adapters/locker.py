@@ -30,8 +30,7 @@ LOCK_ROWS = SQL('SELECT zoid, tid FROM {table} WHERE {where} '
 def lock_rows_sql(table, clause):
     """The row-lock SELECT on *table* with the lock *clause*, its
     ``{where}`` slot left to fill per statement."""
-    return SQL(LOCK_ROWS.format(table=table, clause=clause,
-                                where='{where}'))
+    return LOCK_ROWS.fill(table=table, clause=clause)
 
 
 def runs(oids):

@@ -65,6 +65,20 @@ class SQL:
         return self.text.format(**{
             name: _text(part, quote) for name, part in parts.items()})
 
+    def fill(self, quote=STANDARD_QUOTE, **parts):
+        """The statement with the slots *parts* names filled, the others
+        left for a later ``format`` (a part known only per call, say).
+        Refused (ValueError) where *parts* names a slot it lacks."""
+        unknown = set(parts) - self.slots
+        if unknown:
+            raise ValueError('the slots of %r are %s, not %s' % (
+                self.text, sorted(self.slots), sorted(unknown)))
+        filled = {name: _text(part, quote).replace('{', '{{')
+                  .replace('}', '}}') for name, part in parts.items()}
+        filled.update({name: '{%s}' % name
+                       for name in self.slots - set(parts)})
+        return SQL(self.text.format(**filled))
+
     def __repr__(self):
         return 'SQL(%r)' % self.text
 

@@ -582,7 +582,8 @@ def test_sql_text_is_not_formatted_outside_adapters_sql():
 _STATEMENT_START = re.compile(
     r'^[\s;]*(SELECT|INSERT|UPDATE|DELETE|CREATE|DROP|ALTER|MERGE|SET|'
     r'LOCK|LISTEN|NOTIFY|COPY|DO|CALL|WITH|FROM|WHERE|JOIN|AND|OR|ORDER|'
-    r'GROUP|LIMIT|FETCH|VALUES|ON|RETURNING|FOR)\b')
+    r'GROUP|LIMIT|FETCH|VALUES|ON|RETURNING|FOR|PREPARE|EXECUTE|TRUNCATE|'
+    r'ANALYZE)\b')
 #: Calls giving placeholders only (the IN %s convention).
 _PLACEHOLDER_CALLS = {'in_list'}
 
@@ -604,24 +605,70 @@ def _placeholders(node):
         or getattr(node.func, 'attr', None)) in _PLACEHOLDER_CALLS
 
 
+#: Names that hold a statement by the project's conventions.
+_STATEMENT_NAME = re.compile(r'(_sql|_SQL|_DDL)$')
+
+
+def _statement_names(tree):
+    """The module-level names of *tree* bound to statements: statement
+    text, an SQL of it, or such a statement filled or formatted."""
+    names = set()
+    for node in tree.body:
+        if isinstance(node, ast.Assign):
+            value = node.value
+            # A table of statements: its items are.
+            if isinstance(value, ast.DictComp):
+                value = value.value
+            elif isinstance(value, ast.Dict) and value.values:
+                value = value.values[0]
+            while isinstance(value, ast.Call):
+                if (isinstance(value.func, ast.Attribute)
+                        and value.func.attr in ('format', 'fill')):
+                    value = value.func.value
+                elif value.args and getattr(value.func, 'id', '') == 'SQL':
+                    value = value.args[0]
+                else:
+                    break
+            if _statement_text(value) or _statement_ref(value, names):
+                names.update(t.id for t in node.targets
+                             if isinstance(t, ast.Name))
+    return names
+
+
+def _statement_ref(node, names):
+    """Whether *node* names a statement: one of *names*, an attribute or
+    name spelt as a statement's (``*_sql``), or an item of either."""
+    if isinstance(node, ast.Subscript):
+        return _statement_ref(node.value, names)
+    name = getattr(node, 'id', None) or getattr(node, 'attr', None)
+    if not isinstance(node, (ast.Name, ast.Attribute)) or not name:
+        return False
+    return name in names or bool(_STATEMENT_NAME.search(name))
+
+
 def sql_joins(path):
     """``(line, what)`` of each statement joined from parts with ``+`` or
     ``+=`` or filled by ``%`` (but for ``%d``, an int where the database
-    takes no bind, and the IN %s convention) in the module *path*."""
+    takes no bind, and the IN %s convention) in the module *path*: a
+    statement's text, or a name that holds one."""
     tree = ast.parse(path.read_text())
+    names = _statement_names(tree)
     inner = {id(child) for node in ast.walk(tree)
              if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add)
              for child in (node.left, node.right)}
+
+    def statement(part):
+        return _statement_text(part) or _statement_ref(part, names)
     found = []
     for node in ast.walk(tree):
         if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
             parts = _joined(node)
-            if id(node) not in inner and any(map(_statement_text, parts)) \
+            if id(node) not in inner and any(map(statement, parts)) \
                     and not all(isinstance(p, ast.Constant) for p in parts):
                 found.append((node.lineno, 'statement joined with +'))
         elif (isinstance(node, ast.AugAssign)
               and isinstance(node.op, ast.Add)
-              and _statement_text(node.value)):
+              and (statement(node.value) or statement(node.target))):
             found.append((node.lineno, 'statement joined with +='))
         elif (isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mod)
               and _statement_text(node.left)
@@ -641,7 +688,16 @@ def test_the_sql_join_scan_sees_joins(tmp_path):
         "d = 'ALTER SEQUENCE s INCREMENT BY %d' % step\n"
         "e = 'DELETE FROM t WHERE zoid IN %s' % in_list(oids)\n"
         "f = msg + '; the user needs the CREATE SESSION privilege'\n"
-        "g = 'INSERT INTO t VALUES ' + rows + tail\n") == [1, 3, 4, 8]
+        "g = 'INSERT INTO t VALUES ' + rows + tail\n"
+        "H = SQL('SELECT 1 FROM {t}').format(t='x')\n"
+        "i = H + ' FOR UPDATE'\n"
+        "j = self.deleted_sql + clause\n"
+        "k = INSERTS[kind] + ', '.join(rows)\n"
+        "INSERTS = {1: SQL('INSERT INTO t VALUES ')}\n"
+        "l = LOCK + '; ' + last_tid_sql\n"
+        "m = (A_DDL, B_DDL) + tuple(more)\n"
+        "n = 'PREPARE p AS ' + numbered(load)\n") == [1, 3, 4, 8, 10, 11,
+                                                       12, 14, 16]
 
 
 def test_statements_are_not_joined_from_parts():
@@ -676,6 +732,19 @@ def test_sql_slots_and_quoting():
         else:
             raise AssertionError(parts)
     assert SQL('{a} {b}').format(a=SQL('x'), b='y') == 'x y'
+    # Slots filled now, the others left for later (braces in a part are
+    # text, not slots).
+    partly = SQL('SELECT {cols} FROM {table} WHERE {where}').fill(
+        cols='a', table=Identifier('t{x}'))
+    assert partly.slots == {'where'}
+    assert partly.format(where='a = %s') == (
+        'SELECT a FROM "t{x}" WHERE a = %s')
+    try:
+        partly.fill(table='u')
+    except ValueError:
+        pass
+    else:
+        raise AssertionError('filled a slot the statement lacks')
     assert listed(['a', 'b`c'], '`') == '`a`, `b``c`'
     assert qmark('a = %s AND b = %s') == 'a = ? AND b = ?'
     assert numbered('a = %s AND b = %s') == 'a = $1 AND b = $2'
