@@ -196,7 +196,7 @@ def test_connection_errors_are_clear(overrides, words):
     ('5.7.44-log', 'MySQL', False),
 ])
 def test_server_flavour_and_features(version, flavour, for_share):
-    from relstorage.adapters.mysql.adapter import ServerInfo
+    from relstorage.adapters.mysql.server import ServerInfo
     info = ServerInfo(version)
     assert info.flavour == flavour
     assert info.has_for_share is for_share

@@ -12,7 +12,9 @@ import pytest
 import sqlglot
 
 from relstorage.adapters.mysql.adapter import MySQLAdapter
-from relstorage.adapters.mysql.adapter import ServerInfo
+from relstorage.adapters.mysql.galera import GaleraNode
+from relstorage.adapters.mysql.server import ServerInfo
+from relstorage.adapters.mysql.server import SingleServer
 from relstorage.testing.dbs import DatabaseFactory
 
 #: What each server is sent, by (write_position, replayed).
@@ -38,8 +40,9 @@ class Recording:
 
 def adapter_for(version, galera=False):
     adapter = MySQLAdapter.__new__(MySQLAdapter)
-    adapter.server = ServerInfo(version, galera)
-    adapter.galera = galera
+    kind = GaleraNode if galera else SingleServer
+    adapter.server = ServerInfo(version, kind.label)
+    adapter.kind = kind(adapter.server)
     return adapter
 
 

@@ -31,9 +31,12 @@ import time
 from ...exceptions import ClusterConflict
 from ...exceptions import PackLockLost
 from ...exceptions import SchemaError
+from ..sql import script
 from .drivers import error_code
 from .locker import GET_COMMIT_LOCK
 from .locker import MySQLLocker
+from .server import SingleServer
+from .session import MySQLSession
 
 #: A transaction refused (certification) or aborted (to apply another
 #: node's); a statement interrupted for the same reason.
@@ -110,6 +113,31 @@ def conflict(session, error):
         % (session.describe(), str(error).strip().splitlines()[0]))
 
 
+class GaleraSession(MySQLSession):
+    """A session on a cluster node: the cluster's refusals are
+    ClusterConflicts, and the leases it holds are kept by name."""
+
+    def __init__(self, adapter, conn):
+        super().__init__(adapter, conn)
+        #: The leases of cluster_lock this session holds: name -> holder.
+        self.leases = {}
+
+    def translate_error(self, e):
+        refused = conflict(self, e)
+        if refused is not None:
+            self.in_transaction = False
+            self.pending = ''
+            raise refused from e
+        super().translate_error(e)
+
+
+class GaleraStoreSession(GaleraSession):
+    """A store session sends nothing but single statements (see
+    MySQLSession.one_by_one)."""
+    one_by_one = True
+    defers_verbs = False
+
+
 class GaleraLocker(MySQLLocker):
     """The commit lock, pack lock and schema guard of a cluster (see the
     module)."""
@@ -118,8 +146,8 @@ class GaleraLocker(MySQLLocker):
         timeout = self.adapter.options.commit_lock_timeout
         session.holds_commit_lock = True
         got, serial, last = session.first_values(
-            GET_COMMIT_LOCK + '; ' + LOCK_COMMIT_ROW + '; '
-            + last_tid_sql, (timeout,))
+            script(GET_COMMIT_LOCK, LOCK_COMMIT_ROW, last_tid_sql),
+            (timeout,))
         if got != 1:
             raise self.timeout_error()
         self._check_row(serial)
@@ -130,13 +158,13 @@ class GaleraLocker(MySQLLocker):
         if last is self.BUSY:
             return last
         self._check_row(session.scalar(LOCK_COMMIT_ROW))
-        holder = getattr(session, 'pack_holder', None)
+        holder = session.leases.get('pack')
         if holder:
             # Only packs take the lock so; each batch renews the lease,
             # and goes on only while it is still this pack's.
             session.execute(CLAIM, ('pack', holder, PACK_LEASE))
             if session.scalar(HOLDER, ('pack',)) != holder:
-                session.pack_holder = None  # the lease is another's now
+                del session.leases['pack']  # another's now
                 raise PackLockLost(
                     'the pack lock of the %s was lost to another pack: '
                     "this pack's lease lapsed (it was stopped for longer "
@@ -162,7 +190,7 @@ class GaleraLocker(MySQLLocker):
         if holder is None:
             super().release_pack_lock(session)
             return False
-        session.pack_holder = holder
+        session.leases['pack'] = holder
         return True
 
     def release_pack_lock(self, session):
@@ -185,7 +213,7 @@ class GaleraLocker(MySQLLocker):
         while True:
             holder = self._claim(session, 'schema', lease)
             if holder is not None:
-                session.schema_holder = holder
+                session.leases['schema'] = holder
                 break
             if time.monotonic() > deadline:
                 super().release_schema_lock(session)
@@ -206,9 +234,7 @@ class GaleraLocker(MySQLLocker):
     def _release(self, session, name, release_local):
         """Give up the lease *name* this session holds, then the node's
         own lock (*release_local*)."""
-        attribute = name + '_holder'
-        holder = getattr(session, attribute, None)
-        setattr(session, attribute, None)
+        holder = session.leases.pop(name, None)
         try:
             if holder:
                 session.execute(RELEASE, (name, holder))
@@ -226,3 +252,36 @@ class GaleraLocker(MySQLLocker):
         if session.scalar(HOLDER, (name,)) != holder:
             return None
         return holder
+
+
+class GaleraNode(SingleServer):
+    """A node of a Galera cluster (see the module)."""
+
+    label = 'Galera'
+    locker_class = GaleraLocker
+    session_class = GaleraSession
+    store_session_class = GaleraStoreSession
+    load_begin_sql = LOAD_BEGIN
+    # Only the row just inserted: two nodes deleting the same rows would
+    # conflict.
+    oid_delete_sql = 'DELETE FROM new_oid WHERE zoid = %s'
+    # Locking reads, and the question whether a commit whose connection
+    # was lost happened, see every commit the cluster made before them.
+    store_settings = ('SESSION wsrep_sync_wait = 1',)
+    disconnect_errors = NOT_READY_ERRORS
+
+    recognizes = staticmethod(is_galera)
+
+    def takes_writes(self, session):
+        # A node outside the primary component takes no queries.
+        return session.scalar(NODE_READY) == 'ON'
+
+    def positions(self):
+        return 'galera'
+
+    def write_position(self, session):
+        # The cluster's order, which every node counts alike.
+        return session.scalar(LAST_COMMITTED)
+
+    def replayed(self, session, position):
+        return int(session.scalar(LAST_COMMITTED)) >= int(position)
