@@ -10,9 +10,9 @@ from relstorage import config as rsconfig
 from relstorage.adapters.mysql import MySQLAdapter
 from relstorage.adapters.postgresql import PostgreSQLAdapter
 from relstorage.adapters.sqlite import SQLiteAdapter
-from relstorage.adapters.sqlite.adapter import DEFAULT_PRAGMAS as \
+from relstorage.adapters.sqlite.session import DEFAULT_PRAGMAS as \
     SQLITE_DEFAULT_PRAGMAS
-from relstorage.adapters.sqlite.adapter import MAIN_FILE as SQLITE_MAIN_FILE
+from relstorage.adapters.sqlite.files import MAIN_FILE as SQLITE_MAIN_FILE
 from relstorage.config import MySQLAdapterFactory
 from relstorage.config import OracleAdapterFactory
 from relstorage.config import PostgreSQLAdapterFactory

@@ -39,7 +39,7 @@ def _open_transactions(factory):
             "WHERE trx_mysql_thread_id <> CONNECTION_ID()")
     # SQLite: a reader inside a transaction keeps the WAL from being
     # copied back in full; a complete passive checkpoint proves none.
-    from relstorage.adapters.sqlite.adapter import MAIN_FILE
+    from relstorage.adapters.sqlite.files import MAIN_FILE
     path = os.path.join(factory.adapter().data_dir, MAIN_FILE)
     conn = sqlite3.connect(path, isolation_level=None)
     try:

@@ -24,8 +24,8 @@ from ZODB.utils import p64
 from ZODB.utils import u64
 from ZODB.utils import z64
 
-from relstorage.adapters.sqlite.adapter import MAIN_FILE
-from relstorage.adapters.sqlite.adapter import OID_FILE
+from relstorage.adapters.sqlite.files import MAIN_FILE
+from relstorage.adapters.sqlite.files import OID_FILE
 from relstorage.config import storage_from_string
 
 WORKERS = 6

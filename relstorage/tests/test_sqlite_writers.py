@@ -1,5 +1,5 @@
 """SQLite: the threads of one process become the writer in the order they
-asked (adapters.sqlite.adapter.WriterQueue). Trying again for SQLite's
+asked (adapters.sqlite.session.WriterQueue). Trying again for SQLite's
 lock, as between processes, let an unlucky thread lose to the others
 for the whole commit-lock-timeout under load."""
 import os
@@ -10,7 +10,7 @@ import transaction
 import ZODB
 from persistent.mapping import PersistentMapping
 
-from relstorage.adapters.sqlite.adapter import WriterQueue
+from relstorage.adapters.sqlite.session import WriterQueue
 from relstorage.testing.dbs import DatabaseFactory
 
 

@@ -753,7 +753,7 @@ def test_sqlite_checkpoints_in_a_thread_not_in_commits(tmp_path,
     with a wal_autocheckpoint of the user's, SQLite's own is kept."""
     import os
 
-    from relstorage.adapters.sqlite.adapter import MAIN_FILE
+    from relstorage.adapters.sqlite.files import MAIN_FILE
     from relstorage.adapters.sqlite.adapter import SQLiteAdapter
     from relstorage.adapters.sqlite.checkpoint import Checkpointer
     from relstorage.options import Options
@@ -800,7 +800,7 @@ def test_sqlite_wal_stays_bounded_with_writers_in_two_storages(
     import os
     import threading
 
-    from relstorage.adapters.sqlite.adapter import MAIN_FILE
+    from relstorage.adapters.sqlite.files import MAIN_FILE
     from relstorage.adapters.sqlite.adapter import SQLiteAdapter
     from relstorage.adapters.sqlite.checkpoint import Checkpointer
     from relstorage.options import Options
@@ -862,7 +862,7 @@ def test_sqlite_restart_gives_way_to_a_long_reader(tmp_path, monkeypatch):
     import sqlite3
     import time
 
-    from relstorage.adapters.sqlite.adapter import MAIN_FILE
+    from relstorage.adapters.sqlite.files import MAIN_FILE
     from relstorage.adapters.sqlite.adapter import SQLiteAdapter
     from relstorage.adapters.sqlite.checkpoint import Checkpointer
     from relstorage.options import Options
@@ -954,7 +954,7 @@ def test_sqlite_writer_waits_by_trying_again_not_in_the_busy_handler(
     import threading
     import time
 
-    from relstorage.adapters.sqlite.adapter import MAIN_FILE
+    from relstorage.adapters.sqlite.files import MAIN_FILE
     from relstorage.adapters.sqlite.adapter import SQLiteAdapter
     from relstorage.exceptions import CommitLockTimeout
     from relstorage.options import Options

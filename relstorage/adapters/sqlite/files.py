@@ -28,6 +28,19 @@ from .checkpoint import retry
 
 log = logging.getLogger(__name__)
 
+MAIN_FILE = 'relstorage.sqlite3'
+OID_FILE = 'oids.sqlite3'
+#: Where RelStorage 4 keeps its tables, in the same data-dir.
+RS4_FILE = 'main.sqlite3'
+
+
+def open_read_only(path):
+    """A read-only connection to the SQLite file at *path* (never creates
+    it)."""
+    return sqlite3.connect('file:%s?mode=ro' % urllib.parse.quote(path),
+                           uri=True)
+
+
 #: Permission bits that let group or others read or write.
 EXPOSED = stat.S_IRGRP | stat.S_IWGRP | stat.S_IROTH | stat.S_IWOTH
 

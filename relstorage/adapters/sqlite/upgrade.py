@@ -15,10 +15,10 @@ from ..upgrade import Upgrade
 from ...exceptions import UpgradeRefused
 from . import errors
 from . import files
-from .adapter import MAIN_FILE
-from .adapter import OID_FILE
-from .adapter import RS4_FILE
-from .adapter import SQLiteSession
+from .files import MAIN_FILE
+from .files import OID_FILE
+from .files import RS4_FILE
+from .session import SQLiteSession
 
 
 def _existing(path):
