@@ -32,9 +32,8 @@ from .mover import PostgreSQLHPMover
 from .oidallocator import PostgreSQLOIDAllocator
 from .packer import PostgreSQLHFPacker
 from .packer import PostgreSQLHPPacker
+from .pooled import PooledParts
 from .pooler import pooler_mode
-from .pooler import without_sessions
-from .schema import POOLED_TEMP_STORE_DDL
 from .schema import TEMP_STORE_DDL
 from .schema import PostgreSQLSchema
 from .session import KEEPALIVE_SETUP
@@ -94,11 +93,16 @@ class PostgreSQLAdapter(Adapter):
     supports_commit_announcements = True
     load_begin_sql = 'BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY'
     store_begin_sql = 'BEGIN ISOLATION LEVEL READ COMMITTED'
-    #: What the session's own BEGIN is (None: BEGIN, the session keeping
-    #: its settings).
-    pooled_begin_sql = None
     #: zap_all truncates the tables larger than this (see empty_tables).
     truncate_above_bytes = 8 << 20
+
+    def __new__(cls, dsn='', driver='auto', options=None, pooler='none',
+                password_command=None):
+        # Behind a transaction pooler, the variant whose parts leave
+        # nothing in a server session.
+        if cls is PostgreSQLAdapter and pooler_mode(pooler) == 'transaction':
+            cls = TransactionPooledAdapter
+        return super().__new__(cls)
 
     def __init__(self, dsn='', driver='auto', options=None, pooler='none',
                  password_command=None):
@@ -113,8 +117,7 @@ class PostgreSQLAdapter(Adapter):
         #: none, session or transaction (see pooler).
         self.pooler = pooler_mode(pooler)
         options = options if options is not None else Options()
-        if self.pooler == 'transaction':
-            without_sessions(self, options, POOLED_TEMP_STORE_DDL)
+        self.begin_statements(options)
         #: Whether load sessions LISTEN for commits.
         self.listens = bool(options.poll_interval) and (
             self.pooler != 'transaction')
@@ -128,6 +131,10 @@ class PostgreSQLAdapter(Adapter):
         given = parse_dsn(self.dsn)
         self.bounds = {key: value for key, value in self.keepalive_keywords()
                        if key not in given}
+
+    def begin_statements(self, options):
+        """Set the statements that begin transactions, where they depend
+        on *options* (before the parts are made)."""
 
     def keepalive_keywords(self):
         if self.keepalive is None:
@@ -225,10 +232,11 @@ class PostgreSQLAdapter(Adapter):
                 session.close()
                 raise
             self.pooler_unchecked = False
-        if self.pooled_begin_sql is not None:
-            # Each transaction makes its own settings.
-            session.begin_sql = self.pooled_begin_sql
-            return session
+        self.set_up(session, for_store, server)
+        return session
+
+    def set_up(self, session, for_store, server):
+        """What a new session sets for as long as it lasts."""
         timeout_ms = int(self.options.commit_lock_timeout * 1000)
         setup, params = SESSION_SETUP, (timeout_ms,)
         keepalive = self.keepalive
@@ -256,7 +264,6 @@ class PostgreSQLAdapter(Adapter):
                 # the driver keeps in a list.)
                 setup = LISTENING_LOAD_SETUP
             session.execute(setup)
-        return session
 
     def announce_commit(self):
         # Sent with the COMMIT; delivered to listeners once it is done.
@@ -274,9 +281,7 @@ class PostgreSQLAdapter(Adapter):
             return True     # a real poll finds out (and reconnects)
 
     def prepare_store_session(self, session):
-        if self.pooled_begin_sql is None:
-            session.execute(TEMP_STORE_DDL)
-        # (Else each store transaction creates it: see _without_sessions.)
+        session.execute(TEMP_STORE_DDL)
 
     def empty_tables(self, session):
         # DELETE leaves the old rows' space behind until a vacuum, and a
@@ -322,3 +327,8 @@ class PostgreSQLAdapter(Adapter):
             return True
         return (isinstance(error, driver.OperationalError)
                 and (session.conn is None or bool(session.conn.closed)))
+
+
+class TransactionPooledAdapter(PooledParts, PostgreSQLAdapter):
+    """PostgreSQL behind a transaction pooler (``pooler transaction``):
+    the parts of pooled, which leave nothing in a server session."""

@@ -26,14 +26,11 @@ the server:
   lock, and no LISTEN (instances poll; said once in the log).
 """
 import logging
-import secrets
 import threading
 
 from ...exceptions import ConfigurationError
 from ...exceptions import PackLockLost
-from ..mover import Mover
 from ..packer import PACK_TABLES
-from ..packer import PACK_TABLES_TEMPLATE
 from ..sql import DROP_TABLE
 from ..sql import SQL
 
@@ -53,82 +50,6 @@ def pooler_mode(value):
             'pooler such as pgbouncer with pool_mode = transaction)'
             % (value, ', '.join(POOLER_MODES)))
     return mode
-
-
-#: What each pooled transaction sets for itself, in the message that
-#: begins it.
-LOCK_TIMEOUT = SQL('SET LOCAL lock_timeout = {ms}')
-#: Loads and polls are short index lookups (see open_connection).
-LOAD_SETTINGS = ('SET LOCAL jit = off; '
-                 'SET LOCAL max_parallel_workers_per_gather = 0')
-
-
-def begin_statement(begin, lock_timeout_ms, *more):
-    """*begin* followed by the settings of a pooled transaction."""
-    return '; '.join((begin, LOCK_TIMEOUT.format(
-        ms=str(int(lock_timeout_ms)))) + more)
-
-
-class PooledMoverMixin:
-    """Loads without the prepared statement (a server session of
-    another client may have it, or not)."""
-
-    fetch_current = Mover.fetch_current
-
-
-class PooledPackerMixin:
-    """The scratch tables are the database's, unlogged: a temporary
-    table would be gone, or be another client's, in the next
-    transaction. Only the holder of the pack lock uses them."""
-
-    scratch_ddl = tuple(ddl.format(kind='UNLOGGED')
-                        for ddl in PACK_TABLES_TEMPLATE)
-
-
-def pooled_class(cls, mixin):
-    """*cls* with *mixin* in front."""
-    return type('Pooled' + cls.__name__, (mixin, cls), {})
-
-
-#: A pooled snapshot may take new oids (nextval, which a READ ONLY
-#: transaction refuses).
-LOAD_BEGIN = 'BEGIN ISOLATION LEVEL REPEATABLE READ'
-
-
-def without_sessions(adapter, options, temp_store_ddl):
-    """Make *adapter* leave nothing in a server session (behind a
-    transaction pooler): the pooled classes, and statements that begin
-    each transaction with its settings (a store transaction with
-    *temp_store_ddl*, a temp_store dropped at its end)."""
-    for name, mixin in (('hp_mover_class', PooledMoverMixin),
-                        ('hf_mover_class', PooledMoverMixin),
-                        ('hp_packer_class', PooledPackerMixin),
-                        ('hf_packer_class', PooledPackerMixin),
-                        ('locker_class', PooledLockerMixin)):
-        setattr(adapter, name, pooled_class(getattr(adapter, name), mixin))
-    # A load session's snapshot holds a server session until it ends:
-    # ended before the vote takes the store session's, and new oids taken
-    # in the snapshot's transaction, each committing instance needs one
-    # at a time, and commits never all wait for a server session that only
-    # the others' snapshots hold. (Conflict resolution reads through the
-    # store session.)
-    adapter.requires_snapshot_end_at_vote = True
-    adapter.oids_from_load_session = True
-    timeout = options.commit_lock_timeout * 1000
-    adapter.load_begin_sql = begin_statement(LOAD_BEGIN, timeout,
-                                             LOAD_SETTINGS)
-    adapter.store_begin_sql = begin_statement(
-        adapter.store_begin_sql, timeout, temp_store_ddl.strip())
-    adapter.scratch_begin_sql = adapter.pooled_begin_sql = begin_statement(
-        'BEGIN', timeout)
-    if options.poll_interval:
-        # Said once per adapter; polls keep the view for up to the
-        # interval, as on a database that announces nothing.
-        log.info('pooler transaction: no LISTEN through a transaction '
-                 'pooler, so commits to the %s are not announced; instances '
-                 'poll at most every poll-interval (%ss) and may see other '
-                 "processes' commits that much later",
-                 adapter.describe(), options.poll_interval)
 
 
 # The pack lock as a lease: a relstorage_meta row holding the holder's
@@ -214,42 +135,6 @@ class LeaseKeeper(threading.Thread):
                 'and another pack took it; this pack stops here, removing '
                 'nothing more, and the other one finishes the job'
                 % (self.adapter.describe(), LEASE_SECONDS))
-
-
-class PooledLockerMixin:
-    """The pack lock as a lease (see the module's docstring): a session
-    advisory lock would stay with whichever server session the pooler
-    ran the statement on."""
-
-    def try_pack_lock(self, session):
-        token = secrets.token_hex(8)
-        taken = session.fetchone(TAKE_LEASE, (LEASE_NAME, token,
-                                              LEASE_SECONDS))
-        if taken is None:
-            return False
-        keeper = session.pack_lease = LeaseKeeper(self.adapter, token)
-        keeper.start()
-        return True
-
-    def begin_with_commit_lock(self, session, last_tid_sql, wait=0):
-        # A pack's batch goes on only while the lease is its own.
-        last = super().begin_with_commit_lock(session, last_tid_sql, wait)
-        keeper = getattr(session, 'pack_lease', None)
-        if keeper is not None and last is not self.BUSY:
-            keeper.confirm(session)
-        return last
-
-    def release_pack_lock(self, session):
-        keeper = getattr(session, 'pack_lease', None)
-        if keeper is None:
-            return
-        keeper.stop()
-        session.pack_lease = None
-        if keeper.lost:
-            return  # the scratch tables and the row are another pack's
-        if session.table_exists('pack_gc'):
-            session.execute(EMPTY_SCRATCH)
-        session.execute(DROP_LEASE, (LEASE_NAME, keeper.token))
 
 
 #: Statements each of two clients sends in turn, outside any
