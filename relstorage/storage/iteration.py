@@ -1,7 +1,6 @@
 """Iterating over transactions (IStorageIteration) and over current
 records (IStorageCurrentRecordIteration)."""
 import threading
-from collections import OrderedDict
 
 from ZODB.BaseStorage import DataRecord
 from ZODB.BaseStorage import TransactionRecord
@@ -101,15 +100,17 @@ class TransactionIterator:
 
 class RecordWalk:
     """What record_iternext read ahead: the rest of one batch of current
-    records (``(oid, tid, state)``, the next last), read in one snapshot."""
+    records (``(oid, tid, state)``, oid and tid as 8 bytes, the next
+    last), read in one snapshot."""
 
-    __slots__ = ('rows', 'ended', 'mark')
+    __slots__ = ('rows', 'resume', 'mark')
 
-    def __init__(self, rows, limit, mark):
-        rows.reverse()
-        self.rows = rows
-        #: The batch was short: nothing came after it in its snapshot.
-        self.ended = len(rows) < limit
+    def __init__(self, rows, resume, mark):
+        self.rows = [(p64(oid), p64(tid), state)
+                     for oid, tid, state in reversed(rows)]
+        #: The oid the next batch starts at (an int), None after the last.
+        self.resume = resume if resume is not None and (
+            resume <= MAX_TID) else None
         #: What the view was when the batch was read (see Iteration._mark).
         self.mark = mark
 
@@ -136,8 +137,9 @@ class Iteration:
         self.adapter = adapter
         self.view = view
         self._lock = threading.Lock()
-        #: The oid each walk serves next -> its RecordWalk, oldest first.
-        self._walks = OrderedDict()
+        #: The oid (8 bytes) each walk serves next -> its RecordWalk,
+        #: least recently continued first.
+        self._walks = {}
 
     def iterator(self, start=None, stop=None):
         return TransactionIterator(self.adapter, start, stop)
@@ -150,31 +152,40 @@ class Iteration:
         return view.last_tid, (None if view.is_root else view.tid)
 
     def _read(self, start, limit):
-        rows = self.view.read(
-            lambda session: session.iter_current_records(start, limit))
+        """A RecordWalk of the records from oid *start* (an int): the
+        first batch that holds any (a batch of deleted objects holds
+        none), in one snapshot."""
+        def fetch(session):
+            resume = start
+            while True:
+                rows, resume = session.iter_current_records(resume, limit)
+                if rows or resume is None or resume > MAX_TID:
+                    return rows, resume
+        rows, resume = self.view.read(fetch)
         # (After the read, which may have moved the view.)
-        return RecordWalk(rows, limit, self._mark())
+        return RecordWalk(rows, resume, self._mark())
 
     def record_iternext(self, next=None):
-        start = u64(next) if next is not None else 0
-        if start > MAX_TID:
-            raise ValueError('no more records')
         with self._lock:
-            walk = self._walks.pop(start, None)
-            if walk is None:
-                walk = self._read(start, FIRST_RECORD_BATCH)
-            elif walk.mark != self._mark():
-                walk = self._read(start, RECORD_BATCH)
-            if not walk.rows:
+            walks = self._walks
+            walk = walks.pop(next, None) if next is not None else None
+            if walk is None or walk.mark != self._mark():
+                start = u64(next) if next is not None else 0
+                if start > MAX_TID:
+                    raise ValueError('no more records')
+                walk = self._read(start, FIRST_RECORD_BATCH
+                                  if walk is None else RECORD_BATCH)
+            rows = walk.rows
+            if not rows:
                 raise ValueError('no more records')
-            oid, tid, state = walk.rows.pop()
-            if not walk.rows and not walk.ended and oid < MAX_TID:
-                walk = self._read(oid + 1, RECORD_BATCH)
-            next_oid = None
-            if walk.rows:
-                following = walk.rows[-1][0]
-                next_oid = p64(following)
-                self._walks[following] = walk
-                while len(self._walks) > WALKS:
-                    self._walks.popitem(last=False)
-        return p64(oid), p64(tid), state, next_oid
+            record = rows.pop()
+            if not rows and walk.resume is not None:
+                walk = self._read(walk.resume, RECORD_BATCH)
+                rows = walk.rows
+            if not rows:
+                return record + (None,)
+            following = rows[-1][0]
+            walks[following] = walk
+            if len(walks) > WALKS:
+                del walks[list(walks)[0]]
+            return record + (following,)
