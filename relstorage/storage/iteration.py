@@ -1,5 +1,6 @@
 """Iterating over transactions (IStorageIteration) and over current
 records (IStorageCurrentRecordIteration)."""
+import struct
 import threading
 
 from ZODB.BaseStorage import DataRecord
@@ -18,6 +19,8 @@ FIRST_RECORD_BATCH = 50
 #: its batch); beyond them the oldest is forgotten and, if it is
 #: continued, reads its next batch afresh.
 WALKS = 4
+
+_pack = struct.Struct('>Q').pack
 
 
 def tid_bounds(start, stop):
@@ -101,18 +104,20 @@ class TransactionIterator:
 class RecordWalk:
     """What record_iternext read ahead: the rest of one batch of current
     records (``(oid, tid, state)``, oid and tid as 8 bytes, the next
-    last), read in one snapshot."""
+    last), read in one snapshot, and what the view was then (see
+    Iteration.record_iternext)."""
 
-    __slots__ = ('rows', 'resume', 'mark')
+    __slots__ = ('rows', 'resume', 'last_tid', 'tid')
 
-    def __init__(self, rows, resume, mark):
-        self.rows = [(p64(oid), p64(tid), state)
+    def __init__(self, rows, resume, view):
+        # (The adapter refused negative ids: they pack.)
+        self.rows = [(_pack(oid), _pack(tid), state)
                      for oid, tid, state in reversed(rows)]
         #: The oid the next batch starts at (an int), None after the last.
         self.resume = resume if resume is not None and (
             resume <= MAX_TID) else None
-        #: What the view was when the batch was read (see Iteration._mark).
-        self.mark = mark
+        self.last_tid = view.last_tid
+        self.tid = None if view.is_root else view.tid
 
 
 class Iteration:
@@ -144,13 +149,6 @@ class Iteration:
     def iterator(self, start=None, stop=None):
         return TransactionIterator(self.adapter, start, stop)
 
-    def _mark(self):
-        """What makes read-ahead records stale: a commit of this instance
-        and, for an instance of a ZODB connection, a newer snapshot (a
-        storage used directly reads the newest data at each batch)."""
-        view = self.view
-        return view.last_tid, (None if view.is_root else view.tid)
-
     def _read(self, start, limit):
         """A RecordWalk of the records from oid *start* (an int): the
         first batch that holds any (a batch of deleted objects holds
@@ -163,29 +161,43 @@ class Iteration:
                     return rows, resume
         rows, resume = self.view.read(fetch)
         # (After the read, which may have moved the view.)
-        return RecordWalk(rows, resume, self._mark())
+        return RecordWalk(rows, resume, self.view)
+
+    def _begin(self, next, walk):
+        """The walk for a call given *next* that no fresh walk serves
+        (*walk*: a stale one, or None)."""
+        start = u64(next) if next is not None else 0
+        if start > MAX_TID:
+            raise ValueError('no more records')
+        walk = self._read(start, FIRST_RECORD_BATCH
+                          if walk is None else RECORD_BATCH)
+        if not walk.rows:
+            raise ValueError('no more records')
+        return walk
 
     def record_iternext(self, next=None):
+        view = self.view
         with self._lock:
             walks = self._walks
-            walk = walks.pop(next, None) if next is not None else None
-            if walk is None or walk.mark != self._mark():
-                start = u64(next) if next is not None else 0
-                if start > MAX_TID:
-                    raise ValueError('no more records')
-                walk = self._read(start, FIRST_RECORD_BATCH
-                                  if walk is None else RECORD_BATCH)
+            walk = walks.pop(next, None)
+            # Records read ahead may hide what this instance should see
+            # once it committed or (an instance of a ZODB connection) moved
+            # to a newer snapshot; a storage used directly reads the newest
+            # data at each batch.
+            if walk is None or walk.last_tid != view.last_tid or (
+                    walk.tid is not None and walk.tid != view.tid):
+                walk = self._begin(next, walk)
             rows = walk.rows
+            oid, tid, state = rows.pop()
             if not rows:
-                raise ValueError('no more records')
-            record = rows.pop()
-            if not rows and walk.resume is not None:
+                if walk.resume is None:
+                    return oid, tid, state, None
                 walk = self._read(walk.resume, RECORD_BATCH)
                 rows = walk.rows
-            if not rows:
-                return record + (None,)
+                if not rows:
+                    return oid, tid, state, None
             following = rows[-1][0]
             walks[following] = walk
             if len(walks) > WALKS:
                 del walks[list(walks)[0]]
-            return record + (following,)
+            return oid, tid, state, following
