@@ -11,11 +11,11 @@ from ZODB.utils import z64
 from relstorage.storage import iteration
 
 
-def _walk(storage, between=None):
-    """``[(oid, tid, data)]`` of a whole walk; ``between(next_oid)`` runs
-    between the calls."""
+def _walk(storage, between=None, start=None):
+    """``[(oid, tid, data)]`` of a whole walk (from oid *start*);
+    ``between(next_oid)`` runs between the calls."""
     seen = []
-    next_oid = None
+    next_oid = start
     while True:
         oid, tid, data, next_oid = storage.record_iternext(next_oid)
         seen.append((oid, tid, data))
@@ -183,5 +183,27 @@ def test_record_iternext_interleaved_walks(factory, monkeypatch):
                 if walks[name] is None:
                     del walks[name]
         assert seen == {'all': oids, 'half': oids[6:]}
+    finally:
+        storage.close()
+
+
+def test_record_iternext_past_a_batch_of_deleted_objects(factory,
+                                                         monkeypatch):
+    """Deleted objects take places in a batch: batches holding only
+    deleted ones are read past, not taken for the end."""
+    monkeypatch.setattr(iteration, 'RECORD_BATCH', 3)
+    monkeypatch.setattr(iteration, 'FIRST_RECORD_BATCH', 2)
+    storage = factory.storage()
+    try:
+        oids = [storage.new_oid() for _ in range(14)]
+        tid = _commit(storage, [(oid, z64, zodb_pickle(MinPO(i)))
+                                for i, oid in enumerate(oids)])
+        gone = oids[1:9]
+        _commit(storage, deletes=[(oid, tid) for oid in gone])
+        kept = [oid for oid in oids if oid not in gone]
+        assert [oid for oid, _, _ in _walk(storage)] == kept
+        # Also from an oid given, among the deleted ones.
+        assert [oid for oid, _, _ in _walk(storage, start=oids[2])] == (
+            kept[1:])
     finally:
         storage.close()
