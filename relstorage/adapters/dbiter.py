@@ -62,14 +62,9 @@ class Iterator:
         next page starts at, None after the last. A page is chosen by the
         primary key alone, so that each costs the same whatever the
         server's statistics say."""
-        checked = self.adapter.mover.checked
         rows = session.fetchall(self.current_records_sql,
                                 (start_oid - 1, limit))
-        records = []
-        for oid, tid, state, size in rows:
-            state = checked(oid, state, tid, size)[0]
-            if state is not None:  # deleted
-                records.append((oid, tid, state))
+        records = self.adapter.mover.checked_states(rows)
         resume = rows[-1][0] + 1 if len(rows) >= limit else None
         return records, resume
 
