@@ -25,7 +25,7 @@ def _walk(storage, between=None, start=None):
             between(next_oid)
 
 
-def _commit(storage, writes=(), deletes=()):
+def commit_directly(storage, writes=(), deletes=()):
     """Commit *writes* ``(oid, serial, data)`` and *deletes* ``(oid,
     serial)`` through *storage* directly; return the tid."""
     t = TransactionMetaData()
@@ -76,7 +76,8 @@ def test_record_iternext_round_trips_are_per_batch(factory):
         held = []
         _walk(storage, lambda next_oid: held.append(
             sum(len(w.rows) for w in walks.values())))
-        assert iteration.FIRST_RECORD_BATCH < max(held) <= iteration.RECORD_BATCH
+        assert (iteration.FIRST_RECORD_BATCH < max(held)
+                <= iteration.RECORD_BATCH)
     finally:
         db.close()
 
@@ -96,9 +97,10 @@ def test_record_iternext_while_the_database_changes(factory, monkeypatch):
         deleted = set()
 
         def commit(writes=(), deletes=()):
-            tid = _commit(writer, [(oid, current.get(oid, z64), data)
-                                   for oid, data in writes],
-                          [(oid, current[oid]) for oid in deletes])
+            tid = commit_directly(
+                writer, [(oid, current.get(oid, z64), data)
+                         for oid, data in writes],
+                [(oid, current[oid]) for oid in deletes])
             for oid, data in writes:
                 committed[oid, tid] = data
                 current[oid] = tid
@@ -146,11 +148,12 @@ def test_record_iternext_sees_its_own_commits(factory, monkeypatch):
     storage = factory.storage()
     try:
         oids = [storage.new_oid() for _ in range(5)]
-        tid = _commit(storage, [(oid, z64, zodb_pickle(MinPO(0)))
-                                for oid in oids])
+        tid = commit_directly(storage, [(oid, z64, zodb_pickle(MinPO(0)))
+                                        for oid in oids])
         first = storage.record_iternext()
         assert first[0] == oids[0]
-        newer = _commit(storage, [(oids[3], tid, zodb_pickle(MinPO(1)))])
+        newer = commit_directly(
+            storage, [(oids[3], tid, zodb_pickle(MinPO(1)))])
         rest = [first]
         next_oid = first[3]
         while next_oid is not None:
@@ -171,7 +174,7 @@ def test_record_iternext_interleaved_walks(factory, monkeypatch):
     storage = factory.storage()
     try:
         oids = [storage.new_oid() for _ in range(13)]
-        _commit(storage, [(oid, z64, zodb_pickle(MinPO(i)))
+        commit_directly(storage, [(oid, z64, zodb_pickle(MinPO(i)))
                           for i, oid in enumerate(oids)])
         walks = {'all': None, 'half': oids[6]}
         seen = {'all': [], 'half': []}
@@ -196,10 +199,10 @@ def test_record_iternext_past_a_batch_of_deleted_objects(factory,
     storage = factory.storage()
     try:
         oids = [storage.new_oid() for _ in range(14)]
-        tid = _commit(storage, [(oid, z64, zodb_pickle(MinPO(i)))
+        tid = commit_directly(storage, [(oid, z64, zodb_pickle(MinPO(i)))
                                 for i, oid in enumerate(oids)])
         gone = oids[1:9]
-        _commit(storage, deletes=[(oid, tid) for oid in gone])
+        commit_directly(storage, deletes=[(oid, tid) for oid in gone])
         kept = [oid for oid in oids if oid not in gone]
         assert [oid for oid, _, _ in _walk(storage)] == kept
         # Also from an oid given, among the deleted ones.
