@@ -38,9 +38,26 @@ def commit_directly(storage, writes=(), deletes=()):
     return storage.tpc_finish(t)
 
 
-def test_record_iternext_round_trips_are_per_batch(factory):
+def _sessions_opened(storage, monkeypatch):
+    """The sessions (as the database package makes them: round_trips,
+    closed) that *storage*'s adapter opens for reads from now on."""
+    opened = []
+    adapter = storage._adapter
+    open_load_session = adapter.open_load_session
+
+    def recording(*args, **kwargs):
+        session = open_load_session(*args, **kwargs)
+        opened.append(session.session)
+        return session
+    monkeypatch.setattr(adapter, 'open_load_session', recording)
+    return opened
+
+
+def test_record_iternext_round_trips_are_per_batch(factory, monkeypatch):
     """A walk over n records costs the round trips of about
-    n / RECORD_BATCH reads, not of n, and never holds more than a batch."""
+    n / RECORD_BATCH reads, not of n, in one snapshot (one session of its
+    own, closed after the last record), and never holds more than a
+    batch."""
     storage = factory.storage()
     db = ZODB.DB(storage)
     n = 2 * iteration.RECORD_BATCH + 300
@@ -48,11 +65,13 @@ def test_record_iternext_round_trips_are_per_batch(factory):
         with db.transaction() as conn:
             for i in range(n):
                 conn.root()[i] = PersistentMapping(i=i)
-        session = storage._view.session().session
+        view_session = storage._view.session().session
+        opened = _sessions_opened(storage, monkeypatch)
 
         def trips():
-            assert storage._view.load.session is session  # not reopened
-            return session.round_trips
+            assert storage._view.load.session is view_session
+            return view_session.round_trips + sum(
+                session.round_trips for session in opened)
         before = trips()
         storage.record_iternext()
         one_read = trips() - before
@@ -70,16 +89,24 @@ def test_record_iternext_round_trips_are_per_batch(factory):
             oid for oid, _, _ in seen})
         for oid, tid, data in seen[::97]:
             assert storage.load(oid) == (data, tid)
+        # One snapshot for the walk, ended with it (and the walk begun by
+        # the single call above, at the same place, was closed).
+        assert len(opened) == 2
+        assert opened[0].closed and opened[1].closed
 
         # What is read ahead is at most one batch.
-        walks = storage.record_iternext.__self__._walks
+        walks = storage._iteration._walks
         held = []
         _walk(storage, lambda next_oid: held.append(
             sum(len(w.rows) for w in walks.values())))
         assert (iteration.FIRST_RECORD_BATCH < max(held)
                 <= iteration.RECORD_BATCH)
+        storage.record_iternext()
+        assert not opened[-1].closed
     finally:
         db.close()
+    # Closing the storage closes the session of the unfinished walk.
+    assert all(session.closed for session in opened)
 
 
 def test_record_iternext_while_the_database_changes(factory, monkeypatch):
@@ -210,3 +237,32 @@ def test_record_iternext_past_a_batch_of_deleted_objects(factory,
             kept[1:])
     finally:
         storage.close()
+
+
+def test_record_iternext_walks_are_bounded(factory, monkeypatch):
+    """Walks left unfinished are closed beyond WALKS (their snapshots
+    end); one continued after that reads from a new snapshot."""
+    monkeypatch.setattr(iteration, 'FIRST_RECORD_BATCH', 2)
+    storage = factory.storage()
+    try:
+        oids = [storage.new_oid() for _ in range(2 * iteration.WALKS + 4)]
+        commit_directly(storage, [(oid, z64, zodb_pickle(MinPO(i)))
+                                  for i, oid in enumerate(oids)])
+        opened = _sessions_opened(storage, monkeypatch)
+        # Walks begun at every other oid (each then holds the next).
+        tokens = [storage.record_iternext(oid)[3]
+                  for oid in oids[:2 * iteration.WALKS + 2:2]]
+        assert len(opened) == len(tokens) == iteration.WALKS + 1
+        assert [s.closed for s in opened] == [True] + [False] * (
+            iteration.WALKS)
+        # The first walk, forgotten, goes on all the same.
+        rest = []
+        next_oid = tokens[0]
+        while next_oid is not None:
+            oid, _, _, next_oid = storage.record_iternext(next_oid)
+            rest.append(oid)
+        assert rest == oids[1:]
+        assert len(opened) == iteration.WALKS + 2 and opened[-1].closed
+    finally:
+        storage.close()
+    assert all(session.closed for session in opened)
