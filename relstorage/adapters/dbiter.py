@@ -9,6 +9,8 @@ from zope.interface import implementer
 
 from .sql import SQL
 
+from .inspect import HistoryFreeInspector
+from .inspect import HistoryPreservingInspector
 from .interfaces import IIterator
 from .interfaces import IHistoryPreservingIterator
 
@@ -38,6 +40,11 @@ CURRENT_TIDS = _ordered(SQL(
     'AND state IS NOT NULL ORDER BY tid{order}{limit}'))
 
 
+#: What iter_current_records reads of a page of current revisions (the
+#: inspector's pages, where a deleted object's state is NULL).
+CURRENT_RECORD_COLUMNS = 's.tid, s.state, s.state_size'
+
+
 def _b(value):
     return bytes(value) if value is not None else None
 
@@ -49,13 +56,17 @@ class Iterator:
         self.adapter = adapter
 
     def iter_current_records(self, session, start_oid, limit):
-        """``[(oid, tid, state)]`` of current objects with oid >=
-        *start_oid*, in oid order; a damaged state is a CorruptRecord."""
-        checked = self.adapter.mover.checked
-        params = (start_oid,) * self.current_records_bounds + (limit,)
-        return [(oid, tid, checked(oid, state, tid, size)[0])
-                for oid, tid, state, size in session.fetchall(
-                    self.current_records_sql, params)]
+        """``(records, resume)``: *records* ``[(oid, tid, state)]`` of the
+        current objects among the next *limit* rows from *start_oid* on, in
+        oid order (a damaged state is a CorruptRecord), and the oid the
+        next page starts at, None after the last. A page is chosen by the
+        primary key alone, so that each costs the same whatever the
+        server's statistics say."""
+        rows = session.fetchall(self.current_records_sql,
+                                (start_oid - 1, limit))
+        records = self.adapter.mover.checked_states(rows)
+        resume = rows[-1][0] + 1 if len(rows) >= limit else None
+        return records, resume
 
     def _records(self, session, sql, tid):
         """``[(oid, state, prev_tid)]`` of *sql*'s rows ``(oid, state,
@@ -83,15 +94,8 @@ class Iterator:
 @implementer(IHistoryPreservingIterator)
 class HistoryPreservingIterator(Iterator):
 
-    # The oid bound is given for both tables: PostgreSQL merge-joined
-    # them, reading object_state from its first row at every call
-    # (record_iternext, a call per object, grew with the oid).
-    current_records_sql = (
-        'SELECT c.zoid, c.tid, s.state, s.state_size FROM current_object c '
-        'JOIN object_state s ON s.zoid = c.zoid AND s.tid = c.tid '
-        'WHERE c.zoid >= %s AND s.zoid >= %s AND s.state IS NOT NULL '
-        'ORDER BY c.zoid LIMIT %s')
-    current_records_bounds = 2
+    current_records_sql = HistoryPreservingInspector.page_sql.format(
+        columns=CURRENT_RECORD_COLUMNS)
     object_count_sql = (
         'SELECT COUNT(*) FROM current_object c '
         'JOIN object_state s ON s.zoid = c.zoid AND s.tid = c.tid '
@@ -147,12 +151,9 @@ class HistoryPreservingIterator(Iterator):
 
 class HistoryFreeIterator(Iterator):
 
-    # Rows with a NULL state are tombstones of deleted objects.
-    current_records_sql = (
-        'SELECT zoid, tid, state, state_size FROM object_state '
-        'WHERE zoid >= %s '
-        'AND state IS NOT NULL ORDER BY zoid LIMIT %s')
-    current_records_bounds = 1
+    # (Rows with a NULL state are tombstones of deleted objects.)
+    current_records_sql = HistoryFreeInspector.page_sql.format(
+        columns=CURRENT_RECORD_COLUMNS)
     object_count_sql = ('SELECT COUNT(*) FROM object_state '
                         'WHERE state IS NOT NULL')
 

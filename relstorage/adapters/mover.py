@@ -111,6 +111,21 @@ class Mover:
                 % (oid, tid, self.adapter.describe(), len(state), size))
         return state, tid
 
+    def checked_states(self, rows):
+        """``[(oid, tid, state)]`` of the ``(oid, tid, state, size)``
+        *rows* that hold a state (not deleted), each checked as by
+        checked(), in one pass (a page of current records)."""
+        states = []
+        add = states.append
+        for oid, tid, state, size in rows:
+            if state is not None:
+                state = bytes(state)
+                if len(state) == size and oid >= 0 and tid >= 0:
+                    add((oid, tid, state))
+                    continue
+            self.checked(oid, state, tid, size)  # raises unless deleted
+        return states
+
     def out_of_range(self, oid, tid):
         """A row naming a negative oid or tid: nothing the storage writes
         (ids are unsigned 64-bit values kept below 2**63), so the row was

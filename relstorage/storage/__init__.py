@@ -178,7 +178,8 @@ class RelStorage(ConflictResolvingStorage):
         _bind(self, view, VIEW_METHODS)
         _bind(self, loader, LOADER_METHODS)
         _bind(self, commit, COMMIT_METHODS)
-        _bind(self, Iteration(adapter, view), ITERATION_METHODS)
+        self._iteration = iteration = Iteration(adapter, view)
+        _bind(self, iteration, ITERATION_METHODS)
         _bind(self, blob_methods, BLOB_METHODS)
         if keep_history:
             history = UndoableHistory(view, commit, resolve, blobs,
@@ -201,6 +202,7 @@ class RelStorage(ConflictResolvingStorage):
         connection that used it)."""
         self._view.release()
         self._commit.release()
+        self._iteration.release()
 
     def close(self):
         if self._closed:

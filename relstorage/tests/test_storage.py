@@ -329,23 +329,16 @@ def test_sqlite_writes_rows_in_place_at_vote(keep_history):
     tid is chosen then and the rows go straight into their tables with
     multi-row statements, never through temp_store; a new object, a
     changed one and a deletion all read back right."""
-    from ZODB.Connection import TransactionMetaData
     from ZODB.POSException import POSKeyError
     from ZODB.utils import z64
 
     from relstorage.testing.dbs import DatabaseFactory
+    from relstorage.tests.test_record_iteration import commit_directly
     f = DatabaseFactory('sqlite', keep_history)
     storage = f.storage(zap=True)
     try:
         def commit(stores, deletions=()):
-            meta = TransactionMetaData()
-            storage.tpc_begin(meta)
-            for oid, serial, state in stores:
-                storage.store(oid, serial, state, '', meta)
-            for oid, serial in deletions:
-                storage.deleteObject(oid, serial, meta)
-            storage.tpc_vote(meta)
-            return storage.tpc_finish(meta)
+            return commit_directly(storage, stores, deletions)
         oids = [storage.new_oid() for _ in range(1200)]
         first = commit([(oid, z64, b'state %d' % i)
                         for i, oid in enumerate(oids)])

@@ -1,0 +1,268 @@
+"""record_iternext streams: batches read in one snapshot each, a bounded
+number of round trips and of records held, and correct when the database
+changes between calls."""
+import ZODB
+from persistent.mapping import PersistentMapping
+from ZODB.Connection import TransactionMetaData
+from ZODB.tests.MinPO import MinPO
+from ZODB.tests.StorageTestBase import zodb_pickle
+from ZODB.utils import z64
+
+from relstorage.storage import iteration
+
+
+def _walk(storage, between=None, start=None):
+    """``[(oid, tid, data)]`` of a whole walk (from oid *start*);
+    ``between(next_oid)`` runs between the calls."""
+    seen = []
+    next_oid = start
+    while True:
+        oid, tid, data, next_oid = storage.record_iternext(next_oid)
+        seen.append((oid, tid, data))
+        if next_oid is None:
+            return seen
+        if between is not None:
+            between(next_oid)
+
+
+def commit_directly(storage, writes=(), deletes=()):
+    """Commit *writes* ``(oid, serial, data)`` and *deletes* ``(oid,
+    serial)`` through *storage* directly; return the tid."""
+    t = TransactionMetaData()
+    storage.tpc_begin(t)
+    for oid, serial, data in writes:
+        storage.store(oid, serial, data, '', t)
+    for oid, serial in deletes:
+        storage.deleteObject(oid, serial, t)
+    storage.tpc_vote(t)
+    return storage.tpc_finish(t)
+
+
+def _sessions_opened(storage, monkeypatch):
+    """The sessions (as the database package makes them: round_trips,
+    closed) that *storage*'s adapter opens for reads from now on."""
+    opened = []
+    adapter = storage._adapter
+    open_load_session = adapter.open_load_session
+
+    def recording(*args, **kwargs):
+        session = open_load_session(*args, **kwargs)
+        opened.append(session.session)
+        return session
+    monkeypatch.setattr(adapter, 'open_load_session', recording)
+    return opened
+
+
+def test_record_iternext_round_trips_are_per_batch(factory, monkeypatch):
+    """A walk over n records costs the round trips of about
+    n / RECORD_BATCH reads, not of n, in one snapshot (one session of its
+    own, closed after the last record), and never holds more than a
+    batch."""
+    storage = factory.storage()
+    db = ZODB.DB(storage)
+    n = 2 * iteration.RECORD_BATCH + 300
+    try:
+        with db.transaction() as conn:
+            for i in range(n):
+                conn.root()[i] = PersistentMapping(i=i)
+        view_session = storage._view.session().session
+        opened = _sessions_opened(storage, monkeypatch)
+
+        def trips():
+            assert storage._view.load.session is view_session
+            return view_session.round_trips + sum(
+                session.round_trips for session in opened)
+        before = trips()
+        storage.record_iternext()
+        one_read = trips() - before
+        assert one_read >= 1
+
+        before = trips()
+        seen = _walk(storage)
+        walked = trips() - before
+        # The first read, then full batches.
+        reads = 1 + -(-(n + 1 - iteration.FIRST_RECORD_BATCH)
+                      // iteration.RECORD_BATCH)
+        assert walked <= one_read * reads
+        assert len(seen) == len(storage) == n + 1  # and the root
+        assert [oid for oid, _, _ in seen] == sorted({
+            oid for oid, _, _ in seen})
+        for oid, tid, data in seen[::97]:
+            assert storage.load(oid) == (data, tid)
+        # One snapshot for the walk, ended with it (and the walk begun by
+        # the single call above, at the same place, was closed).
+        assert len(opened) == 2
+        assert opened[0].closed and opened[1].closed
+
+        # What is read ahead is at most one batch.
+        walks = storage._iteration._walks
+        held = []
+        _walk(storage, lambda next_oid: held.append(
+            sum(len(w.rows) for w in walks.values())))
+        assert (iteration.FIRST_RECORD_BATCH < max(held)
+                <= iteration.RECORD_BATCH)
+        storage.record_iternext()
+        assert not opened[-1].closed
+    finally:
+        db.close()
+    # Closing the storage closes the session of the unfinished walk.
+    assert all(session.closed for session in opened)
+
+
+def test_record_iternext_while_the_database_changes(factory, monkeypatch):
+    """Commits of another client between the calls (changes, deletions,
+    new objects, the next oid itself deleted): every object that exists
+    throughout is seen exactly once, in oid order, and each record is a
+    revision that was committed, its tid and state together."""
+    monkeypatch.setattr(iteration, 'RECORD_BATCH', 5)
+    monkeypatch.setattr(iteration, 'FIRST_RECORD_BATCH', 3)
+    reader = factory.storage()
+    writer = factory.storage()
+    try:
+        committed = {}   # (oid, tid) -> data
+        current = {}     # oid -> tid
+        deleted = set()
+
+        def commit(writes=(), deletes=()):
+            tid = commit_directly(
+                writer, [(oid, current.get(oid, z64), data)
+                         for oid, data in writes],
+                [(oid, current[oid]) for oid in deletes])
+            for oid, data in writes:
+                committed[oid, tid] = data
+                current[oid] = tid
+            for oid in deletes:
+                del current[oid]
+                deleted.add(oid)
+
+        commit([(writer.new_oid(), zodb_pickle(MinPO(i)))
+                for i in range(40)])
+        throughout = set(current)
+        step = [0]
+
+        def between(next_oid):
+            step[0] += 1
+            i = step[0]
+            ahead = sorted(oid for oid in current if oid > next_oid)
+            writes = [(oid, zodb_pickle(MinPO((i, oid))))
+                      for oid in ahead[:2]]
+            writes.append((writer.new_oid(), zodb_pickle(MinPO(-i))))
+            deletes = []
+            if i % 3 == 0 and next_oid in current:
+                deletes.append(next_oid)
+            elif len(ahead) > 3:
+                deletes.append(ahead[3])
+            commit(writes, deletes)
+            throughout.difference_update(deletes)
+            throughout.difference_update(oid for oid, _ in writes)
+
+        seen = _walk(reader, between)
+        oids = [oid for oid, _, _ in seen]
+        assert oids == sorted(set(oids))
+        assert throughout <= set(oids)
+        assert deleted & set(oids)  # some were read before their deletion
+        assert deleted - set(oids)  # and some deleted before being read
+        for oid, tid, data in seen:
+            assert committed[oid, tid] == data
+    finally:
+        reader.close()
+        writer.close()
+
+
+def test_record_iternext_sees_its_own_commits(factory, monkeypatch):
+    """Records read ahead are read again after the storage commits."""
+    monkeypatch.setattr(iteration, 'FIRST_RECORD_BATCH', 100)
+    storage = factory.storage()
+    try:
+        oids = [storage.new_oid() for _ in range(5)]
+        tid = commit_directly(storage, [(oid, z64, zodb_pickle(MinPO(0)))
+                                        for oid in oids])
+        first = storage.record_iternext()
+        assert first[0] == oids[0]
+        newer = commit_directly(
+            storage, [(oids[3], tid, zodb_pickle(MinPO(1)))])
+        rest = [first]
+        next_oid = first[3]
+        while next_oid is not None:
+            record = storage.record_iternext(next_oid)
+            rest.append(record)
+            next_oid = record[3]
+        assert [r[0] for r in rest] == oids
+        assert rest[3][1:3] == (newer, zodb_pickle(MinPO(1)))
+    finally:
+        storage.close()
+
+
+def test_record_iternext_interleaved_walks(factory, monkeypatch):
+    """Two walks of one storage taking turns, one from an oid given as
+    FileStorage takes it, each see their records once."""
+    monkeypatch.setattr(iteration, 'RECORD_BATCH', 4)
+    monkeypatch.setattr(iteration, 'FIRST_RECORD_BATCH', 2)
+    storage = factory.storage()
+    try:
+        oids = [storage.new_oid() for _ in range(13)]
+        commit_directly(storage, [(oid, z64, zodb_pickle(MinPO(i)))
+                          for i, oid in enumerate(oids)])
+        walks = {'all': None, 'half': oids[6]}
+        seen = {'all': [], 'half': []}
+        while walks:
+            for name in list(walks):
+                oid, _, data, walks[name] = storage.record_iternext(
+                    walks[name])
+                seen[name].append(oid)
+                if walks[name] is None:
+                    del walks[name]
+        assert seen == {'all': oids, 'half': oids[6:]}
+    finally:
+        storage.close()
+
+
+def test_record_iternext_past_a_batch_of_deleted_objects(factory,
+                                                         monkeypatch):
+    """Deleted objects take places in a batch: batches holding only
+    deleted ones are read past, not taken for the end."""
+    monkeypatch.setattr(iteration, 'RECORD_BATCH', 3)
+    monkeypatch.setattr(iteration, 'FIRST_RECORD_BATCH', 2)
+    storage = factory.storage()
+    try:
+        oids = [storage.new_oid() for _ in range(14)]
+        tid = commit_directly(storage, [(oid, z64, zodb_pickle(MinPO(i)))
+                                for i, oid in enumerate(oids)])
+        gone = oids[1:9]
+        commit_directly(storage, deletes=[(oid, tid) for oid in gone])
+        kept = [oid for oid in oids if oid not in gone]
+        assert [oid for oid, _, _ in _walk(storage)] == kept
+        # Also from an oid given, among the deleted ones.
+        assert [oid for oid, _, _ in _walk(storage, start=oids[2])] == (
+            kept[1:])
+    finally:
+        storage.close()
+
+
+def test_record_iternext_walks_are_bounded(factory, monkeypatch):
+    """Walks left unfinished are closed beyond WALKS (their snapshots
+    end); one continued after that reads from a new snapshot."""
+    monkeypatch.setattr(iteration, 'FIRST_RECORD_BATCH', 2)
+    storage = factory.storage()
+    try:
+        oids = [storage.new_oid() for _ in range(2 * iteration.WALKS + 4)]
+        commit_directly(storage, [(oid, z64, zodb_pickle(MinPO(i)))
+                                  for i, oid in enumerate(oids)])
+        opened = _sessions_opened(storage, monkeypatch)
+        # Walks begun at every other oid (each then holds the next).
+        tokens = [storage.record_iternext(oid)[3]
+                  for oid in oids[:2 * iteration.WALKS + 2:2]]
+        assert len(opened) == len(tokens) == iteration.WALKS + 1
+        assert [s.closed for s in opened] == [True] + [False] * (
+            iteration.WALKS)
+        # The first walk, forgotten, goes on all the same.
+        rest = []
+        next_oid = tokens[0]
+        while next_oid is not None:
+            oid, _, _, next_oid = storage.record_iternext(next_oid)
+            rest.append(oid)
+        assert rest == oids[1:]
+        assert len(opened) == iteration.WALKS + 2 and opened[-1].closed
+    finally:
+        storage.close()
+    assert all(session.closed for session in opened)
