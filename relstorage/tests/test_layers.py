@@ -463,6 +463,79 @@ def test_every_database_declares_what_shared_code_asks():
             upgrade = upgrade.fget(None)
         assert upgrade is None or issubclass(upgrade, Upgrade), cls
 
+#: The role modules every database package has (a package holds what
+#: differs for its database; a newcomer who knows where one database's
+#: locker is knows where the others' are).
+ROLE_MODULES = ('adapter.py', 'session.py', 'schema.py', 'locker.py',
+                'mover.py')
+
+
+def test_every_database_package_has_the_role_modules():
+    missing = ['%s%s' % (package, module) for package in DATABASE_PACKAGES
+               for module in ROLE_MODULES
+               if not (SOURCE / package / module).is_file()]
+    assert missing == []
+
+
+def _patched_in(node):
+    """A part patched in at run time: ``setattr`` on an adapter or a
+    session, or a class made by ``type(name, bases, namespace)``."""
+    if not isinstance(node, ast.Call):
+        return None
+    name = getattr(node.func, 'id', None)
+    if name == 'type' and len(node.args) == 3:
+        return 'class made with type()'
+    if name == 'setattr' and node.args:
+        target = ast.unparse(node.args[0]).lower()
+        if 'adapter' in target or 'session' in target:
+            return 'setattr on %s' % ast.unparse(node.args[0])
+    return None
+
+
+patched_in = node_scan(_patched_in)
+
+
+def _galera_branch(node):
+    """A decision by whether the server is a Galera node."""
+    if isinstance(node, (ast.If, ast.IfExp, ast.While)) and \
+            'galera' in ast.unparse(node.test).lower():
+        return 'branch on %s' % ast.unparse(node.test)
+    if isinstance(node, ast.BoolOp) and any(
+            'galera' in ast.unparse(value).lower()
+            for value in node.values[:-1]):
+        return 'branch on %s' % ast.unparse(node)
+    return None
+
+
+galera_branches = node_scan(_galera_branch)
+
+
+def test_the_variant_scans_see_patches_and_branches(tmp_path):
+    assert lines_found(
+        patched_in, tmp_path,
+        "setattr(adapter, 'locker_class', cls)\n"
+        "Pooled = type('Pooled', (Mixin, cls), {})\n"
+        "setattr(self.seen, name, value)\n"
+        "kind = type(error)\n"
+        "setattr(session, attribute, None)\n") == [1, 2, 5]
+    assert lines_found(
+        galera_branches, tmp_path,
+        "if self.galera: pass\n"
+        "x = a if adapter.galera else b\n"
+        "y = self.galera and session.scalar(q)\n"
+        "kinds = (galera.GaleraNode, SingleServer)\n") == [1, 2, 3]
+
+
+def test_variants_are_declared_classes_chosen_at_open():
+    """A transaction pooler's parts, a Galera node's, a driver without
+    COPY: classes (or a class's property) chosen in one place when an
+    adapter is made, never patched in; only the Galera module knows
+    Galera."""
+    assert scan_modules(patched_in) == []
+    assert scan_modules(galera_branches, 'adapters/',
+                        skip='adapters/mysql/galera.py') == []
+
+
 # -- one way to compose SQL ---------------------------------------------------
 
 _SQL_WORDS = re.compile(r'%s|\b(SELECT|FROM|WHERE|JOIN|INSERT|DELETE|UPDATE|'
