@@ -32,6 +32,7 @@ from .helptext import help_text
 from .siteconfig import add_database_argument
 from .siteconfig import chosen
 from .zodbpack import run_sections
+from .wording import counted
 
 def upgrade_of(adapter, say):
     """The Upgrade of *adapter*'s database."""
@@ -104,8 +105,9 @@ def keep_references(adapter, done):
         done()
     finally:
         storage.close()
-    return ('kept the references of %d objects for the first pack in '
-            '%.1f s' % (kept.get('prepack_unpickled', 0), kept['seconds']))
+    return ('kept the references of %s for the first pack in %.1f s'
+            % (counted(kept.get('prepack_unpickled', 0), 'object'),
+               kept['seconds']))
 
 
 def main(argv=None, out=None):

@@ -38,6 +38,7 @@ from .siteconfig import add_database_argument
 from .siteconfig import chosen
 from .siteconfig import select
 from .storage.classes import class_statistics
+from .wording import counted
 from .zodbpack import setup_logging
 
 log = logging.getLogger('zodbinfo')
@@ -185,7 +186,7 @@ def size(n):
     for unit, scale in (('GB', 1e9), ('MB', 1e6), ('kB', 1e3)):
         if n >= scale:
             return '%.1f %s' % (n / scale, unit)
-    return '%d bytes' % n
+    return counted(n, 'byte')
 
 
 def count(n):
