@@ -27,10 +27,11 @@ def _int(value):
 #: counted exactly (a small database is summed exactly).
 SAMPLE_SLICES = 32
 SAMPLE_ROWS = 64
-#: An object of a slice's sample whose older revisions hold more than
-#: this share of the sample's is counted as it is, not scaled up to the
-#: slice: a few objects changed all day long (the root, a container, a
-#: catalog's top) would otherwise stand for every object around them.
+#: An object of a slice's sample whose state (or whose older revisions)
+#: holds more than this share of the sample's bytes is counted as it is,
+#: not scaled up to the slice: a few big objects, or objects changed all
+#: day long (the root, a container, a catalog's top), would otherwise
+#: stand for every object around them.
 OUTLIER_SHARE = 1 / 8
 
 
@@ -60,15 +61,21 @@ def sampled_bytes(session, span_sql, sample_sql, history_sql=None):
             stop = max(rows)
             del rows[stop]
             scale = width / (stop - start)
-        current += scale * sum(rows.values())
-        if history_sql is None:
-            continue
-        older = [int(total or 0) - rows.get(int(zoid), 0) for zoid, total
-                 in session.fetchall(history_sql, (start, stop))]
-        bound = OUTLIER_SHARE * sum(older)
-        outliers = sum(size for size in older if size > bound)
-        historical += outliers + scale * (sum(older) - outliers)
+        current += _scaled(rows.values(), scale)
+        if history_sql is not None:
+            historical += _scaled(
+                [int(total or 0) - rows.get(int(zoid), 0) for zoid, total
+                 in session.fetchall(history_sql, (start, stop))], scale)
     return int(current), int(historical)
+
+
+def _scaled(sizes, scale):
+    """The bytes of a slice whose sample has *sizes*: *scale* times
+    theirs, but those of the sample's outliers (see OUTLIER_SHARE) once."""
+    sizes = list(sizes)
+    total = sum(sizes)
+    outliers = sum(size for size in sizes if size > OUTLIER_SHARE * total)
+    return outliers + scale * (total - outliers)
 
 
 class ServerStatistics:
