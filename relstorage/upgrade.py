@@ -63,10 +63,11 @@ def dry_run(upgrade, out):
         # The copy's time grows with the bytes and the rows it moves.
         share = max(size / max(survey['state bytes'], 1),
                     revisions / max(survey['revisions'], 1))
-        print('  copying the first %d revisions (%d bytes) took %.2f s, '
+        print('  copying the first %s (%s) took %.2f s, '
               'so the states should take about %.0f s (the other steps and '
               'blobs aside); nothing was changed'
-              % (revisions, size, seconds, seconds / share), file=out)
+              % (counted(revisions, 'revision'), counted(size, 'byte'),
+                 seconds, seconds / share), file=out)
     else:
         print('  the database holds no objects; nothing was changed',
               file=out)
