@@ -17,8 +17,8 @@ command is interrupted (SIGINT or SIGTERM):
 * the database's own figures (``relstorage_database_*``: objects,
   revisions, transactions, state bytes, size on disk, the times of the
   last commit and the last pack), read through one snapshot at most once
-  per interval, from the server's statistics where zodbinfo would mark
-  them as estimates;
+  per interval, estimated where zodbinfo would mark them so (counts
+  from the server's statistics, state bytes from a sample of the rows);
 * with PROMETHEUS_MULTIPROC_DIR set, every metric the processes sharing
   that directory wrote there: run the application's workers, or a
   nightly zodbpack, with the same variable and ``metrics true``, and
