@@ -139,9 +139,11 @@ class Seen:
 class View:
     """The snapshot one storage instance reads from, and its polling.
 
-    *tid* is the view: the newest commit this instance sees. *exact*
-    (history-free) makes each poll begin the snapshot exactly at the view,
-    since the revisions a newer one would hide are gone. *kept* are the
+    *tid* is the view: the newest commit this instance sees. The poll
+    that begins a ZODB transaction begins its snapshot exactly at the view
+    (see poll_invalidations); *exact* (history-free) makes every other
+    poll do so too, since the revisions a newer snapshot would hide are
+    gone. *kept* are the
     instance's kept states (see RecentStates), forgotten as polls find
     them changed. A root storage (*is_root*, used directly rather than
     through ZODB connections) polls before every read.
