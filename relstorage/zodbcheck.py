@@ -31,6 +31,7 @@ from .zodbinfo import tid_time
 from .zodbinfo import tool_parser
 from .zodbpack import TerminalProgress
 from .zodbpack import setup_logging
+from .wording import counted
 
 EXIT_FAILED = 1
 EXIT_USAGE = 2
@@ -51,7 +52,7 @@ def check(section, unreachable=False, progress=None, listed=LISTED):
 
 
 def _plural(n, word):
-    return '%s %s%s' % ('{:,}'.format(n), word, '' if n == 1 else 's')
+    return counted(n, word, grouped=True)
 
 
 def _what(entry):

@@ -10,8 +10,9 @@ server version, the history mode and schema version, objects, revisions
 and transactions with the time they span, current and historical state
 bytes, blobs (in the database or the shared blob directory) and the last
 pack. Figures an exact count would have to read a whole table for come
-from the server's statistics (PostgreSQL, MySQL) and are marked as
-estimates (``~``); ``--exact`` counts them. ``--classes`` reads the class
+from the server's statistics (PostgreSQL, MySQL), state bytes from a
+bounded sample of the rows, and are marked as estimates (``~``);
+``--exact`` counts them. ``--classes`` reads the class
 of every current object from its record (no application code needed)
 and lists the largest classes by bytes (``--top``, 20), with their object counts.
 ``--json`` prints the same as JSON. The database is only read, in one
@@ -37,6 +38,7 @@ from .siteconfig import add_database_argument
 from .siteconfig import chosen
 from .siteconfig import select
 from .storage.classes import class_statistics
+from .wording import counted
 from .zodbpack import setup_logging
 
 log = logging.getLogger('zodbinfo')
@@ -184,7 +186,7 @@ def size(n):
     for unit, scale in (('GB', 1e9), ('MB', 1e6), ('kB', 1e3)):
         if n >= scale:
             return '%.1f %s' % (n / scale, unit)
-    return '%d bytes' % n
+    return counted(n, 'byte')
 
 
 def count(n):
@@ -249,7 +251,8 @@ def render(name, r, out):
                 size(entry['bytes']), count(entry['objects']),
                 entry['class']), file=out)
     if est:
-        print('  (~: the server\'s estimate; --exact counts)', file=out)
+        print('  (~: an estimate, from the server\'s statistics or a '
+              'sample; --exact counts)', file=out)
 
 
 def main(argv=None, out=None):

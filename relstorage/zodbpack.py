@@ -47,6 +47,7 @@ from .siteconfig import load_configured
 from .siteconfig import select
 from .storage import RelStorage
 from .storage.multipack import pack_databases
+from .wording import counted
 
 log = logging.getLogger('zodbpack')
 
@@ -75,8 +76,9 @@ def check_refs(storage, out):
                       % (oid_repr(oid), oid_repr(ref)), file=out)
         if next_oid is None:
             break
-    print('  %d objects checked, %d dangling references'
-          % (checked, dangling), file=out)
+    print('  %s checked, %s' % (counted(checked, 'object'),
+                                 counted(dangling, 'dangling reference')),
+          file=out)
     return dangling
 
 
@@ -100,23 +102,23 @@ class TerminalProgress:
 
 def describe(result):
     parts = []
-    for key, label in (('transactions_removed', 'transactions'),
-                       ('revisions_removed', 'revisions'),
-                       ('objects_removed', 'objects')):
+    for key, noun in (('transactions_removed', 'transaction'),
+                      ('revisions_removed', 'revision'),
+                      ('objects_removed', 'object')):
         if key in result:
-            parts.append('%d %s' % (result[key], label))
+            parts.append(counted(result[key], noun))
     text = 'removed ' + ', '.join(parts) if parts else 'done'
     freed = result.get('bytes_removed')
     if freed is not None:
         text += ('; %.1f MB of state freed' % (freed / 1e6) if freed >= 1e5
-                 else '; %d bytes of state freed' % freed)
+                 else '; %s of state freed' % counted(freed, 'byte'))
     return text
 
 
 def workers_text(count):
     if not count:
         return ''
-    return ' with %d worker process%s' % (count, 'es' if count > 1 else '')
+    return ' with %s' % counted(count, 'worker process')
 
 
 def setup_logging(level=logging.INFO):
@@ -232,26 +234,28 @@ def report(result, t, started, out):
     its *result* (a PackResult, or {} for another storage's pack)."""
     when = time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(t))
     if 'garbage_found' in result:
-        print('  pre-pack to %s: %d unreachable objects found and '
+        print('  pre-pack to %s: %s found and '
               'kept for --use-prepack-state, in %.1f s'
-              % (when, result['garbage_found'],
+              % (when, counted(result['garbage_found'], 'unreachable object'),
                  time.monotonic() - started), file=out)
         return
     seconds = time.monotonic() - started
     kept = result.get('objects_kept_for_other_databases')
     print('  packed to %s: %s in %.1f s%s%s'
           % (when, describe(result), seconds,
-             ' (pre-pack %.1f s%s%s%s, then %d batches; %.0f s spent '
+             ' (pre-pack %.1f s%s%s%s, then %s; %.0f s spent '
              'letting commits go first)'
              % (result.get('prepack_seconds', 0),
                 workers_text(result.get('prepack_workers')),
                 kept_text(result),
                 ', its graph followed in the database'
                 if result.get('prepack_graph') == 'database' else '',
-                result['batches'], result['busy_seconds'])
+                counted(result['batches'], 'batch'),
+                result['busy_seconds'])
              if 'batches' in result else '',
-             '; %d unreachable objects kept: other databases refer to '
-             'them' % kept if kept else ''), file=out)
+             '; %s kept: other databases refer to '
+             'them' % counted(kept, 'unreachable object') if kept else ''),
+          file=out)
 
 
 def kept_text(result):
@@ -259,8 +263,9 @@ def kept_text(result):
     the last pack kept (see storage.keptrefs)."""
     if 'prepack_unpickled' not in result:
         return ''
-    return ', %d states unpickled, %d taken as the last pack kept them' % (
-        result['prepack_unpickled'], result['prepack_refs_kept'])
+    return ', %s unpickled, %d taken as the last pack kept them' % (
+        counted(result['prepack_unpickled'], 'state'),
+        result['prepack_refs_kept'])
 
 
 def main(argv=None, out=None):

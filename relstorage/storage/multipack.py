@@ -43,6 +43,7 @@ from ZODB.utils import u64
 
 from ..exceptions import PackedFurtherAlready
 from ..pickledrefs import cross_references
+from ..wording import counted
 
 log = logging.getLogger(__name__)
 
@@ -356,7 +357,8 @@ def _warn_unknown(kept, storages):
     for name, oids in sorted(kept.items()):
         if name not in storages:
             log.warning(
-                '%d objects of the databases packed refer to objects of '
+                '%s of the databases packed %s to objects of '
                 'database %r, which is not among them (%s...): nothing '
-                'of it was looked at', len(oids), name,
+                'of it was looked at', counted(len(oids), 'object'),
+                'refers' if len(oids) == 1 else 'refer', name,
                 ', '.join('0x%x' % oid for oid in sorted(oids)[:3]))

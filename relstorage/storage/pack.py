@@ -35,6 +35,7 @@ from ..exceptions import PackAlreadyRunning  # re-exported too
 from ..exceptions import PackedFurtherAlready
 from ..pickledrefs import cross_references
 from ..pickledrefs import page_references
+from ..wording import counted
 from .keptrefs import KeptReferences
 from .prepackio import REFS_WRITTEN
 from .prepackio import ReferenceWriter
@@ -241,9 +242,10 @@ class Pack:
         garbage = writer.garbage_count()
         writer.save_prepack(self.pack_tid, checked_tid)
         self.result['garbage_found'] = garbage
-        log.info('pre-pack of %s to %016x found %d unreachable objects; '
+        log.info('pre-pack of %s to %016x found %s; '
                  'kept for a pack that skips the pre-pack',
-                 adapter.describe(), self.pack_tid, garbage)
+                 adapter.describe(), self.pack_tid,
+                 counted(garbage, 'unreachable object'))
 
     def references(self, oid, state):
         """The oids *state* (of object *oid*) refers to. A state that does
@@ -534,8 +536,9 @@ class Pack:
         session.commit_batch()
         ended = time.monotonic()
         self.finish_per_step = (ended - worked) / max(steps, 1)
-        log.debug('pack batch %d: %d steps, %.3f s of work, %.3f s to '
-                  'commit', self.result['batches'] + 1, steps,
+        log.debug('pack batch %d: %s, %.3f s of work, %.3f s to '
+                  'commit', self.result['batches'] + 1,
+                  counted(steps, 'step'),
                   worked - started, ended - worked)
         self.cache.invalidate(gone)
         blobs = self.blobs
