@@ -6,6 +6,7 @@ worker process is a small one (about 11 MB, against 23 with the storage
 imported).
 """
 import pickle
+import re
 import struct
 from io import BytesIO
 
@@ -53,6 +54,25 @@ def cross_references(state):
     cross = set()
     _oids(_persistent_ids(state), cross)
     return sorted(cross)
+
+
+#: The first string of a cross-database persistent id, as the pickle
+#: protocols spell it: a str 'm' or 'n' (protocol 3, 4 and up, 0), or
+#: bytes (Python 2's pickles). Where none is found, no state refers
+#: elsewhere; where one is, the pickles are read to tell.
+_CROSS_HINT = re.compile(
+    rb"X\x01\x00\x00\x00[mn]|\x8c\x01[mn]|U\x01[mn]|V[mn]\n|S'[mn]'\n")
+
+
+def refers_elsewhere(state):
+    """Whether the record *state* holds a cross-database reference (see
+    cross_references()); true also when it does not unpickle."""
+    if not state or _CROSS_HINT.search(state) is None:
+        return False
+    try:
+        return bool(cross_references(state))
+    except Exception:  # noqa: BLE001 -- unreadable: assume it does
+        return True
 
 
 def _unpickler(stream, persistent_ids):

@@ -105,6 +105,39 @@ class _Newer:
         #: The newest tid of each database before it was read.
         self.start = {name: u64(storage.lastTransaction())
                       for name, storage in storages.items()}
+        #: A VoteWatch of each RelStorage, opened when first asked.
+        self.watches = {}
+
+    def voted_elsewhere(self, name):
+        """Pack.voted_elsewhere for the database *name*."""
+        def voted_elsewhere():
+            for other in self.storages:
+                if other != name and self.pending(other):
+                    return other
+            return None
+        return voted_elsewhere
+
+    def pending(self, name):
+        """Whether a commit of database *name* that refers to other
+        databases has voted and not finished (see adapters.votes)."""
+        watch = self.watches.get(name)
+        if watch is None:
+            if not _is_relstorage(self.storages[name]):
+                return False  # it says nothing (see the module docstring)
+            watch = self.watches[name] = \
+                self.storages[name].adapter.open_vote_watch()
+            if watch.pending() is None:
+                log.warning(
+                    'database %r cannot tell of commits that have voted '
+                    'and not finished: a commit moving an object between '
+                    'databases while this pack removes garbage may leave '
+                    'a reference to a removed object', name)
+        return bool(watch.pending())
+
+    def close(self):
+        for watch in self.watches.values():
+            watch.close()
+        self.watches.clear()
 
     def referred(self, name):
         """Pack.referred for the database *name*."""
@@ -285,6 +318,7 @@ def pack_databases(storages, t, referencesf, chosen=None, gc=None,
         for name in gathered:
             pack = packs[name]
             pack.referred = newer.referred(name)
+            pack.voted_elsewhere = newer.voted_elsewhere(name)
             try:
                 if not together.start(name, pack):
                     results[name] = pack.result
@@ -323,6 +357,7 @@ def pack_databases(storages, t, referencesf, chosen=None, gc=None,
                     False if kept.get(name) else gc)
     finally:
         together.close()
+        newer.close()
     return results
 
 

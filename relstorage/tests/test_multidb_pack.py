@@ -1,9 +1,12 @@
 """Packing the databases of a ZODB multi-database: no pack removes an
 object that another database refers to (see storage.multipack)."""
 import io
+import logging
+import threading
 import time
 
 import pytest
+import transaction
 import ZODB
 import ZODB.config
 from persistent.mapping import PersistentMapping
@@ -41,16 +44,21 @@ def storage_section(factory, which, options=''):
         'true' if factory.keep_history else 'false', options, adapter)
 
 
-def zope_conf(tmp_path, factory, main=None, options=''):
+def zope_conf(tmp_path, factory, main=None, options='', first='main'):
     """A Zope zope.conf mounting the catalog database at /catalog (its
-    storages' sections with *options*)."""
+    storages' sections with *options*), the database *first* first (the
+    one zodbpack packs first)."""
     path = tmp_path / 'zope.conf'
+    sections = [
+        '<zodb_db main>\n%s\n mount-point /\n cache-size 5000\n</zodb_db>\n'
+        % (main or storage_section(factory, 'main', options)),
+        '<zodb_db catalog>\n%s\n mount-point /catalog\n</zodb_db>\n'
+        % storage_section(factory, CATALOG, options)]
+    if first != 'main':
+        sections.reverse()
     path.write_text(
         '%%define INSTANCE %s\ninstancehome $INSTANCE\n%%import relstorage\n'
-        '<zodb_db main>\n%s\n mount-point /\n cache-size 5000\n</zodb_db>\n'
-        '<zodb_db catalog>\n%s\n mount-point /catalog\n</zodb_db>\n'
-        % (tmp_path, main or storage_section(factory, 'main', options),
-           storage_section(factory, CATALOG, options)))
+        '%s' % (tmp_path, ''.join(sections)))
     return str(path)
 
 
@@ -391,3 +399,113 @@ def test_another_references_reader_is_refused(sqlite_pair):
     finally:
         close_databases(databases)
     check_packed(sqlite_pair, oids, packed=())
+
+
+class StalledFinish:
+    """A resource manager of a transaction, sorted between two others:
+    its tpc_finish says it was reached, then waits to be let go. The
+    transaction has then finished in the first database only."""
+
+    def __init__(self, after):
+        self.key = after + '\0'  # right after *after*, before the next
+        self.reached = threading.Event()
+        self.go = threading.Event()
+
+    def sortKey(self):
+        return self.key
+
+    def tpc_finish(self, transaction):
+        self.reached.set()
+        assert self.go.wait(60), 'never let go'
+
+    def abort(self, transaction):
+        pass
+
+    tpc_begin = commit = tpc_vote = tpc_abort = abort
+
+
+class Seen(logging.Handler):
+    """Sets *event* when a record whose message holds *text* is logged."""
+
+    def __init__(self, text, event):
+        super().__init__(logging.INFO)
+        self.text = text
+        self.event = event
+
+    def emit(self, record):
+        if self.text in record.getMessage():
+            self.event.set()
+
+
+def test_a_pack_waits_for_a_move_across_databases_half_finished(
+        pair, tmp_path):
+    # A transaction moves the only reference to an object from the
+    # database it lives in to the other one; it has voted in both and
+    # finished in the first when the pack of both runs. Seen from the
+    # pack, nothing refers to the object any more: the new reference is
+    # not visible yet. The pack waits for that commit to end.
+    databases = open_databases(pair)
+    try:
+        with databases['main'].transaction() as conn:
+            keys = {name: conn.get_connection(name).sortKey()
+                    for name in ('main', 'catalog')}
+        # The object lives where the transaction finishes first.
+        home, other = sorted(keys, key=keys.get)
+        # (Packed first: on SQLite, the other's batches wait for that
+        # commit's writer whatever the pack knows.)
+        with databases['main'].transaction() as conn:
+            conn.get_connection(home).root()['x'] = PersistentMapping(
+                name='x')
+        manager = transaction.TransactionManager()
+        conn = databases['main'].open(manager)
+        stall = StalledFinish(conn.get_connection(home).sortKey())
+        moved = []
+
+        def move():
+            try:
+                x = conn.get_connection(home).root().pop('x')
+                conn.get_connection(other).root()['ref'] = x
+                manager.get().join(stall)
+                manager.commit()
+                moved.append(True)
+            finally:
+                conn.close()
+        mover = threading.Thread(target=move)
+        mover.start()
+        assert stall.reached.wait(60)
+        time.sleep(0.01)  # the pack time follows that first finish
+        waits = threading.Event()
+        seen = Seen('has voted in database %r' % other, waits)
+        logger = logging.getLogger('relstorage.storage.pack')
+        logger.addHandler(seen)
+        level = logger.level
+        logger.setLevel(logging.INFO)
+        status = []
+
+        def pack():
+            try:
+                status.append(zodbpack.main(
+                    ['-d', '0', zope_conf(tmp_path, pair, first=home)],
+                    out=io.StringIO()))
+            finally:
+                waits.set()  # ended without waiting
+        packer = threading.Thread(target=pack)
+        try:
+            packer.start()
+            assert waits.wait(120)
+        finally:
+            stall.go.set()
+            mover.join(60)
+            packer.join(120)
+            logger.removeHandler(seen)
+            logger.setLevel(level)
+        assert moved and status == [0]
+    finally:
+        close_databases(databases)
+    # Read afresh (no cache of the connections above has it).
+    databases = open_databases(pair)
+    try:
+        with databases['main'].transaction() as conn:
+            assert conn.get_connection(other).root()['ref']['name'] == 'x'
+    finally:
+        close_databases(databases)
