@@ -37,13 +37,17 @@ import ZConfig
 from ZODB.POSException import Unsupported
 from ZODB.serialize import referencesf
 from ZODB.utils import oid_repr
+from ZODB.utils import p64
 
 from .exceptions import PackedFurtherAlready
 from .exceptions import UsageError
+from .pickledrefs import cross_references
+from .pickledrefs import refers_elsewhere
 from .helptext import help_text
 from .siteconfig import add_database_argument
 from .siteconfig import chosen
 from .siteconfig import load_configured
+from .siteconfig import peers
 from .siteconfig import select
 from .storage import RelStorage
 from .storage.multipack import pack_databases
@@ -55,29 +59,52 @@ EXIT_USAGE = 2
 EXIT_DANGLING = 3
 
 
-def check_refs(storage, out):
-    """Report references to objects that do not exist; return how many."""
-    dangling = 0
+def check_refs(storage, out, others=None):
+    """Report references to objects that do not exist; return how many.
+    *others* (``{database name: storage section}``) are the other
+    databases of the multi-database the storage belongs to: its
+    references to their objects are looked up there."""
+    dangling = elsewhere = 0
     checked = 0
+    opened = {}
     next_oid = None
-    while True:
-        try:
-            oid, tid, data, next_oid = storage.record_iternext(next_oid)
-        except ValueError:
-            break  # empty storage
-        checked += 1
-        for ref in referencesf(data):
+    try:
+        while True:
             try:
-                storage.load(ref)
-            except KeyError:
-                dangling += 1
-                print('  dangling: %s -> %s (missing)'
-                      % (oid_repr(oid), oid_repr(ref)), file=out)
-        if next_oid is None:
-            break
-    print('  %d objects checked, %d dangling references'
-          % (checked, dangling), file=out)
-    return dangling
+                oid, tid, data, next_oid = storage.record_iternext(next_oid)
+            except ValueError:
+                break  # empty storage
+            checked += 1
+            for ref in referencesf(data):
+                try:
+                    storage.load(ref)
+                except KeyError:
+                    dangling += 1
+                    print('  dangling: %s -> %s (missing)'
+                          % (oid_repr(oid), oid_repr(ref)), file=out)
+            for database, ref in (cross_references(data) if others and
+                                  refers_elsewhere(data) else ()):
+                if database not in others:
+                    continue
+                if database not in opened:
+                    opened[database] = others[database].open()
+                try:
+                    opened[database].load(p64(ref))
+                except KeyError:
+                    elsewhere += 1
+                    print('  dangling: %s -> %s of database %r (missing '
+                          'there)' % (oid_repr(oid), oid_repr(p64(ref)),
+                                      database), file=out)
+            if next_oid is None:
+                break
+    finally:
+        for other in opened.values():
+            other.close()
+    print('  %d objects checked, %d dangling references%s'
+          % (checked, dangling + elsewhere,
+             ' (%d to other databases)' % elsewhere if others else ''),
+          file=out)
+    return dangling + elsewhere
 
 
 class TerminalProgress:
@@ -132,12 +159,12 @@ def heading(name, storage, out):
 
 
 def pack_one(name, section, days, check_only, out, prepack_only=False,
-             use_prepack_state=False, workers=None):
+             use_prepack_state=False, workers=None, others=None):
     storage = section.open()
     try:
         heading(name, storage, out)
         if check_only:
-            return EXIT_DANGLING if check_refs(storage, out) else 0
+            return EXIT_DANGLING if check_refs(storage, out, others) else 0
         t = time.time() - days * 86400
         started = time.monotonic()
         if isinstance(storage, RelStorage):
@@ -333,10 +360,12 @@ def main(argv=None, out=None):
             'zodbpack', args.config, lambda name, section: pack_one(
                 name, section, days, False, out, args.prepack,
                 args.use_prepack_state, args.workers), names))
+    multi = peers(args.config) if args.check_refs_only else {}
     return run_sections('zodbpack', args.config, lambda name, section:
                         pack_one(name, section, days,
                                  args.check_refs_only, out, args.prepack,
-                                 args.use_prepack_state, args.workers),
+                                 args.use_prepack_state, args.workers,
+                                 multi.get(name, (None, None))[1]),
                         chosen(args))
 
 

@@ -1,6 +1,7 @@
 """Packing the databases of a ZODB multi-database: no pack removes an
 object that another database refers to (see storage.multipack)."""
 import io
+import json
 import logging
 import threading
 import time
@@ -14,7 +15,9 @@ from ZODB.FileStorage import FileStorage
 from ZODB.POSException import POSKeyError
 from ZODB.POSException import Unsupported
 from ZODB.serialize import referencesf
+from ZODB.utils import oid_repr
 
+from relstorage import zodbcheck
 from relstorage import zodbpack
 from relstorage.storage import multipack
 from relstorage.storage import prepackio
@@ -509,3 +512,56 @@ def test_a_pack_waits_for_a_move_across_databases_half_finished(
             assert conn.get_connection(other).root()['ref']['name'] == 'x'
     finally:
         close_databases(databases)
+
+
+def test_the_checks_report_a_reference_to_an_object_missing_elsewhere(
+        pair, tmp_path):
+    # A pack of the catalog alone, not knowing main, removed the object
+    # only main refers to: zodbcheck and zodbpack --check-refs-only of the
+    # multi-database name it, main's object that refers to it, and the
+    # database where it is missing.
+    oids = make(pair)
+    storage = pair.storage(CATALOG)
+    try:
+        storage.pack(time.time(), referencesf)
+        with pytest.raises(POSKeyError):
+            storage.load(oids['catalog']['kept'])
+    finally:
+        storage.close()
+    config = zope_conf(tmp_path, pair)
+    missing = oid_repr(oids['catalog']['kept'])
+    out = io.StringIO()
+    assert zodbcheck.main([config], out=out, err=io.StringIO()) == \
+        zodbcheck.EXIT_BROKEN
+    assert ("dangling reference to another database: 0x00 "
+            "(persistent.mapping.PersistentMapping) refers to %s of "
+            "database 'catalog', which does not exist there" % missing
+            in out.getvalue()), out.getvalue()
+    # (deep refers to deeper, x to y: gone too.)
+    assert 'BROKEN: 3 references to missing objects of other databases' \
+        in out.getvalue()
+    out = io.StringIO()
+    assert zodbcheck.main(['--json', config], out=out,
+                          err=io.StringIO()) == zodbcheck.EXIT_BROKEN
+    report = {r['name']: r for r in json.loads(out.getvalue())['storages']}
+    assert report['main']['dangling_elsewhere'][0] == {
+        'oid': '0x00', 'class': 'persistent.mapping.PersistentMapping',
+        'database': 'catalog', 'missing': missing}
+    assert report['main']['dangling_elsewhere_count'] == 3
+    assert report['catalog']['dangling_elsewhere'] == []
+    out = run('--check-refs-only', config)
+    assert out.returncode == zodbpack.EXIT_DANGLING, out.stderr
+    assert ("dangling: 0x00 -> %s of database 'catalog' (missing there)"
+            % missing) in out.stdout, out.stdout
+
+
+def test_the_checks_find_nothing_wrong_across_intact_databases(
+        sqlite_pair, tmp_path):
+    make(sqlite_pair)
+    config = zope_conf(tmp_path, sqlite_pair)
+    out = io.StringIO()
+    assert zodbcheck.main([config], out=out, err=io.StringIO()) == 0
+    assert out.getvalue().count('no problems found') == 2, out.getvalue()
+    out = run('--check-refs-only', config)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert '0 dangling references (0 to other databases)' in out.stdout
