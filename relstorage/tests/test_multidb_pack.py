@@ -3,6 +3,8 @@ object that another database refers to (see storage.multipack)."""
 import io
 import json
 import logging
+import subprocess
+import sys
 import threading
 import time
 
@@ -23,6 +25,7 @@ from relstorage.storage import multipack
 from relstorage.storage import prepackio
 from relstorage.storage import refworkers
 from relstorage.testing.dbs import DatabaseFactory
+from relstorage.testing.dbs import child_env
 from relstorage.testing.dbs import mysql_params
 from relstorage.testing.dbs import pg_dsn
 from relstorage.tests.test_zodbpack import run
@@ -565,3 +568,85 @@ def test_the_checks_find_nothing_wrong_across_intact_databases(
     out = run('--check-refs-only', config)
     assert out.returncode == 0, out.stdout + out.stderr
     assert '0 dangling references (0 to other databases)' in out.stdout
+
+
+#: A process that moves the object 'x' of the database whose commit
+#: finishes first into the other, and stalls between the two finishes
+#: (until it is killed).
+MOVER = '''
+import sys
+import transaction
+import ZODB.config
+
+db = ZODB.config.databaseFromURL(sys.argv[1])
+conn = db.open()
+home, other = sorted(('main', 'catalog'),
+                     key=lambda name: conn.get_connection(name).sortKey())
+
+
+class Stall:
+    key = conn.get_connection(home).sortKey() + '\\0'
+
+    def sortKey(self):
+        return self.key
+
+    def tpc_finish(self, transaction):
+        print('stalled', flush=True)
+        sys.stdin.read()
+
+    def abort(self, transaction):
+        pass
+
+    tpc_begin = commit = tpc_vote = tpc_abort = abort
+
+
+x = conn.get_connection(home).root().pop('x')
+conn.get_connection(other).root()['ref'] = x
+transaction.get().join(Stall())
+transaction.commit()
+'''
+
+
+def test_a_process_dead_between_its_finishes_holds_no_pack_back(
+        pair, tmp_path):
+    # The claim of a vote ends with its process: the pack does not wait
+    # for a commit that will never finish, and the object, which only
+    # the finished half of it refers to no more, is garbage.
+    databases = open_databases(pair)
+    try:
+        with databases['main'].transaction() as conn:
+            keys = {name: conn.get_connection(name).sortKey()
+                    for name in ('main', 'catalog')}
+        home, other = sorted(keys, key=keys.get)
+        with databases['main'].transaction() as conn:
+            x = conn.get_connection(home).root()['x'] = PersistentMapping(
+                name='x')
+        oid = x._p_oid
+    finally:
+        close_databases(databases)
+    mover = subprocess.Popen(
+        [sys.executable, '-c', MOVER, zodb_conf(tmp_path, pair)],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+        env=child_env())
+    try:
+        assert mover.stdout.readline() == 'stalled\n'
+    finally:
+        mover.kill()
+        mover.wait(60)
+    time.sleep(0.01)  # the pack time follows its first finish
+    status = []
+    packer = threading.Thread(target=lambda: status.append(zodbpack.main(
+        ['-d', '0', zope_conf(tmp_path, pair, first=home)],
+        out=io.StringIO())))
+    packer.start()
+    packer.join(300)
+    assert status == [0]
+    databases = open_databases(pair)
+    try:
+        with databases['main'].transaction() as conn:
+            assert 'ref' not in conn.get_connection(other).root()
+            assert 'x' not in conn.get_connection(home).root()
+        with pytest.raises(POSKeyError):
+            databases[home].storage.load(oid)
+    finally:
+        close_databases(databases)
