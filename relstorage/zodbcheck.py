@@ -12,7 +12,9 @@ reports references to objects that do not exist (naming the referring
 object and its class), states that do not unpickle, current revisions
 whose transaction id is newer than the last transaction, and blobs whose
 data is missing (chunks in the database, including gaps, or files in a
-shared blob directory); ``--unreachable`` also lists the objects nothing
+shared blob directory); for a database of a multi-database, references
+to objects missing in the other databases the file configures;
+``--unreachable`` also lists the objects nothing
 reaches, which a pack with pack-gc would remove. Memory stays bounded
 (about 21 bytes per object plus 8 per reference). On a terminal a
 progress line is shown; a summary ends each section; ``--json`` prints

@@ -24,7 +24,10 @@ not packed.
 ``--prepack`` only finds the garbage (the long, lock-free part) and keeps
 the finding in the database; a later ``--use-prepack-state`` run removes
 it, to the pack time the pre-pack used, without finding it again. Both
-apply to RelStorage sections only.
+apply to RelStorage sections only. ``--check-refs-only`` packs nothing:
+it reports references to objects that do not exist (in a multi-database,
+also to those missing in the other databases the file configures), exit
+status 3 when there is any.
 """
 import argparse
 import io
@@ -304,8 +307,9 @@ def main(argv=None, out=None):
     parser.add_argument('--use-prepack-state', action='store_true',
                         help='reuse the state of the last --prepack run')
     parser.add_argument('--check-refs-only', action='store_true',
-                        help='report references to missing objects; '
-                             'pack nothing')
+                        help='report references to missing objects '
+                             '(in other databases of a multi-database '
+                             'too); pack nothing')
     parser.add_argument('--workers', type=int, metavar='N',
                         help='worker processes the pre-pack reads '
                              'references in (default: the pack-workers '

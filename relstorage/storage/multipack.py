@@ -31,7 +31,11 @@ The pre-packs run one after the other; each database keeps its pack
 lock, and the pre-pack's scratch state, until every database's garbage
 is known; the removals then run one database after the other. Each
 batch of removals also spares what the other databases' commits since
-they were read refer to (see _Newer).
+they were read refer to (see _Newer); and first, while a commit whose
+states refer to other databases has voted in another database and not
+finished there (its new references not visible yet, though its finish
+here may have removed the old ones), it releases the commit lock and
+waits (see adapters.votes, Pack.wait_for_votes).
 """
 import logging
 
