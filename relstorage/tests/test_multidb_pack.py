@@ -255,7 +255,13 @@ def test_db_pack_of_one_database_of_a_multi_database(sqlite_pair):
     check_packed(sqlite_pair, oids, packed=('catalog',))
     # Alone, the same pack would have removed what main refers to: the
     # test above is one of the multi-database.
-    storage = sqlite_pair.storage(CATALOG)
+    pack_the_catalog_alone(sqlite_pair, oids)
+
+
+def pack_the_catalog_alone(factory, oids):
+    """Pack the catalog on its own, not knowing main: what only main
+    refers to goes."""
+    storage = factory.storage(CATALOG)
     try:
         storage.pack(time.time(), referencesf)
         with pytest.raises(POSKeyError):
@@ -408,26 +414,54 @@ def test_another_references_reader_is_refused(sqlite_pair):
 
 
 class StalledFinish:
-    """A resource manager of a transaction, sorted between two others:
-    its tpc_finish says it was reached, then waits to be let go. The
-    transaction has then finished in the first database only."""
+    """A resource manager of a transaction, sorted right after the
+    connection *after*: its tpc_finish calls *stall*, which returns when
+    the transaction may go on; until then it has finished in the
+    databases sorted before only."""
 
-    def __init__(self, after):
-        self.key = after + '\0'  # right after *after*, before the next
-        self.reached = threading.Event()
-        self.go = threading.Event()
+    def __init__(self, after, stall):
+        self.key = after.sortKey() + '\0'  # right after, before the next
+        self.stall = stall
 
     def sortKey(self):
         return self.key
 
     def tpc_finish(self, transaction):
-        self.reached.set()
-        assert self.go.wait(60), 'never let go'
+        self.stall()
 
     def abort(self, transaction):
         pass
 
     tpc_begin = commit = tpc_vote = tpc_abort = abort
+
+
+def finishing_order(conn):
+    """``(home, other)``: the databases in the order a commit through the
+    ZODB connection *conn* finishes them; objects move from the first
+    into the second."""
+    return tuple(sorted(('main', 'catalog'), key=lambda name:
+                        conn.get_connection(name).sortKey()))
+
+
+def add_x(db):
+    """Add the object 'x' to the root of the database a commit finishes
+    first; return its oid and ``(home, other)``."""
+    with db.transaction() as conn:
+        home, other = finishing_order(conn)
+        x = conn.get_connection(home).root()['x'] = PersistentMapping(
+            name='x')
+    return x._p_oid, (home, other)
+
+
+def move_x(conn, stall, manager=transaction.manager):
+    """Move 'x' (see add_x) into the other database's root, as 'ref', in
+    one transaction whose finish calls *stall* between the two
+    databases'."""
+    home, other = finishing_order(conn)
+    conn.get_connection(other).root()['ref'] = \
+        conn.get_connection(home).root().pop('x')
+    manager.get().join(StalledFinish(conn.get_connection(home), stall))
+    manager.commit()
 
 
 class Seen(logging.Handler):
@@ -452,33 +486,29 @@ def test_a_pack_waits_for_a_move_across_databases_half_finished(
     # not visible yet. The pack waits for that commit to end.
     databases = open_databases(pair)
     try:
-        with databases['main'].transaction() as conn:
-            keys = {name: conn.get_connection(name).sortKey()
-                    for name in ('main', 'catalog')}
-        # The object lives where the transaction finishes first.
-        home, other = sorted(keys, key=keys.get)
-        # (Packed first: on SQLite, the other's batches wait for that
-        # commit's writer whatever the pack knows.)
-        with databases['main'].transaction() as conn:
-            conn.get_connection(home).root()['x'] = PersistentMapping(
-                name='x')
+        # The object lives where the transaction finishes first (packed
+        # first: on SQLite, the other's batches wait for that commit's
+        # writer whatever the pack knows).
+        _, (home, other) = add_x(databases['main'])
         manager = transaction.TransactionManager()
         conn = databases['main'].open(manager)
-        stall = StalledFinish(conn.get_connection(home).sortKey())
+        reached = threading.Event()
+        go = threading.Event()
+
+        def stall():
+            reached.set()
+            assert go.wait(60), 'never let go'
         moved = []
 
         def move():
             try:
-                x = conn.get_connection(home).root().pop('x')
-                conn.get_connection(other).root()['ref'] = x
-                manager.get().join(stall)
-                manager.commit()
+                move_x(conn, stall, manager)
                 moved.append(True)
             finally:
                 conn.close()
         mover = threading.Thread(target=move)
         mover.start()
-        assert stall.reached.wait(60)
+        assert reached.wait(60)
         time.sleep(0.01)  # the pack time follows that first finish
         waits = threading.Event()
         seen = Seen('has voted in database %r' % other, waits)
@@ -500,7 +530,7 @@ def test_a_pack_waits_for_a_move_across_databases_half_finished(
             packer.start()
             assert waits.wait(120)
         finally:
-            stall.go.set()
+            go.set()
             mover.join(60)
             packer.join(120)
             logger.removeHandler(seen)
@@ -524,13 +554,7 @@ def test_the_checks_report_a_reference_to_an_object_missing_elsewhere(
     # multi-database name it, main's object that refers to it, and the
     # database where it is missing.
     oids = make(pair)
-    storage = pair.storage(CATALOG)
-    try:
-        storage.pack(time.time(), referencesf)
-        with pytest.raises(POSKeyError):
-            storage.load(oids['catalog']['kept'])
-    finally:
-        storage.close()
+    pack_the_catalog_alone(pair, oids)
     config = zope_conf(tmp_path, pair)
     missing = oid_repr(oids['catalog']['kept'])
     out = io.StringIO()
@@ -570,41 +594,16 @@ def test_the_checks_find_nothing_wrong_across_intact_databases(
     assert '0 dangling references (0 to other databases)' in out.stdout
 
 
-#: A process that moves the object 'x' of the database whose commit
-#: finishes first into the other, and stalls between the two finishes
-#: (until it is killed).
-MOVER = '''
+#: A process that moves the object 'x' (see move_x) and stalls between
+#: the two finishes, until it is killed.
+MOVER = """
 import sys
-import transaction
 import ZODB.config
+from relstorage.tests.test_multidb_pack import move_x
 
-db = ZODB.config.databaseFromURL(sys.argv[1])
-conn = db.open()
-home, other = sorted(('main', 'catalog'),
-                     key=lambda name: conn.get_connection(name).sortKey())
-
-
-class Stall:
-    key = conn.get_connection(home).sortKey() + '\\0'
-
-    def sortKey(self):
-        return self.key
-
-    def tpc_finish(self, transaction):
-        print('stalled', flush=True)
-        sys.stdin.read()
-
-    def abort(self, transaction):
-        pass
-
-    tpc_begin = commit = tpc_vote = tpc_abort = abort
-
-
-x = conn.get_connection(home).root().pop('x')
-conn.get_connection(other).root()['ref'] = x
-transaction.get().join(Stall())
-transaction.commit()
-'''
+move_x(ZODB.config.databaseFromURL(sys.argv[1]).open(),
+       lambda: print('stalled', flush=True) or sys.stdin.read())
+"""
 
 
 def test_a_process_dead_between_its_finishes_holds_no_pack_back(
@@ -614,14 +613,7 @@ def test_a_process_dead_between_its_finishes_holds_no_pack_back(
     # the finished half of it refers to no more, is garbage.
     databases = open_databases(pair)
     try:
-        with databases['main'].transaction() as conn:
-            keys = {name: conn.get_connection(name).sortKey()
-                    for name in ('main', 'catalog')}
-        home, other = sorted(keys, key=keys.get)
-        with databases['main'].transaction() as conn:
-            x = conn.get_connection(home).root()['x'] = PersistentMapping(
-                name='x')
-        oid = x._p_oid
+        oid, (home, other) = add_x(databases['main'])
     finally:
         close_databases(databases)
     mover = subprocess.Popen(
