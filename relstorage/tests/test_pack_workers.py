@@ -296,8 +296,8 @@ def test_state_references_agree_with_zodb():
 
 @pytest.mark.parametrize('kind', ['m', 'n'])
 def test_references_elsewhere_in_the_protocol_zodb_writes(kind):
-    # Protocol 3. A state holding the letters on their own, not as a persistent id,
-    # refers elsewhere no more than a state without them.
+    # Protocol 3. A state holding the letters on their own, not as a
+    # persistent id, refers elsewhere no more than a state without them.
     from zodbpickle.pickle import Pickler
     oid = b'\0' * 7 + b'\1'
     ref = [kind, ('catalog', oid, PersistentMapping) if kind == 'm'
