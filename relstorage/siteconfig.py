@@ -358,7 +358,7 @@ def peers(path, kind=object):
     try:
         entries = [entry for entry in load_configured(path)
                    if entry.database_name is not None]
-    except (ZConfig.ConfigurationError, OSError):
+    except (ZConfig.ConfigurationError, UsageError, OSError):
         return {}  # the tools say what is wrong
     sections = {entry.database_name: entry.storage for entry in entries
                 if entry.storage is not None

@@ -269,7 +269,8 @@ def report(result, t, started, out):
         return
     seconds = time.monotonic() - started
     kept = result.get('objects_kept_for_other_databases')
-    print('  packed to %s: %s in %.1f s%s%s'
+    waited = result.get('vote_wait_seconds')
+    print('  packed to %s: %s in %.1f s%s%s%s'
           % (when, describe(result), seconds,
              ' (pre-pack %.1f s%s%s%s, then %d batches; %.0f s spent '
              'letting commits go first)'
@@ -281,7 +282,9 @@ def report(result, t, started, out):
                 result['batches'], result['busy_seconds'])
              if 'batches' in result else '',
              '; %d unreachable objects kept: other databases refer to '
-             'them' % kept if kept else ''), file=out)
+             'them' % kept if kept else '',
+             '; %.1f s spent waiting for commits voted in other databases '
+             'to finish' % waited if waited else ''), file=out)
 
 
 def kept_text(result):

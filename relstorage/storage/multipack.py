@@ -111,6 +111,8 @@ class _Newer:
                       for name, storage in storages.items()}
         #: A VoteWatch of each RelStorage, opened when first asked.
         self.watches = {}
+        #: The databases whose watch cannot tell (warned of once).
+        self.unknown = set()
 
     def voted_elsewhere(self, name):
         """Pack.voted_elsewhere for the database *name*."""
@@ -130,13 +132,15 @@ class _Newer:
                 return False  # it says nothing (see the module docstring)
             watch = self.watches[name] = \
                 self.storages[name].adapter.open_vote_watch()
-            if watch.pending() is None:
-                log.warning(
-                    'database %r cannot tell of commits that have voted '
-                    'and not finished: a commit moving an object between '
-                    'databases while this pack removes garbage may leave '
-                    'a reference to a removed object', name)
-        return bool(watch.pending())
+        pending = watch.pending()
+        if pending is None and name not in self.unknown:
+            self.unknown.add(name)
+            log.warning(
+                'database %r cannot tell of commits that have voted and '
+                'not finished: a commit moving an object between databases '
+                'while this pack removes garbage may leave a reference to a '
+                'removed object', name)
+        return bool(pending)
 
     def close(self):
         for watch in self.watches.values():

@@ -61,6 +61,8 @@ BATCH_RETRY_PAUSE = 0.05
 #: The first pause of a batch waiting for a commit voted in another
 #: database (see Pack.wait_for_votes); each one after is twice as long.
 VOTE_PAUSE = 0.01
+#: Seconds between the warnings of a batch that goes on waiting so.
+VOTE_WAIT_WARNING = 60
 
 
 #: The range of pack times: the times a tid can name (1900-01-01 to
@@ -531,13 +533,21 @@ class Pack:
             if other is None:
                 break
             session.abort_batch()
+            now = time.monotonic()
             if started is None:
-                started = time.monotonic()
+                started = warned = now
                 self.result['vote_waits'] = \
                     self.result.get('vote_waits', 0) + 1
                 log.info('pack of the %s waits: a commit that may refer to '
                          'it has voted in database %r and not finished',
                          self.adapter.describe(), other)
+            elif now - warned >= VOTE_WAIT_WARNING:
+                # A process stopped between its finishes (a live one: a
+                # dead one's claim is gone).
+                warned = now
+                log.warning('pack of the %s still waits, for %.0f s now: a '
+                            'commit voted in database %r has not finished',
+                            self.adapter.describe(), now - started, other)
             # A commit ends milliseconds after its vote, unless its
             # process is stalled: pauses from short to
             # pack-commit-busy-delay.

@@ -517,12 +517,13 @@ def test_a_pack_waits_for_a_move_across_databases_half_finished(
         level = logger.level
         logger.setLevel(logging.INFO)
         status = []
+        out = io.StringIO()
 
         def pack():
             try:
                 status.append(zodbpack.main(
-                    ['-d', '0', zope_conf(tmp_path, pair, first=home)],
-                    out=io.StringIO()))
+                    ['-v', '-d', '0', zope_conf(tmp_path, pair, first=home)],
+                    out=out))
             finally:
                 waits.set()  # ended without waiting
         packer = threading.Thread(target=pack)
@@ -536,6 +537,8 @@ def test_a_pack_waits_for_a_move_across_databases_half_finished(
             logger.removeHandler(seen)
             logger.setLevel(level)
         assert moved and status == [0]
+        assert 'spent waiting for commits voted in other databases' in \
+            out.getvalue(), out.getvalue()
     finally:
         close_databases(databases)
     # Read afresh (no cache of the connections above has it).
