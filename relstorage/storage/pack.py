@@ -58,11 +58,6 @@ BATCH_SHARE = 0.8
 #: commit on another node came first), and the pause before each.
 BATCH_ATTEMPTS = 50
 BATCH_RETRY_PAUSE = 0.05
-#: The first pause of a batch waiting for a commit voted in another
-#: database (see Pack.wait_for_votes); each one after is twice as long.
-VOTE_PAUSE = 0.01
-#: Seconds between the warnings of a batch that goes on waiting so.
-VOTE_WAIT_WARNING = 60
 
 
 #: The range of pack times: the times a tid can name (1900-01-01 to
@@ -134,10 +129,12 @@ class Pack:
         #: the other databases' commits since they were read refer to
         #: (spared by each batch, as this database's own commits are).
         self.referred = None
-        #: While packing together: gives the name of another database
-        #: where a commit that may refer to this one has voted and not
-        #: finished (None when there is none); the batches wait for it.
-        self.voted_elsewhere = None
+        #: While packing together: called with the pack, the removing
+        #: session and the newest tid once a batch holds the commit lock,
+        #: waits while a commit that may refer to this database has voted
+        #: in another and not finished (see multipack._Newer.wait); returns
+        #: the newest tid, the commit lock held.
+        self.wait_for_votes = None
         self.result = PackResult(
             objects_removed=0, revisions_removed=0, bytes_removed=0,
             batches=0, busy_waits=0, busy_seconds=0.0)
@@ -519,52 +516,10 @@ class Pack:
                           '(attempt %d)', attempt + 1)
                 time.sleep(BATCH_RETRY_PAUSE)
 
-    def wait_for_votes(self, session, last):
-        """While a commit of the multi-database has voted in another
-        database and not finished there, its new references are not
-        visible yet, although its finish here may have removed the old
-        ones: end the batch begun (releasing the commit lock, which that
-        commit may want) and begin again later. Returns the newest tid,
-        the commit lock held and no such commit pending."""
-        started = None
-        pause = VOTE_PAUSE
-        while True:
-            other = self.voted_elsewhere()
-            if other is None:
-                break
-            session.abort_batch()
-            now = time.monotonic()
-            if started is None:
-                started = warned = now
-                self.result['vote_waits'] = \
-                    self.result.get('vote_waits', 0) + 1
-                log.info('pack of the %s waits: a commit that may refer to '
-                         'it has voted in database %r and not finished',
-                         self.adapter.describe(), other)
-            elif now - warned >= VOTE_WAIT_WARNING:
-                # A process stopped between its finishes (a live one: a
-                # dead one's claim is gone).
-                warned = now
-                log.warning('pack of the %s still waits, for %.0f s now: a '
-                            'commit voted in database %r has not finished',
-                            self.adapter.describe(), now - started, other)
-            # A commit ends milliseconds after its vote, unless its
-            # process is stalled: pauses from short to
-            # pack-commit-busy-delay.
-            time.sleep(pause)
-            pause = min(pause * 2,
-                        max(self.options.pack_commit_busy_delay, VOTE_PAUSE))
-            last = self.take_commit_lock(session)
-        if started is not None:
-            self.result['vote_wait_seconds'] = \
-                self.result.get('vote_wait_seconds', 0.0) \
-                + time.monotonic() - started
-        return last
-
     def _batch(self, session, checked_tid):
         last = self.take_commit_lock(session)
-        if self.garbage_after is not None and self.voted_elsewhere is not None:
-            last = self.wait_for_votes(session, last)
+        if self.garbage_after is not None and self.wait_for_votes is not None:
+            last = self.wait_for_votes(self, session, last)
         started = time.monotonic()
         if self.garbage_after is not None and last and last > checked_tid:
             self.rescue(session, checked_tid)

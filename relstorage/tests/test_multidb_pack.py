@@ -512,7 +512,7 @@ def test_a_pack_waits_for_a_move_across_databases_half_finished(
         time.sleep(0.01)  # the pack time follows that first finish
         waits = threading.Event()
         seen = Seen('has voted in database %r' % other, waits)
-        logger = logging.getLogger('relstorage.storage.pack')
+        logger = logging.getLogger('relstorage.storage.multipack')
         logger.addHandler(seen)
         level = logger.level
         logger.setLevel(logging.INFO)
