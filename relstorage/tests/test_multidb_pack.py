@@ -18,6 +18,7 @@ from ZODB.POSException import POSKeyError
 from ZODB.POSException import Unsupported
 from ZODB.serialize import referencesf
 from ZODB.utils import oid_repr
+from ZODB.utils import p64
 
 from relstorage import zodbcheck
 from relstorage import zodbpack
@@ -643,5 +644,44 @@ def test_a_process_dead_between_its_finishes_holds_no_pack_back(
             assert 'x' not in conn.get_connection(home).root()
         with pytest.raises(POSKeyError):
             databases[home].storage.load(oid)
+    finally:
+        close_databases(databases)
+
+
+def test_a_vote_referring_elsewhere_is_seen_until_its_commit_ends(factory):
+    # What the pack of another database asks: seen from another
+    # connection, the claim of a voted commit whose states refer to
+    # another database lasts until that commit finishes or aborts.
+    from ZODB.Connection import TransactionMetaData
+    databases = {}
+    db = ZODB.DB(factory.storage(), databases=databases,
+                 database_name='main')
+    ZODB.DB(None, databases=databases, database_name='catalog')
+    try:
+        with db.transaction() as conn:
+            far = PersistentMapping()
+            conn.get_connection('catalog').add(far)
+            conn.root()['far'] = far  # the root refers elsewhere
+            near = conn.root()['near'] = PersistentMapping()
+        writer = db.storage.new_instance()
+        watch = db.storage.adapter.open_vote_watch()
+        try:
+            assert watch.pending() is False
+            for oid, claims, end in ((p64(0), True, writer.tpc_finish),
+                                     (near._p_oid, False, writer.tpc_finish),
+                                     (p64(0), True, writer.tpc_abort)):
+                writer.poll_invalidations()  # see the last commit
+                meta = TransactionMetaData()
+                writer.tpc_begin(meta)
+                state, serial = writer.load(oid)
+                writer.store(oid, serial, state, '', meta)
+                writer.tpc_vote(meta)
+                # (SQLite's writer is claim enough: any vote is seen.)
+                assert watch.pending() is (claims or factory.db == 'sqlite')
+                end(meta)
+                assert watch.pending() is False
+        finally:
+            watch.close()
+            writer.release()
     finally:
         close_databases(databases)
