@@ -95,7 +95,7 @@ def tool_parser(prog, doc, json_help):
 def each_section(prog, args, gather_one, render, out, err):
     """Report on every ``<relstorage>`` section of the file ``args.config``
     (of the databases ``--database`` names):
-    ``gather_one(section)`` makes a report (a dict), printed by
+    ``gather_one(name, section)`` makes a report (a dict), printed by
     ``render(name, report, out)`` or, with ``--json``, all together as
     JSON. A section that fails is named on *err* and skipped. Returns
     ``(reports, whether any failed)``; reports is None when the file
@@ -114,7 +114,7 @@ def each_section(prog, args, gather_one, render, out, err):
     reports = []
     for name, section in sections:
         try:
-            report = gather_one(section)
+            report = gather_one(name, section)
         except Exception as e:  # noqa: BLE001 -- reported, then exit 1
             log.debug('failure details', exc_info=True)
             print('%s: %s: %s: %s' % (prog, name, type(e).__name__, e),
@@ -272,7 +272,7 @@ def main(argv=None, out=None):
         parser.error('--top takes a positive number')
     reports, failed = each_section(
         'zodbinfo', args,
-        lambda section: gather(section, args.exact,
+        lambda name, section: gather(section, args.exact,
                                args.top if args.classes else None),
         render, out, sys.stderr)
     if reports is None:

@@ -24,7 +24,10 @@ not packed.
 ``--prepack`` only finds the garbage (the long, lock-free part) and keeps
 the finding in the database; a later ``--use-prepack-state`` run removes
 it, to the pack time the pre-pack used, without finding it again. Both
-apply to RelStorage sections only.
+apply to RelStorage sections only. ``--check-refs-only`` packs nothing:
+it reports references to objects that do not exist (in a multi-database,
+also to those missing in the other databases the file configures), exit
+status 3 when there is any.
 """
 import argparse
 import io
@@ -37,13 +40,17 @@ import ZConfig
 from ZODB.POSException import Unsupported
 from ZODB.serialize import referencesf
 from ZODB.utils import oid_repr
+from ZODB.utils import p64
 
 from .exceptions import PackedFurtherAlready
 from .exceptions import UsageError
+from .pickledrefs import cross_references
+from .pickledrefs import refers_elsewhere
 from .helptext import help_text
 from .siteconfig import add_database_argument
 from .siteconfig import chosen
 from .siteconfig import load_configured
+from .siteconfig import peers
 from .siteconfig import select
 from .storage import RelStorage
 from .storage.multipack import pack_databases
@@ -56,30 +63,53 @@ EXIT_USAGE = 2
 EXIT_DANGLING = 3
 
 
-def check_refs(storage, out):
-    """Report references to objects that do not exist; return how many."""
-    dangling = 0
+def check_refs(storage, out, others=None):
+    """Report references to objects that do not exist; return how many.
+    *others* (``{database name: storage section}``) are the other
+    databases of the multi-database the storage belongs to: its
+    references to their objects are looked up there."""
+    dangling = elsewhere = 0
     checked = 0
+    opened = {}
     next_oid = None
-    while True:
-        try:
-            oid, tid, data, next_oid = storage.record_iternext(next_oid)
-        except ValueError:
-            break  # empty storage
-        checked += 1
-        for ref in referencesf(data):
+    try:
+        while True:
             try:
-                storage.load(ref)
-            except KeyError:
-                dangling += 1
-                print('  dangling: %s -> %s (missing)'
-                      % (oid_repr(oid), oid_repr(ref)), file=out)
-        if next_oid is None:
-            break
-    print('  %s checked, %s' % (counted(checked, 'object'),
-                                 counted(dangling, 'dangling reference')),
+                oid, tid, data, next_oid = storage.record_iternext(next_oid)
+            except ValueError:
+                break  # empty storage
+            checked += 1
+            for ref in referencesf(data):
+                try:
+                    storage.load(ref)
+                except KeyError:
+                    dangling += 1
+                    print('  dangling: %s -> %s (missing)'
+                          % (oid_repr(oid), oid_repr(ref)), file=out)
+            for database, ref in (cross_references(data) if others and
+                                  refers_elsewhere(data) else ()):
+                if database not in others:
+                    continue
+                if database not in opened:
+                    opened[database] = others[database].open()
+                try:
+                    opened[database].load(p64(ref))
+                except KeyError:
+                    elsewhere += 1
+                    print('  dangling: %s -> %s of database %r (missing '
+                          'there)' % (oid_repr(oid), oid_repr(p64(ref)),
+                                      database), file=out)
+            if next_oid is None:
+                break
+    finally:
+        for other in opened.values():
+            other.close()
+    print('  %s checked, %s%s'
+          % (counted(checked, 'object'),
+             counted(dangling + elsewhere, 'dangling reference'),
+             ' (%d to other databases)' % elsewhere if others else ''),
           file=out)
-    return dangling
+    return dangling + elsewhere
 
 
 class TerminalProgress:
@@ -134,12 +164,12 @@ def heading(name, storage, out):
 
 
 def pack_one(name, section, days, check_only, out, prepack_only=False,
-             use_prepack_state=False, workers=None):
+             use_prepack_state=False, workers=None, others=None):
     storage = section.open()
     try:
         heading(name, storage, out)
         if check_only:
-            return EXIT_DANGLING if check_refs(storage, out) else 0
+            return EXIT_DANGLING if check_refs(storage, out, others) else 0
         t = time.time() - days * 86400
         started = time.monotonic()
         if isinstance(storage, RelStorage):
@@ -241,7 +271,8 @@ def report(result, t, started, out):
         return
     seconds = time.monotonic() - started
     kept = result.get('objects_kept_for_other_databases')
-    print('  packed to %s: %s in %.1f s%s%s'
+    waited = result.get('vote_wait_seconds')
+    print('  packed to %s: %s in %.1f s%s%s%s'
           % (when, describe(result), seconds,
              ' (pre-pack %.1f s%s%s%s, then %s; %.0f s spent '
              'letting commits go first)'
@@ -254,8 +285,9 @@ def report(result, t, started, out):
                 result['busy_seconds'])
              if 'batches' in result else '',
              '; %s kept: other databases refer to '
-             'them' % counted(kept, 'unreachable object') if kept else ''),
-          file=out)
+             'them' % counted(kept, 'unreachable object') if kept else '',
+             '; %.1f s spent waiting for commits voted in other databases '
+             'to finish' % waited if waited else ''), file=out)
 
 
 def kept_text(result):
@@ -282,8 +314,9 @@ def main(argv=None, out=None):
     parser.add_argument('--use-prepack-state', action='store_true',
                         help='reuse the state of the last --prepack run')
     parser.add_argument('--check-refs-only', action='store_true',
-                        help='report references to missing objects; '
-                             'pack nothing')
+                        help='report references to missing objects '
+                             '(in other databases of a multi-database '
+                             'too); pack nothing')
     parser.add_argument('--workers', type=int, metavar='N',
                         help='worker processes the pre-pack reads '
                              'references in (default: the pack-workers '
@@ -338,10 +371,12 @@ def main(argv=None, out=None):
             'zodbpack', args.config, lambda name, section: pack_one(
                 name, section, days, False, out, args.prepack,
                 args.use_prepack_state, args.workers), names))
+    multi = peers(args.config) if args.check_refs_only else {}
     return run_sections('zodbpack', args.config, lambda name, section:
                         pack_one(name, section, days,
                                  args.check_refs_only, out, args.prepack,
-                                 args.use_prepack_state, args.workers),
+                                 args.use_prepack_state, args.workers,
+                                 multi.get(name, (None, None))[1]),
                         chosen(args))
 
 

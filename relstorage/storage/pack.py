@@ -130,6 +130,12 @@ class Pack:
         #: the other databases' commits since they were read refer to
         #: (spared by each batch, as this database's own commits are).
         self.referred = None
+        #: While packing together: called with the pack, the removing
+        #: session and the newest tid once a batch holds the commit lock,
+        #: waits while a commit that may refer to this database has voted
+        #: in another and not finished (see multipack._Newer.wait); returns
+        #: the newest tid, the commit lock held.
+        self.wait_for_votes = None
         self.result = PackResult(
             objects_removed=0, revisions_removed=0, bytes_removed=0,
             batches=0, busy_waits=0, busy_seconds=0.0)
@@ -514,6 +520,8 @@ class Pack:
 
     def _batch(self, session, checked_tid):
         last = self.take_commit_lock(session)
+        if self.garbage_after is not None and self.wait_for_votes is not None:
+            last = self.wait_for_votes(self, session, last)
         started = time.monotonic()
         if self.garbage_after is not None and last and last > checked_tid:
             self.rescue(session, checked_tid)

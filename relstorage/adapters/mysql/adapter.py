@@ -38,6 +38,7 @@ from ..credentials import command_argv
 from ..credentials import run_password_command
 from .locker import MySQLLocker
 from .upgrade import MySQLUpgrade
+from .votes import MySQLVoteClaims
 
 log = logging.getLogger(__name__)
 
@@ -475,6 +476,7 @@ class MySQLAdapter(Adapter):
     hp_packer_class = MySQLHPPacker
     hf_packer_class = MySQLHFPacker
     locker_class = MySQLLocker
+    vote_claims_class = MySQLVoteClaims
     oid_allocator_class = MySQLOIDAllocator
     statistics_class = MySQLStatistics
     upgrade_class = MySQLUpgrade

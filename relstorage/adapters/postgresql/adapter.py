@@ -46,6 +46,7 @@ from .dsn import parse_dsn
 from .pooler import pooler_mode
 from .pooler import without_sessions
 from .upgrade import PostgreSQLUpgrade
+from .votes import PostgreSQLVoteClaims
 from . import pooler
 from . import errors as pg_errors
 
@@ -539,6 +540,7 @@ class PostgreSQLAdapter(Adapter):
     hp_packer_class = PostgreSQLHPPacker
     hf_packer_class = PostgreSQLHFPacker
     locker_class = PostgreSQLLocker
+    vote_claims_class = PostgreSQLVoteClaims
     oid_allocator_class = PostgreSQLOIDAllocator
     statistics_class = PostgreSQLStatistics
     upgrade_class = PostgreSQLUpgrade

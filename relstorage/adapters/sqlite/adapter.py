@@ -35,6 +35,7 @@ from .inspect import SQLiteStatistics
 from .checkpoint import retry
 from . import errors
 from . import room
+from .votes import SQLiteVoteClaims
 
 log = logging.getLogger(__name__)
 
@@ -426,6 +427,7 @@ class SQLiteAdapter(Adapter):
     hp_mover_class = SQLiteHPMover
     hf_mover_class = SQLiteHFMover
     locker_class = SQLiteLocker
+    vote_claims_class = SQLiteVoteClaims
     oid_allocator_class = SQLiteOIDAllocator
     statistics_class = SQLiteStatistics
     database_name = 'SQLite'
