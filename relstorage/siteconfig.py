@@ -347,3 +347,23 @@ def add_database_argument(parser):
 def chosen(args):
     """The database names ``--database`` gave (a flat list)."""
     return [name for names in args.database for name in names]
+
+
+def peers(path, kind=object):
+    """``{storage name: (database name, {other database name: its
+    storage section})}`` of the databases of a multi-database that the
+    file at *path* configures, the others' sections those that are
+    instances of *kind*; empty for a file that configures none (or that
+    cannot be read: the tools say what is wrong)."""
+    try:
+        entries = [entry for entry in load_configured(path)
+                   if entry.database_name is not None]
+    except (ZConfig.ConfigurationError, UsageError, OSError):
+        return {}  # the tools say what is wrong
+    sections = {entry.database_name: entry.storage for entry in entries
+                if entry.storage is not None
+                and isinstance(entry.storage, kind)}
+    return {entry.name: (entry.database_name,
+                         {name: section for name, section in sections.items()
+                          if name != entry.database_name})
+            for entry in entries}

@@ -32,6 +32,7 @@ from .helptext import help_text
 from .siteconfig import add_database_argument
 from .siteconfig import chosen
 from .zodbpack import run_sections
+from .wording import counted
 
 def upgrade_of(adapter, say):
     """The Upgrade of *adapter*'s database."""
@@ -62,10 +63,11 @@ def dry_run(upgrade, out):
         # The copy's time grows with the bytes and the rows it moves.
         share = max(size / max(survey['state bytes'], 1),
                     revisions / max(survey['revisions'], 1))
-        print('  copying the first %d revisions (%d bytes) took %.2f s, '
+        print('  copying the first %s (%s) took %.2f s, '
               'so the states should take about %.0f s (the other steps and '
               'blobs aside); nothing was changed'
-              % (revisions, size, seconds, seconds / share), file=out)
+              % (counted(revisions, 'revision'), counted(size, 'byte'),
+                 seconds, seconds / share), file=out)
     else:
         print('  the database holds no objects; nothing was changed',
               file=out)
@@ -104,8 +106,9 @@ def keep_references(adapter, done):
         done()
     finally:
         storage.close()
-    return ('kept the references of %d objects for the first pack in '
-            '%.1f s' % (kept.get('prepack_unpickled', 0), kept['seconds']))
+    return ('kept the references of %s for the first pack in %.1f s'
+            % (counted(kept.get('prepack_unpickled', 0), 'object'),
+               kept['seconds']))
 
 
 def main(argv=None, out=None):

@@ -12,7 +12,9 @@ reports references to objects that do not exist (naming the referring
 object and its class), states that do not unpickle, current revisions
 whose transaction id is newer than the last transaction, and blobs whose
 data is missing (chunks in the database, including gaps, or files in a
-shared blob directory); ``--unreachable`` also lists the objects nothing
+shared blob directory); for a database of a multi-database, references
+to objects missing in the other databases the file configures;
+``--unreachable`` also lists the objects nothing
 reaches, which a pack with pack-gc would remove. Memory stays bounded
 (about 21 bytes per object plus 8 per reference). On a terminal a
 progress line is shown; a summary ends each section; ``--json`` prints
@@ -23,6 +25,8 @@ are listed (1000; the counts are complete). The exit status is 0 only when nothi
 import sys
 import time
 
+from .config import RelStorageFactory
+from .siteconfig import peers
 from .storage.check import LISTED
 from .storage.check import Check
 from .zodbinfo import open_adapter
@@ -31,27 +35,36 @@ from .zodbinfo import tid_time
 from .zodbinfo import tool_parser
 from .zodbpack import TerminalProgress
 from .zodbpack import setup_logging
+from .wording import counted
 
 EXIT_FAILED = 1
 EXIT_USAGE = 2
 EXIT_BROKEN = 3
 
 
-def check(section, unreachable=False, progress=None, listed=LISTED):
+def check(section, unreachable=False, progress=None, listed=LISTED,
+          name=None, others=None):
     """The CheckResult of one ``<relstorage>`` section, with the name of
-    its database under ``database``."""
+    its database under ``database``. When it is the database *name* of a
+    multi-database, *others* is ``{database name: <relstorage> section}``
+    of the others: its references to their objects are looked up
+    there."""
     adapter, options = open_adapter(section)
     try:
-        result = Check(adapter, options.blob_dir, options.shared_blob_dir,
-                       unreachable, progress, listed).run()
+        checker = Check(adapter, options.blob_dir, options.shared_blob_dir,
+                        unreachable, progress, listed)
+        result = checker.run()
         result['database'] = adapter.describe()
     finally:
         adapter.close()
+    checker.check_elsewhere(name, {
+        other: (lambda section=section: open_adapter(section)[0])
+        for other, section in (others or {}).items()})
     return result
 
 
 def _plural(n, word):
-    return '%s %s%s' % ('{:,}'.format(n), word, '' if n == 1 else 's')
+    return counted(n, word, grouped=True)
 
 
 def _what(entry):
@@ -74,6 +87,15 @@ def render(name, r, out):
         else:
             print('  dangling reference: %s refers to %s, which does not '
                   'exist' % (_what(entry), entry['missing']), file=out)
+    for entry in r['dangling_elsewhere']:
+        print('  dangling reference to another database: %s refers to %s '
+              'of database %r, which does not exist there' % (
+                  _what(entry), entry['missing'], entry['database']),
+              file=out)
+    if r.get('elsewhere_unchecked'):
+        print('  %s to databases this file does not configure as '
+              '<relstorage> sections not checked' % _plural(
+                  r['elsewhere_unchecked'], 'reference'), file=out)
     for entry in r['damaged']:
         print('  damaged state: %s, transaction %s%s: %s' % (
             _what(entry), entry['tid'],
@@ -94,6 +116,9 @@ def render(name, r, out):
         print('  unreachable: %s' % _what(entry), file=out)
     counts = [('dangling', 'reference to a missing object',
                'references to missing objects'),
+              ('dangling_elsewhere',
+               'reference to a missing object of another database',
+               'references to missing objects of other databases'),
               ('damaged', 'damaged state', 'damaged states'),
               ('missing_blobs', 'missing blob', 'missing blobs'),
               ('future', 'revision newer than the last transaction',
@@ -136,11 +161,14 @@ def main(argv=None, out=None, err=None):
         parser.error('--limit must not be negative')
     setup_logging()
 
-    def check_one(section):
+    multi = peers(args.config, RelStorageFactory)
+
+    def check_one(name, section):
         progress = (TerminalProgress(err, time.monotonic())
                     if err.isatty() else None)
+        database, others = multi.get(name, (None, None))
         result = check(section, args.unreachable, progress,
-                       args.limit or None)
+                       args.limit or None, database, others)
         result['broken'] = result.broken
         return result
 

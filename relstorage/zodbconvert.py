@@ -48,6 +48,7 @@ from .storage.copy import copy_transactions
 from .storage.copy import is_empty
 from .storage.copy import resume_point
 from .zodbpack import setup_logging
+from .wording import counted
 
 log = logging.getLogger('zodbconvert')
 
@@ -86,9 +87,10 @@ class TerminalProgress:
         self.shown = now
         elapsed = max(now - self.started, 1e-6)
         eta = elapsed * (1 - fraction) / fraction if fraction > 0 else 0
-        self.out.write('\r  %d transactions, %d objects, %.0f objects/s, '
+        self.out.write('\r  %s, %s, %.0f objects/s, '
                        '%.0f%%, ETA %.0f s  '
-                       % (result['transactions'], result['records'],
+                       % (counted(result['transactions'], 'transaction'),
+                          counted(result['records'], 'object'),
                           result['records'] / elapsed, 100 * fraction, eta))
         self.out.flush()
 
@@ -179,14 +181,18 @@ def open_relstorage4_source(config):
 
 def summary(result, dry_run):
     verb = 'would copy' if dry_run else 'copied'
-    text = ('%s %d transactions, %d object records, %d blobs, %.1f MB in '
+    text = ('%s %s, %s, %s, %.1f MB in '
             '%.1f s (%.0f objects/s)'
-            % (verb, result['transactions'], result['records'],
-               result['blobs'], result['bytes'] / 1e6, result['seconds'],
+            % (verb, counted(result['transactions'], 'transaction'),
+               counted(result['records'], 'object record'),
+               counted(result['blobs'], 'blob'), result['bytes'] / 1e6,
+               result['seconds'],
                result['records'] / max(result['seconds'], 1e-6)))
     if result['missing_blobs']:
-        text += ('; %d blob records had no blob file in the source and '
-                 'were copied without one' % result['missing_blobs'])
+        missing = result['missing_blobs']
+        text += ('; %s had no blob file in the source and %s copied '
+                 'without one' % (counted(missing, 'blob record'),
+                                  'was' if missing == 1 else 'were'))
     return text
 
 
@@ -228,10 +234,11 @@ def convert(source, destination, clear=False, incremental=False,
     if keep_references and not dry_run and hasattr(destination,
                                                      'keep_references'):
         kept = destination.keep_references()
-        print('kept the references of %d objects for the first pack '
+        print('kept the references of %s for the first pack '
               '(which then unpickles only what changed since) in %.1f s'
-              % (kept.get('prepack_unpickled', 0)
-                 + kept.get('prepack_refs_kept', 0), kept['seconds']),
+              % (counted(kept.get('prepack_unpickled', 0)
+                         + kept.get('prepack_refs_kept', 0), 'object'),
+                 kept['seconds']),
               file=out)
     return result
 

@@ -10,8 +10,9 @@ server version, the history mode and schema version, objects, revisions
 and transactions with the time they span, current and historical state
 bytes, blobs (in the database or the shared blob directory) and the last
 pack. Figures an exact count would have to read a whole table for come
-from the server's statistics (PostgreSQL, MySQL) and are marked as
-estimates (``~``); ``--exact`` counts them. ``--classes`` reads the class
+from the server's statistics (PostgreSQL, MySQL), state bytes from a
+bounded sample of the rows, and are marked as estimates (``~``);
+``--exact`` counts them. ``--classes`` reads the class
 of every current object from its record (no application code needed)
 and lists the largest classes by bytes (``--top``, 20), with their object counts.
 ``--json`` prints the same as JSON. The database is only read, in one
@@ -37,6 +38,7 @@ from .siteconfig import add_database_argument
 from .siteconfig import chosen
 from .siteconfig import select
 from .storage.classes import class_statistics
+from .wording import counted
 from .zodbpack import setup_logging
 
 log = logging.getLogger('zodbinfo')
@@ -93,7 +95,7 @@ def tool_parser(prog, doc, json_help):
 def each_section(prog, args, gather_one, render, out, err):
     """Report on every ``<relstorage>`` section of the file ``args.config``
     (of the databases ``--database`` names):
-    ``gather_one(section)`` makes a report (a dict), printed by
+    ``gather_one(name, section)`` makes a report (a dict), printed by
     ``render(name, report, out)`` or, with ``--json``, all together as
     JSON. A section that fails is named on *err* and skipped. Returns
     ``(reports, whether any failed)``; reports is None when the file
@@ -112,7 +114,7 @@ def each_section(prog, args, gather_one, render, out, err):
     reports = []
     for name, section in sections:
         try:
-            report = gather_one(section)
+            report = gather_one(name, section)
         except Exception as e:  # noqa: BLE001 -- reported, then exit 1
             log.debug('failure details', exc_info=True)
             print('%s: %s: %s: %s' % (prog, name, type(e).__name__, e),
@@ -184,7 +186,7 @@ def size(n):
     for unit, scale in (('GB', 1e9), ('MB', 1e6), ('kB', 1e3)):
         if n >= scale:
             return '%.1f %s' % (n / scale, unit)
-    return '%d bytes' % n
+    return counted(n, 'byte')
 
 
 def count(n):
@@ -249,7 +251,8 @@ def render(name, r, out):
                 size(entry['bytes']), count(entry['objects']),
                 entry['class']), file=out)
     if est:
-        print('  (~: the server\'s estimate; --exact counts)', file=out)
+        print('  (~: an estimate, from the server\'s statistics or a '
+              'sample; --exact counts)', file=out)
 
 
 def main(argv=None, out=None):
@@ -269,7 +272,7 @@ def main(argv=None, out=None):
         parser.error('--top takes a positive number')
     reports, failed = each_section(
         'zodbinfo', args,
-        lambda section: gather(section, args.exact,
+        lambda name, section: gather(section, args.exact,
                                args.top if args.classes else None),
         render, out, sys.stderr)
     if reports is None:

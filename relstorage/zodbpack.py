@@ -24,7 +24,10 @@ not packed.
 ``--prepack`` only finds the garbage (the long, lock-free part) and keeps
 the finding in the database; a later ``--use-prepack-state`` run removes
 it, to the pack time the pre-pack used, without finding it again. Both
-apply to RelStorage sections only.
+apply to RelStorage sections only. ``--check-refs-only`` packs nothing:
+it reports references to objects that do not exist (in a multi-database,
+also to those missing in the other databases the file configures), exit
+status 3 when there is any.
 """
 import argparse
 import io
@@ -37,16 +40,21 @@ import ZConfig
 from ZODB.POSException import Unsupported
 from ZODB.serialize import referencesf
 from ZODB.utils import oid_repr
+from ZODB.utils import p64
 
 from .exceptions import PackedFurtherAlready
 from .exceptions import UsageError
+from .pickledrefs import cross_references
+from .pickledrefs import refers_elsewhere
 from .helptext import help_text
 from .siteconfig import add_database_argument
 from .siteconfig import chosen
 from .siteconfig import load_configured
+from .siteconfig import peers
 from .siteconfig import select
 from .storage import RelStorage
 from .storage.multipack import pack_databases
+from .wording import counted
 
 log = logging.getLogger('zodbpack')
 
@@ -55,29 +63,53 @@ EXIT_USAGE = 2
 EXIT_DANGLING = 3
 
 
-def check_refs(storage, out):
-    """Report references to objects that do not exist; return how many."""
-    dangling = 0
+def check_refs(storage, out, others=None):
+    """Report references to objects that do not exist; return how many.
+    *others* (``{database name: storage section}``) are the other
+    databases of the multi-database the storage belongs to: its
+    references to their objects are looked up there."""
+    dangling = elsewhere = 0
     checked = 0
+    opened = {}
     next_oid = None
-    while True:
-        try:
-            oid, tid, data, next_oid = storage.record_iternext(next_oid)
-        except ValueError:
-            break  # empty storage
-        checked += 1
-        for ref in referencesf(data):
+    try:
+        while True:
             try:
-                storage.load(ref)
-            except KeyError:
-                dangling += 1
-                print('  dangling: %s -> %s (missing)'
-                      % (oid_repr(oid), oid_repr(ref)), file=out)
-        if next_oid is None:
-            break
-    print('  %d objects checked, %d dangling references'
-          % (checked, dangling), file=out)
-    return dangling
+                oid, tid, data, next_oid = storage.record_iternext(next_oid)
+            except ValueError:
+                break  # empty storage
+            checked += 1
+            for ref in referencesf(data):
+                try:
+                    storage.load(ref)
+                except KeyError:
+                    dangling += 1
+                    print('  dangling: %s -> %s (missing)'
+                          % (oid_repr(oid), oid_repr(ref)), file=out)
+            for database, ref in (cross_references(data) if others and
+                                  refers_elsewhere(data) else ()):
+                if database not in others:
+                    continue
+                if database not in opened:
+                    opened[database] = others[database].open()
+                try:
+                    opened[database].load(p64(ref))
+                except KeyError:
+                    elsewhere += 1
+                    print('  dangling: %s -> %s of database %r (missing '
+                          'there)' % (oid_repr(oid), oid_repr(p64(ref)),
+                                      database), file=out)
+            if next_oid is None:
+                break
+    finally:
+        for other in opened.values():
+            other.close()
+    print('  %s checked, %s%s'
+          % (counted(checked, 'object'),
+             counted(dangling + elsewhere, 'dangling reference'),
+             ' (%d to other databases)' % elsewhere if others else ''),
+          file=out)
+    return dangling + elsewhere
 
 
 class TerminalProgress:
@@ -100,23 +132,23 @@ class TerminalProgress:
 
 def describe(result):
     parts = []
-    for key, label in (('transactions_removed', 'transactions'),
-                       ('revisions_removed', 'revisions'),
-                       ('objects_removed', 'objects')):
+    for key, noun in (('transactions_removed', 'transaction'),
+                      ('revisions_removed', 'revision'),
+                      ('objects_removed', 'object')):
         if key in result:
-            parts.append('%d %s' % (result[key], label))
+            parts.append(counted(result[key], noun))
     text = 'removed ' + ', '.join(parts) if parts else 'done'
     freed = result.get('bytes_removed')
     if freed is not None:
         text += ('; %.1f MB of state freed' % (freed / 1e6) if freed >= 1e5
-                 else '; %d bytes of state freed' % freed)
+                 else '; %s of state freed' % counted(freed, 'byte'))
     return text
 
 
 def workers_text(count):
     if not count:
         return ''
-    return ' with %d worker process%s' % (count, 'es' if count > 1 else '')
+    return ' with %s' % counted(count, 'worker process')
 
 
 def setup_logging(level=logging.INFO):
@@ -132,12 +164,12 @@ def heading(name, storage, out):
 
 
 def pack_one(name, section, days, check_only, out, prepack_only=False,
-             use_prepack_state=False, workers=None):
+             use_prepack_state=False, workers=None, others=None):
     storage = section.open()
     try:
         heading(name, storage, out)
         if check_only:
-            return EXIT_DANGLING if check_refs(storage, out) else 0
+            return EXIT_DANGLING if check_refs(storage, out, others) else 0
         t = time.time() - days * 86400
         started = time.monotonic()
         if isinstance(storage, RelStorage):
@@ -232,26 +264,30 @@ def report(result, t, started, out):
     its *result* (a PackResult, or {} for another storage's pack)."""
     when = time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(t))
     if 'garbage_found' in result:
-        print('  pre-pack to %s: %d unreachable objects found and '
+        print('  pre-pack to %s: %s found and '
               'kept for --use-prepack-state, in %.1f s'
-              % (when, result['garbage_found'],
+              % (when, counted(result['garbage_found'], 'unreachable object'),
                  time.monotonic() - started), file=out)
         return
     seconds = time.monotonic() - started
     kept = result.get('objects_kept_for_other_databases')
-    print('  packed to %s: %s in %.1f s%s%s'
+    waited = result.get('vote_wait_seconds')
+    print('  packed to %s: %s in %.1f s%s%s%s'
           % (when, describe(result), seconds,
-             ' (pre-pack %.1f s%s%s%s, then %d batches; %.0f s spent '
+             ' (pre-pack %.1f s%s%s%s, then %s; %.0f s spent '
              'letting commits go first)'
              % (result.get('prepack_seconds', 0),
                 workers_text(result.get('prepack_workers')),
                 kept_text(result),
                 ', its graph followed in the database'
                 if result.get('prepack_graph') == 'database' else '',
-                result['batches'], result['busy_seconds'])
+                counted(result['batches'], 'batch'),
+                result['busy_seconds'])
              if 'batches' in result else '',
-             '; %d unreachable objects kept: other databases refer to '
-             'them' % kept if kept else ''), file=out)
+             '; %s kept: other databases refer to '
+             'them' % counted(kept, 'unreachable object') if kept else '',
+             '; %.1f s spent waiting for commits voted in other databases '
+             'to finish' % waited if waited else ''), file=out)
 
 
 def kept_text(result):
@@ -259,8 +295,9 @@ def kept_text(result):
     the last pack kept (see storage.keptrefs)."""
     if 'prepack_unpickled' not in result:
         return ''
-    return ', %d states unpickled, %d taken as the last pack kept them' % (
-        result['prepack_unpickled'], result['prepack_refs_kept'])
+    return ', %s unpickled, %d taken as the last pack kept them' % (
+        counted(result['prepack_unpickled'], 'state'),
+        result['prepack_refs_kept'])
 
 
 def main(argv=None, out=None):
@@ -277,8 +314,9 @@ def main(argv=None, out=None):
     parser.add_argument('--use-prepack-state', action='store_true',
                         help='reuse the state of the last --prepack run')
     parser.add_argument('--check-refs-only', action='store_true',
-                        help='report references to missing objects; '
-                             'pack nothing')
+                        help='report references to missing objects '
+                             '(in other databases of a multi-database '
+                             'too); pack nothing')
     parser.add_argument('--workers', type=int, metavar='N',
                         help='worker processes the pre-pack reads '
                              'references in (default: the pack-workers '
@@ -333,10 +371,12 @@ def main(argv=None, out=None):
             'zodbpack', args.config, lambda name, section: pack_one(
                 name, section, days, False, out, args.prepack,
                 args.use_prepack_state, args.workers), names))
+    multi = peers(args.config) if args.check_refs_only else {}
     return run_sections('zodbpack', args.config, lambda name, section:
                         pack_one(name, section, days,
                                  args.check_refs_only, out, args.prepack,
-                                 args.use_prepack_state, args.workers),
+                                 args.use_prepack_state, args.workers,
+                                 multi.get(name, (None, None))[1]),
                         chosen(args))
 
 

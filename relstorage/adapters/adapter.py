@@ -36,6 +36,8 @@ from . import replicas
 from .schema import Schema
 from .schema import Types
 from .sql import EMPTY_TABLE
+from .votes import VoteClaims
+from .votes import VoteWatch
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +57,8 @@ class Adapter:
     hp_packer_class = HistoryPreservingPacker
     hf_packer_class = HistoryFreePacker
     locker_class = None
+    #: The claims of commits voted and not finished (adapters.votes).
+    vote_claims_class = VoteClaims
     oid_allocator_class = None
     #: What the server says of itself, for zodbinfo.
     statistics_class = ServerStatistics
@@ -113,6 +117,7 @@ class Adapter:
         self.mover = (self.hp_mover_class if self.keep_history
                       else self.hf_mover_class)(self)
         self.locker = self.locker_class(self, self.mover)
+        self.vote_claims = self.vote_claims_class(self)
         self.iterator = (HistoryPreservingIterator if self.keep_history
                          else HistoryFreeIterator)(self)
         self.packer = (self.hp_packer_class if self.keep_history
@@ -400,6 +405,10 @@ class Adapter:
     def open_pack_keeper(self):
         """The IPackKeeper a pre-pack keeps references with."""
         return PackKeeper(self)
+
+    def open_vote_watch(self):
+        """A VoteWatch of this database (see adapters.votes)."""
+        return VoteWatch(self)
 
     def open_pack_reads(self):
         """The IPackReads a pre-pack reads its snapshot with (on the

@@ -17,6 +17,67 @@ def _int(value):
     return int(value) if value is not None else None
 
 
+#: Estimated state bytes come from a sample of the rows themselves, not
+#: from the size of the table on disk (which keeps what a pack deleted
+#: until a VACUUM or OPTIMIZE, and counts indexes and free space): the oid
+#: range is cut into SAMPLE_SLICES equal slices and the first SAMPLE_ROWS
+#: objects of each are read through the primary key, so the cost stays a
+#: few thousand rows however big the database (with history, those
+#: objects' revisions too), and a slice that holds fewer objects is
+#: counted exactly (a small database is summed exactly).
+SAMPLE_SLICES = 32
+SAMPLE_ROWS = 64
+#: An object of a slice's sample whose state (or whose older revisions)
+#: holds more than this share of the sample's bytes is counted as it is,
+#: not scaled up to the slice: a few big objects, or objects changed all
+#: day long (the root, a container, a catalog's top), would otherwise
+#: stand for every object around them.
+OUTLIER_SHARE = 1 / 8
+
+
+def sampled_bytes(session, span_sql, sample_sql, history_sql=None):
+    """``(current, historical)``: the estimated bytes of the current
+    states and, with *history_sql*, of the older revisions (else 0).
+    *span_sql* gives the lowest and highest oid; *sample_sql* ``(zoid,
+    state_size)`` of the current states after oid ``%s``, at most ``%s``
+    of them, in oid order (a page, as ``Inspector.page_sql``);
+    *history_sql* ``(zoid, bytes of all its revisions)`` of the oids from
+    ``%s`` to before ``%s``. Each slice counts what its sample covers,
+    scaled by the oids of the slice over the oids covered."""
+    low, high = session.fetchone(span_sql)
+    if low is None:
+        return 0, 0
+    low, high = int(low), int(high)
+    width = -(-(high - low + 1) // SAMPLE_SLICES)
+    current = historical = 0.0
+    for start in range(low, high + 1, width):
+        end = start + width
+        rows = {int(zoid): int(size or 0) for zoid, size in
+                session.fetchall(sample_sql, (start - 1, SAMPLE_ROWS))
+                if zoid < end}
+        if len(rows) < SAMPLE_ROWS:  # the whole slice
+            stop, scale = end, 1.0
+        else:  # the oids before the last one read
+            stop = max(rows)
+            del rows[stop]
+            scale = width / (stop - start)
+        current += _scaled(rows.values(), scale)
+        if history_sql is not None:
+            historical += _scaled(
+                [int(total or 0) - rows.get(int(zoid), 0) for zoid, total
+                 in session.fetchall(history_sql, (start, stop))], scale)
+    return int(current), int(historical)
+
+
+def _scaled(sizes, scale):
+    """The bytes of a slice whose sample has *sizes*: *scale* times
+    theirs, but those of the sample's outliers (see OUTLIER_SHARE) once."""
+    sizes = list(sizes)
+    total = sum(sizes)
+    outliers = sum(size for size in sizes if size > OUTLIER_SHARE * total)
+    return outliers + scale * (total - outliers)
+
+
 class ServerStatistics:
     """What a database says about itself without reading its tables: its
     version and, where it keeps statistics, row estimates and sizes on
@@ -71,6 +132,8 @@ class Inspector:
     objects_table = None
     #: The first and last tid of the transactions there are.
     span_sql = None
+    #: The lowest and highest oid of the objects there are.
+    oid_span_sql = None
 
     def __init__(self, adapter):
         self.adapter = adapter
@@ -80,6 +143,14 @@ class Inspector:
             columns='s.state_size, SUBSTR(s.state, 1, %s)')
         self.records_sql = self.page_sql.format(
             columns='s.tid, s.state, s.state_size, s.blob_id')
+        # The current states' sizes from the oid given on.
+        self.current_sample_sql = self.page_sql.format(
+            columns='s.state_size')
+
+    def sampled_current_bytes(self, session):
+        """The current states' bytes, estimated from a sample."""
+        return sampled_bytes(session, self.oid_span_sql,
+                             self.current_sample_sql)[0]
 
     def server_version(self, session):
         return self.stats.version(session)
@@ -163,6 +234,10 @@ class HistoryPreservingInspector(Inspector):
         '(SELECT zoid, tid FROM current_object WHERE zoid > %s '
         'ORDER BY zoid LIMIT %s) c JOIN object_state s '
         'ON s.zoid = c.zoid AND s.tid = c.tid ORDER BY c.zoid')
+    oid_span_sql = 'SELECT MIN(zoid), MAX(zoid) FROM current_object'
+    revisions_bytes_sql = (
+        'SELECT zoid, SUM(state_size) FROM object_state '
+        'WHERE zoid >= %s AND zoid < %s GROUP BY zoid')
 
     def history_figures(self, session, exact, f):
         f.put('revisions', *self.count(session, exact, 'object_state',
@@ -170,15 +245,14 @@ class HistoryPreservingInspector(Inspector):
         f.put('transactions', *self.count(
             session, exact, 'transactions',
             'SELECT COUNT(*) FROM transactions'))
-        on_disk = self.stats.table_bytes(session, 'object_state')
-        if not exact and on_disk is not None and 'revisions' in f.estimated:
-            # Summing the sizes reads every row: split the table's size
-            # on disk in the proportion of current rows to revisions.
-            revisions = f['revisions']
-            share = min(1.0, f['objects'] / revisions) if revisions else 1.0
-            current = int(on_disk * share)
+        if not exact and 'revisions' in f.estimated:
+            # Summing the sizes reads every row: a sample's (the size on
+            # disk still holds what a pack deleted, until a VACUUM).
+            current, historical = sampled_bytes(
+                session, self.oid_span_sql, self.current_sample_sql,
+                self.revisions_bytes_sql)
             f.put('current_bytes', current, True)
-            f.put('historical_bytes', on_disk - current, True)
+            f.put('historical_bytes', historical, True)
             return
         total = self.adapter.iterator.size_in_bytes(session)
         current = int(session.scalar(self.current_bytes_sql) or 0)
@@ -194,14 +268,16 @@ class HistoryFreeInspector(Inspector):
     page_sql = SQL(
         'SELECT s.zoid, {columns} FROM object_state s '
         'WHERE s.zoid > %s ORDER BY s.zoid LIMIT %s')
+    oid_span_sql = 'SELECT MIN(zoid), MAX(zoid) FROM object_state'
 
     def history_figures(self, session, exact, f):
-        on_disk = self.stats.table_bytes(session, 'object_state')
-        if not exact and on_disk is not None and 'objects' in f.estimated:
+        if not exact and 'objects' in f.estimated:
             # Without history, transactions are only the tids objects
-            # still carry, and counting them reads the whole tid index.
+            # still carry, and counting them reads the whole tid index;
+            # summing the sizes reads every row: a sample's.
             f.put('transactions', None)
-            f.put('current_bytes', on_disk, True)
+            f.put('current_bytes', self.sampled_current_bytes(session),
+                  True)
         else:
             f.put('transactions', int(session.scalar(
                 'SELECT COUNT(DISTINCT tid) FROM object_state '

@@ -137,6 +137,9 @@ class IRelStorageAdapter(Interface):
         """Return a new IPackReads (the snapshot a pre-pack reads, on the
         read-write server)."""
 
+    def open_vote_watch():
+        """Return a new adapters.votes.VoteWatch."""
+
     def open_relstorage4_reader():
         """Return an IRelStorage4Reader over the RelStorage 4 database
         this adapter's database holds; UpgradeRefused when it holds
@@ -391,6 +394,10 @@ class IStoreSession(IReads):
         of them is midway through creating it, and a process updating
         it, which holds its row while it waits for the commit lock, is
         not waited for. upload() then writes the rows in place."""
+
+    def claim_other_databases():
+        """Claim, until the commit transaction ends, that it refers to
+        objects of other databases (see adapters.votes)."""
 
     def new_oid_blocks(blocks):
         """``[(first, count)]``: *blocks* blocks of fresh oids (see

@@ -283,6 +283,9 @@ class StoreSession(_SessionWrapper):
     def lock_commit_and_read_current(self, oids):
         return self._outside_commit(self._lock_commit, oids)
 
+    def claim_other_databases(self):
+        self.adapter.vote_claims.claim(self.session)
+
     def _lock_commit(self, oids):
         if not self.session.in_transaction:
             self.session.begin(self.adapter.store_begin_sql)

@@ -4,7 +4,7 @@ them itself, or for scripts and a cron-driven pack.
 
     relstorage-metrics [--port N] [--addr HOST] [--interval SECONDS]
                        [--max-connections N] [--client-timeout SECONDS]
-                       config.conf
+                       [--request-timeout SECONDS] config.conf
 
 Each ``<relstorage>`` section of the file is opened read-only with
 ``metrics true`` and served at ``http://HOST:N/metrics`` until the
@@ -17,21 +17,23 @@ command is interrupted (SIGINT or SIGTERM):
 * the database's own figures (``relstorage_database_*``: objects,
   revisions, transactions, state bytes, size on disk, the times of the
   last commit and the last pack), read through one snapshot at most once
-  per interval, from the server's statistics where zodbinfo would mark
-  them as estimates;
+  per interval, estimated where zodbinfo would mark them so (counts
+  from the server's statistics, state bytes from a sample of the rows);
 * with PROMETHEUS_MULTIPROC_DIR set, every metric the processes sharing
   that directory wrote there: run the application's workers, or a
   nightly zodbpack, with the same variable and ``metrics true``, and
   their commits, conflicts or pack progress are served here, added up.
 
 Each connection is served in a thread of its own, at most
-``--max-connections`` (16) at once; a client that sends nothing for
-``--client-timeout`` seconds (10) before its request is whole (or reads
-nothing of the answer for as long) is dropped, and none is waited for
-at shutdown.
+``--max-connections`` (16) at once; a client whose request is not whole
+``--request-timeout`` seconds (5) after it connected, however it trickles
+its bytes, is dropped, as is one that sends nothing for
+``--client-timeout`` seconds (10) or reads nothing of the answer for as
+long; none is waited for at shutdown.
 """
 import argparse
 import importlib.util
+import io
 import logging
 import signal
 from socketserver import ThreadingMixIn
@@ -138,6 +140,10 @@ class DatabaseFigures:
 #: request (or reading one of the answer) before it is dropped
 #: (--client-timeout).
 CLIENT_TIMEOUT = 10.0
+#: Seconds a client has, from its connection, to send its whole request
+#: (request line, headers and what it reads of a body); then it is
+#: dropped, however steadily it trickles bytes (--request-timeout).
+REQUEST_TIMEOUT = 5.0
 #: Connections served at once (--max-connections); one more is answered
 #: "503 Service Unavailable" and closed at once.
 MAX_CONNECTIONS = 16
@@ -147,12 +153,44 @@ _BUSY = (b'HTTP/1.0 503 Service Unavailable\r\nContent-Type: text/plain'
          b'too many connections; try again\n')
 
 
+class _RequestReader(io.RawIOBase):
+    """The connection's bytes, read until *deadline* (time.monotonic())
+    at most: each read waits for the time left, no longer than
+    *idle* seconds, so one request cannot be stretched beyond the
+    deadline by a byte sent every few seconds. The socket keeps its
+    *idle* timeout for everything else (writing the answer)."""
+
+    def __init__(self, sock, deadline, idle):
+        super().__init__()
+        self.sock = sock
+        self.deadline = deadline
+        self.idle = idle
+
+    def readable(self):
+        return True
+
+    def readinto(self, buffer):
+        left = self.deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError('the request was not whole in time')
+        self.sock.settimeout(min(left, self.idle))
+        try:
+            return self.sock.recv_into(buffer)
+        finally:
+            self.sock.settimeout(self.idle)
+
+
 class _QuietHandler(WSGIRequestHandler):
     def setup(self):
         # StreamRequestHandler gives the socket this timeout: a client
         # that stalls mid-request is dropped rather than kept forever.
         self.timeout = self.server.client_timeout
         super().setup()
+        # ... and the whole request must come within its deadline.
+        self.rfile = io.BufferedReader(_RequestReader(
+            self.connection,
+            time.monotonic() + self.server.request_timeout,
+            self.server.client_timeout))
 
     def log_message(self, format, *args):
         pass
@@ -166,11 +204,13 @@ class _Server(ThreadingMixIn, WSGIServer):
     daemon_threads = True
     block_on_close = False
     client_timeout = CLIENT_TIMEOUT
+    request_timeout = REQUEST_TIMEOUT
     slots = None
 
-    def limit(self, max_connections, client_timeout):
+    def limit(self, max_connections, client_timeout, request_timeout):
         self.slots = threading.BoundedSemaphore(max_connections)
         self.client_timeout = client_timeout
+        self.request_timeout = request_timeout
 
     def process_request(self, request, client_address):
         if not self.slots.acquire(blocking=False):
@@ -200,14 +240,14 @@ class _Server(ThreadingMixIn, WSGIServer):
 
 
 def serve(registry, addr, port, max_connections=MAX_CONNECTIONS,
-          client_timeout=CLIENT_TIMEOUT):
+          client_timeout=CLIENT_TIMEOUT, request_timeout=REQUEST_TIMEOUT):
     """Serve *registry* at ``http://addr:port/metrics`` from a daemon
     thread, each connection in a thread of its own; return the server
     (``server_port`` is the port, when *port* was 0)."""
     from prometheus_client import make_wsgi_app
     httpd = make_server(addr, port, make_wsgi_app(registry),
                         server_class=_Server, handler_class=_QuietHandler)
-    httpd.limit(max_connections, client_timeout)
+    httpd.limit(max_connections, client_timeout, request_timeout)
     threading.Thread(target=httpd.serve_forever, name='relstorage-metrics',
                      daemon=True).start()
     return httpd
@@ -294,6 +334,11 @@ def main(argv=None, out=None):
                         help='drop a client that sends nothing for this '
                              'long before its request is whole '
                              '(default %(default)s)')
+    parser.add_argument('--request-timeout', type=float,
+                        default=REQUEST_TIMEOUT, metavar='SECONDS',
+                        help='drop a client whose request is not whole '
+                             'this long after it connected, however it '
+                             'trickles it (default %(default)s)')
     parser.add_argument('config', help='file of <relstorage> sections')
     args = parser.parse_args(argv)
     if args.interval <= 0:
@@ -302,6 +347,9 @@ def main(argv=None, out=None):
         parser.error('--max-connections must be at least 1')
     if not 0 < args.client_timeout < float('inf'):
         parser.error('--client-timeout must be a positive number of '
+                     'seconds')
+    if not 0 < args.request_timeout < float('inf'):
+        parser.error('--request-timeout must be a positive number of '
                      'seconds')
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format='%(asctime)s %(levelname)s %(name)s: '
@@ -330,7 +378,8 @@ def main(argv=None, out=None):
         previous = signal.signal(signal.SIGTERM, lambda *_: stop.set())
     try:
         httpd = serve(registry_for(storages, args.interval), args.addr,
-                      args.port, args.max_connections, args.client_timeout)
+                      args.port, args.max_connections, args.client_timeout,
+                      args.request_timeout)
         for name, storage in opened:
             print('%s: %s' % (name, storage.describe()), file=out)
         print('serving http://%s:%d/metrics' % (args.addr, httpd.server_port),

@@ -20,6 +20,8 @@ from ZODB.utils import tid_repr
 from ZODB.utils import u64
 
 from ..blobs.files import reading_helper
+from ..pickledrefs import cross_references
+from ..pickledrefs import refers_elsewhere
 from .classes import class_name
 from .refgraph import ReferenceGraph
 
@@ -30,7 +32,10 @@ LISTED = 1000
 #: The class of ZODB's blobs, whose data lives beside the state.
 BLOB_CLASS = 'ZODB.blob.Blob'
 #: Kinds of findings that mean the database is broken.
-BROKEN = ('dangling', 'damaged', 'missing_blobs', 'future')
+BROKEN = ('dangling', 'dangling_elsewhere', 'damaged', 'missing_blobs',
+          'future')
+#: Oids looked up per query in another database.
+LOOKED_UP = 1000
 
 
 class CheckResult(dict):
@@ -69,6 +74,10 @@ class Check:
         self.names = []        # class names, by number
         self.numbers = {}      # class name -> number
         self.classes = array('i')   # class number of each object read
+        #: ``{database name: {oid: [(oid, class) of the objects of this
+        #: database referring to it]}}``: the references to other
+        #: databases of a multi-database (see check_elsewhere).
+        self.elsewhere = {}
 
     def found(self, kind, **entry):
         self.result[kind + '_count'] += 1
@@ -163,6 +172,13 @@ class Check:
                            error='the state does not unpickle (%s)' % why)
         self.classes.append(self.class_number(name))
         self.result['references'] += len(refs)
+        if name is not None and refers_elsewhere(state):
+            try:
+                for database, target in cross_references(state):
+                    self.elsewhere.setdefault(database, {}).setdefault(
+                        target, []).append((oid, name))
+            except Exception:  # noqa: BLE001 -- found damaged above
+                pass
         if blob_id is not None or name == BLOB_CLASS:
             with_blobs.append((oid, tid, blob_id, name))
         return refs
@@ -197,6 +213,31 @@ class Check:
             self.found('missing_blobs', oid=oid, tid=tid, class_=name,
                        why=why)
 
+    def check_elsewhere(self, own_name, adapters):
+        """Look up, in the other databases of the multi-database this
+        one (named *own_name* there) belongs to, the objects its states
+        refer to: *adapters* is ``{database name: callable}``, each
+        opening that database's adapter (closed here). A reference to an
+        object that does not exist there is a ``dangling_elsewhere``
+        finding; references to databases not among them are counted in
+        ``elsewhere_unchecked``. Called after run()."""
+        self.result['elsewhere_unchecked'] = 0
+        for database, targets in sorted(self.elsewhere.items()):
+            if database == own_name:
+                continue
+            if database not in adapters:
+                self.result['elsewhere_unchecked'] += sum(
+                    map(len, targets.values()))
+                continue
+            for target in missing_in(adapters[database](), sorted(targets)):
+                for referrer, name in targets[target]:
+                    self.found('dangling_elsewhere', oid=referrer,
+                               class_=name, database=database,
+                               missing=target)
+        for entry in self.result['dangling_elsewhere']:
+            if 'class' not in entry:
+                readable(entry)
+
     def walk(self, graph):
         classes, names, index = self.classes, self.names, graph.index
 
@@ -230,3 +271,23 @@ def readable(entry):
     for key in ('tid', 'last'):
         if key in entry:
             entry[key] = tid_repr(p64(entry[key]))
+
+
+def missing_in(adapter, oids):
+    """Those of *oids* (sorted) that have no current state in the
+    database of *adapter* (which is closed), read through one snapshot."""
+    try:
+        session = adapter.open_load_session()
+        try:
+            session.restart()
+            missing = []
+            for at in range(0, len(oids), LOOKED_UP):
+                lot = oids[at:at + LOOKED_UP]
+                found = session.load_many(lot)
+                missing.extend(oid for oid in lot
+                               if found.get(oid, (None,))[0] is None)
+            return missing
+        finally:
+            session.close()
+    finally:
+        adapter.close()

@@ -31,9 +31,14 @@ The pre-packs run one after the other; each database keeps its pack
 lock, and the pre-pack's scratch state, until every database's garbage
 is known; the removals then run one database after the other. Each
 batch of removals also spares what the other databases' commits since
-they were read refer to (see _Newer).
+they were read refer to (see _Newer); and first, while a commit whose
+states refer to other databases has voted in another database and not
+finished there (its new references not visible yet, though its finish
+here may have removed the old ones), it releases the commit lock and
+waits (see adapters.votes, _Newer.wait).
 """
 import logging
+import time
 
 from ZODB.POSException import Unsupported
 
@@ -43,8 +48,15 @@ from ZODB.utils import u64
 
 from ..exceptions import PackedFurtherAlready
 from ..pickledrefs import cross_references
+from ..wording import counted
 
 log = logging.getLogger(__name__)
+
+#: The first pause of a batch waiting for a commit voted in another
+#: database (see _Newer.wait); each one after is twice as long.
+VOTE_PAUSE = 0.01
+#: Seconds between the warnings of a batch that goes on waiting so.
+VOTE_WAIT_WARNING = 60
 
 
 def _is_relstorage(storage):
@@ -105,6 +117,90 @@ class _Newer:
         #: The newest tid of each database before it was read.
         self.start = {name: u64(storage.lastTransaction())
                       for name, storage in storages.items()}
+        #: A VoteWatch of each RelStorage, opened when first asked.
+        self.watches = {}
+        #: The databases whose watch cannot tell (warned of once).
+        self.unknown = set()
+
+    def wait_for_votes(self, name):
+        """Pack.wait_for_votes for the database *name*."""
+        def wait_for_votes(pack, session, last):
+            return self.wait(name, pack, session, last)
+        return wait_for_votes
+
+    def voted_elsewhere(self, name):
+        """Another database than *name* where a commit that refers to
+        other databases has voted and not finished, or None."""
+        for other in self.storages:
+            if other != name and self.pending(other):
+                return other
+        return None
+
+    def wait(self, name, pack, session, last):
+        """While a commit of the multi-database has voted in another
+        database and not finished there, its new references are not
+        visible yet, although its finish in *name* may have removed the
+        old ones: end the batch *pack* began on *session* (releasing the
+        commit lock, which that commit may want) and begin again later.
+        Returns the newest tid, the commit lock held and no such commit
+        pending."""
+        started = warned = None
+        pause = VOTE_PAUSE
+        result = pack.result
+        while True:
+            other = self.voted_elsewhere(name)
+            if other is None:
+                break
+            session.abort_batch()
+            now = time.monotonic()
+            if started is None:
+                started = warned = now
+                result['vote_waits'] = result.get('vote_waits', 0) + 1
+                log.info('pack of database %r waits: a commit that may '
+                         'refer to it has voted in database %r and not '
+                         'finished', name, other)
+            elif now - warned >= VOTE_WAIT_WARNING:
+                # A process stopped between its finishes (a live one: a
+                # dead one's claim is gone).
+                warned = now
+                log.warning('pack of database %r still waits, for %.0f s '
+                            'now: a commit voted in database %r has not '
+                            'finished', name, now - started, other)
+            # A commit ends milliseconds after its vote, unless its
+            # process is stalled: pauses from short to
+            # pack-commit-busy-delay.
+            time.sleep(pause)
+            pause = min(pause * 2, max(pack.options.pack_commit_busy_delay,
+                                       VOTE_PAUSE))
+            last = pack.take_commit_lock(session)
+        if started is not None:
+            result['vote_wait_seconds'] = result.get(
+                'vote_wait_seconds', 0.0) + time.monotonic() - started
+        return last
+
+    def pending(self, name):
+        """Whether a commit of database *name* that refers to other
+        databases has voted and not finished (see adapters.votes)."""
+        watch = self.watches.get(name)
+        if watch is None:
+            if not _is_relstorage(self.storages[name]):
+                return False  # it says nothing (see the module docstring)
+            watch = self.watches[name] = \
+                self.storages[name].adapter.open_vote_watch()
+        pending = watch.pending()
+        if pending is None and name not in self.unknown:
+            self.unknown.add(name)
+            log.warning(
+                'database %r cannot tell of commits that have voted and '
+                'not finished: a commit moving an object between databases '
+                'while this pack removes garbage may leave a reference to a '
+                'removed object', name)
+        return bool(pending)
+
+    def close(self):
+        for watch in self.watches.values():
+            watch.close()
+        self.watches.clear()
 
     def referred(self, name):
         """Pack.referred for the database *name*."""
@@ -285,6 +381,7 @@ def pack_databases(storages, t, referencesf, chosen=None, gc=None,
         for name in gathered:
             pack = packs[name]
             pack.referred = newer.referred(name)
+            pack.wait_for_votes = newer.wait_for_votes(name)
             try:
                 if not together.start(name, pack):
                     results[name] = pack.result
@@ -323,6 +420,7 @@ def pack_databases(storages, t, referencesf, chosen=None, gc=None,
                     False if kept.get(name) else gc)
     finally:
         together.close()
+        newer.close()
     return results
 
 
@@ -356,7 +454,8 @@ def _warn_unknown(kept, storages):
     for name, oids in sorted(kept.items()):
         if name not in storages:
             log.warning(
-                '%d objects of the databases packed refer to objects of '
+                '%s of the databases packed %s to objects of '
                 'database %r, which is not among them (%s...): nothing '
-                'of it was looked at', len(oids), name,
+                'of it was looked at', counted(len(oids), 'object'),
+                'refers' if len(oids) == 1 else 'refer', name,
                 ', '.join('0x%x' % oid for oid in sorted(oids)[:3]))

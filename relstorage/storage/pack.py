@@ -35,6 +35,7 @@ from ..exceptions import PackAlreadyRunning  # re-exported too
 from ..exceptions import PackedFurtherAlready
 from ..pickledrefs import cross_references
 from ..pickledrefs import page_references
+from ..wording import counted
 from .keptrefs import KeptReferences
 from .prepackio import REFS_WRITTEN
 from .prepackio import ReferenceWriter
@@ -129,6 +130,12 @@ class Pack:
         #: the other databases' commits since they were read refer to
         #: (spared by each batch, as this database's own commits are).
         self.referred = None
+        #: While packing together: called with the pack, the removing
+        #: session and the newest tid once a batch holds the commit lock,
+        #: waits while a commit that may refer to this database has voted
+        #: in another and not finished (see multipack._Newer.wait); returns
+        #: the newest tid, the commit lock held.
+        self.wait_for_votes = None
         self.result = PackResult(
             objects_removed=0, revisions_removed=0, bytes_removed=0,
             batches=0, busy_waits=0, busy_seconds=0.0)
@@ -241,9 +248,10 @@ class Pack:
         garbage = writer.garbage_count()
         writer.save_prepack(self.pack_tid, checked_tid)
         self.result['garbage_found'] = garbage
-        log.info('pre-pack of %s to %016x found %d unreachable objects; '
+        log.info('pre-pack of %s to %016x found %s; '
                  'kept for a pack that skips the pre-pack',
-                 adapter.describe(), self.pack_tid, garbage)
+                 adapter.describe(), self.pack_tid,
+                 counted(garbage, 'unreachable object'))
 
     def references(self, oid, state):
         """The oids *state* (of object *oid*) refers to. A state that does
@@ -512,6 +520,8 @@ class Pack:
 
     def _batch(self, session, checked_tid):
         last = self.take_commit_lock(session)
+        if self.garbage_after is not None and self.wait_for_votes is not None:
+            last = self.wait_for_votes(self, session, last)
         started = time.monotonic()
         if self.garbage_after is not None and last and last > checked_tid:
             self.rescue(session, checked_tid)
@@ -534,8 +544,9 @@ class Pack:
         session.commit_batch()
         ended = time.monotonic()
         self.finish_per_step = (ended - worked) / max(steps, 1)
-        log.debug('pack batch %d: %d steps, %.3f s of work, %.3f s to '
-                  'commit', self.result['batches'] + 1, steps,
+        log.debug('pack batch %d: %s, %.3f s of work, %.3f s to '
+                  'commit', self.result['batches'] + 1,
+                  counted(steps, 'step'),
                   worked - started, ended - worked)
         self.cache.invalidate(gone)
         blobs = self.blobs

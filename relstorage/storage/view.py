@@ -139,9 +139,11 @@ class Seen:
 class View:
     """The snapshot one storage instance reads from, and its polling.
 
-    *tid* is the view: the newest commit this instance sees. *exact*
-    (history-free) makes each poll begin the snapshot exactly at the view,
-    since the revisions a newer one would hide are gone. *kept* are the
+    *tid* is the view: the newest commit this instance sees. The poll
+    that begins a ZODB transaction begins its snapshot exactly at the view
+    (see poll_invalidations); *exact* (history-free) makes every other
+    poll do so too, since the revisions a newer snapshot would hide are
+    gone. *kept* are the
     instance's kept states (see RecentStates), forgotten as polls find
     them changed. A root storage (*is_root*, used directly rather than
     through ZODB connections) polls before every read.
@@ -346,16 +348,21 @@ class View:
                 # Within the interval, and no commit announced (or a
                 # database that announces none): keep the view.
                 return []
-            # History-free reads need a snapshot exactly at the view (the
-            # revisions a newer one would hide are gone), except after the
-            # poll that ZODB makes as a transaction ends: the connection
-            # may stay idle for long, and must not hold a snapshot then.
+            # The poll begins the snapshot the transaction's reads use,
+            # exactly at the view: history-free, the revisions a newer one
+            # would hide are gone; with history, a pack running meanwhile
+            # may remove them too (a pack to now removes what was current
+            # at the view and changed since), whereas the database keeps
+            # for a snapshot already begun the rows deleted after it. Not
+            # after the poll that ZODB makes as a transaction ends: the
+            # connection may stay idle for long, and must not hold a
+            # snapshot then.
             # (Connection.afterCompletion polls, through newTransaction,
             # so that invalidations apply early; a poll at open() or
             # begin() is followed by reads, this one perhaps by nothing.)
             ending = called_by_zodb('newTransaction', 'afterCompletion')
             try:
-                oids = self.poll(snapshot=self.exact and not ending)
+                oids = self.poll(snapshot=not ending)
             except RelStorageError as e:
                 if not ending:
                     raise

@@ -499,7 +499,37 @@ def test_open_postgresql_empty_dsn(monkeypatch):
     assert adapter.driver.name == 'psycopg2'
     assert adapter.describe() == (
         'PostgreSQL database (dbname=site host=<local socket> port=5432 '
-        '(dbname, host, port: libpq defaults))')
+        "(not in the DSN: dbname from PGDATABASE; host, port are libpq's "
+        'defaults))')
+
+
+@pytest.mark.parametrize('dsn, said', [
+    # What the DSN gives is not remarked on, in any of its spellings.
+    ('dbname=app host=db port=5432 user=app',
+     'dbname=app host=db port=5432 user=app'),
+    ("dbname='app' host='db' port='5433'", 'dbname=app host=db port=5433'),
+    ('postgresql://app@db:5432/app', 'dbname=app host=db port=5432 user=app'),
+    ('dbname=app hostaddr=10.0.0.1 port=5432',
+     'dbname=app host=10.0.0.1 port=5432'),
+    # What it leaves out is named, with where its value came from.
+    ('dbname=app host=db', "dbname=app host=db port=5432 (not in the DSN: "
+     "port is libpq's default)"),
+    ('postgresql://app@db/app', 'dbname=app host=db port=5432 user=app '
+     "(not in the DSN: port is libpq's default)"),
+])
+def test_a_dsn_is_described_with_where_its_values_came_from(
+        monkeypatch, dsn, said):
+    from relstorage.adapters.postgresql.dsn import describe_dsn
+    for var in ('PGHOST', 'PGHOSTADDR', 'PGPORT', 'PGUSER', 'PGDATABASE'):
+        monkeypatch.delenv(var, raising=False)
+    assert describe_dsn(dsn) == said
+    monkeypatch.setenv('PGPORT', '6432')
+    if 'port=' in dsn or ':5432/' in dsn:
+        assert describe_dsn(dsn) == said  # the DSN's port wins
+    else:
+        assert describe_dsn(dsn) == said.replace(
+            "port=5432", 'port=6432').replace(
+            "port is libpq's default", 'port from PGPORT')
 
 
 def test_open_without_adapter_uses_embedded_sqlite(closing, monkeypatch,

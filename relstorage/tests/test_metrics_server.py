@@ -6,6 +6,7 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -149,3 +150,57 @@ def test_connections_beyond_the_bound_are_refused_at_once(tmp_path):
         assert wait_for(served, HANG)
         for client in clients:
             client.close()
+
+
+class Trickling:
+    """*count* clients, each sending its request one byte at a time, a
+    byte every *every* seconds, from one thread, until the server drops
+    them or :meth:`stop`; none ever finishes its request."""
+
+    REQUEST = (b'GET /metrics HTTP/1.1\r\nHost: example\r\n'
+               + b'X-Slow: ' + b'a' * 4096)
+
+    def __init__(self, url, count, every=0.5):
+        import threading
+        self.clients = [connect(url) for _ in range(count)]
+        self.every = every
+        self.stopped = threading.Event()
+        self.thread = threading.Thread(target=self.trickle, daemon=True)
+        self.thread.start()
+
+    def trickle(self):
+        for byte in self.REQUEST:  # bounded: one pass over the request
+            for client in list(self.clients):
+                try:
+                    client.sendall(bytes([byte]))
+                except OSError:  # dropped by the server
+                    self.clients.remove(client)
+                    client.close()
+            if not self.clients or self.stopped.wait(self.every):
+                return
+
+    def stop(self):
+        self.stopped.set()
+        self.thread.join(HANG)
+        for client in self.clients:
+            client.close()
+
+
+def test_clients_trickling_a_byte_at_a_time_do_not_hold_every_place(
+        tmp_path):
+    # Each read is far shorter than --client-timeout, so only a deadline
+    # for the whole request (--request-timeout, its default) drops them.
+    with metrics_server(tmp_path) as (server, url):
+        slow = Trickling(url, 17)  # every place (16), and one more
+        try:
+            def served():
+                try:
+                    return scrape(url)[0] == 200
+                except urllib.error.HTTPError as e:
+                    assert e.code == 503
+                    time.sleep(0.05)
+                    return False
+            assert wait_for(served, 2 * HANG), \
+                'every scrape refused while clients trickle bytes'
+        finally:
+            slow.stop()

@@ -1,9 +1,15 @@
 """Packing the databases of a ZODB multi-database: no pack removes an
 object that another database refers to (see storage.multipack)."""
 import io
+import json
+import logging
+import subprocess
+import sys
+import threading
 import time
 
 import pytest
+import transaction
 import ZODB
 import ZODB.config
 from persistent.mapping import PersistentMapping
@@ -11,12 +17,16 @@ from ZODB.FileStorage import FileStorage
 from ZODB.POSException import POSKeyError
 from ZODB.POSException import Unsupported
 from ZODB.serialize import referencesf
+from ZODB.utils import oid_repr
+from ZODB.utils import p64
 
+from relstorage import zodbcheck
 from relstorage import zodbpack
 from relstorage.storage import multipack
 from relstorage.storage import prepackio
 from relstorage.storage import refworkers
 from relstorage.testing.dbs import DatabaseFactory
+from relstorage.testing.dbs import child_env
 from relstorage.testing.dbs import mysql_params
 from relstorage.testing.dbs import pg_dsn
 from relstorage.tests.test_zodbpack import run
@@ -41,16 +51,21 @@ def storage_section(factory, which, options=''):
         'true' if factory.keep_history else 'false', options, adapter)
 
 
-def zope_conf(tmp_path, factory, main=None, options=''):
+def zope_conf(tmp_path, factory, main=None, options='', first='main'):
     """A Zope zope.conf mounting the catalog database at /catalog (its
-    storages' sections with *options*)."""
+    storages' sections with *options*), the database *first* first (the
+    one zodbpack packs first)."""
     path = tmp_path / 'zope.conf'
+    sections = [
+        '<zodb_db main>\n%s\n mount-point /\n cache-size 5000\n</zodb_db>\n'
+        % (main or storage_section(factory, 'main', options)),
+        '<zodb_db catalog>\n%s\n mount-point /catalog\n</zodb_db>\n'
+        % storage_section(factory, CATALOG, options)]
+    if first != 'main':
+        sections.reverse()
     path.write_text(
         '%%define INSTANCE %s\ninstancehome $INSTANCE\n%%import relstorage\n'
-        '<zodb_db main>\n%s\n mount-point /\n cache-size 5000\n</zodb_db>\n'
-        '<zodb_db catalog>\n%s\n mount-point /catalog\n</zodb_db>\n'
-        % (tmp_path, main or storage_section(factory, 'main', options),
-           storage_section(factory, CATALOG, options)))
+        '%s' % (tmp_path, ''.join(sections)))
     return str(path)
 
 
@@ -241,7 +256,13 @@ def test_db_pack_of_one_database_of_a_multi_database(sqlite_pair):
     check_packed(sqlite_pair, oids, packed=('catalog',))
     # Alone, the same pack would have removed what main refers to: the
     # test above is one of the multi-database.
-    storage = sqlite_pair.storage(CATALOG)
+    pack_the_catalog_alone(sqlite_pair, oids)
+
+
+def pack_the_catalog_alone(factory, oids):
+    """Pack the catalog on its own, not knowing main: what only main
+    refers to goes."""
+    storage = factory.storage(CATALOG)
     try:
         storage.pack(time.time(), referencesf)
         with pytest.raises(POSKeyError):
@@ -391,3 +412,276 @@ def test_another_references_reader_is_refused(sqlite_pair):
     finally:
         close_databases(databases)
     check_packed(sqlite_pair, oids, packed=())
+
+
+class StalledFinish:
+    """A resource manager of a transaction, sorted right after the
+    connection *after*: its tpc_finish calls *stall*, which returns when
+    the transaction may go on; until then it has finished in the
+    databases sorted before only."""
+
+    def __init__(self, after, stall):
+        self.key = after.sortKey() + '\0'  # right after, before the next
+        self.stall = stall
+
+    def sortKey(self):
+        return self.key
+
+    def tpc_finish(self, transaction):
+        self.stall()
+
+    def abort(self, transaction):
+        pass
+
+    tpc_begin = commit = tpc_vote = tpc_abort = abort
+
+
+def finishing_order(conn):
+    """``(home, other)``: the databases in the order a commit through the
+    ZODB connection *conn* finishes them; objects move from the first
+    into the second."""
+    return tuple(sorted(('main', 'catalog'), key=lambda name:
+                        conn.get_connection(name).sortKey()))
+
+
+def add_x(db):
+    """Add the object 'x' to the root of the database a commit finishes
+    first; return its oid and ``(home, other)``."""
+    with db.transaction() as conn:
+        home, other = finishing_order(conn)
+        x = conn.get_connection(home).root()['x'] = PersistentMapping(
+            name='x')
+    return x._p_oid, (home, other)
+
+
+def move_x(conn, stall, manager=transaction.manager):
+    """Move 'x' (see add_x) into the other database's root, as 'ref', in
+    one transaction whose finish calls *stall* between the two
+    databases'."""
+    home, other = finishing_order(conn)
+    conn.get_connection(other).root()['ref'] = \
+        conn.get_connection(home).root().pop('x')
+    manager.get().join(StalledFinish(conn.get_connection(home), stall))
+    manager.commit()
+
+
+class Seen(logging.Handler):
+    """Sets *event* when a record whose message holds *text* is logged."""
+
+    def __init__(self, text, event):
+        super().__init__(logging.INFO)
+        self.text = text
+        self.event = event
+
+    def emit(self, record):
+        if self.text in record.getMessage():
+            self.event.set()
+
+
+def test_a_pack_waits_for_a_move_across_databases_half_finished(
+        pair, tmp_path):
+    # A transaction moves the only reference to an object from the
+    # database it lives in to the other one; it has voted in both and
+    # finished in the first when the pack of both runs. Seen from the
+    # pack, nothing refers to the object any more: the new reference is
+    # not visible yet. The pack waits for that commit to end.
+    databases = open_databases(pair)
+    try:
+        # The object lives where the transaction finishes first (packed
+        # first: on SQLite, the other's batches wait for that commit's
+        # writer whatever the pack knows).
+        _, (home, other) = add_x(databases['main'])
+        manager = transaction.TransactionManager()
+        conn = databases['main'].open(manager)
+        reached = threading.Event()
+        go = threading.Event()
+
+        def stall():
+            reached.set()
+            assert go.wait(60), 'never let go'
+        moved = []
+
+        def move():
+            try:
+                move_x(conn, stall, manager)
+                moved.append(True)
+            finally:
+                conn.close()
+        mover = threading.Thread(target=move)
+        mover.start()
+        assert reached.wait(60)
+        time.sleep(0.01)  # the pack time follows that first finish
+        waits = threading.Event()
+        seen = Seen('has voted in database %r' % other, waits)
+        logger = logging.getLogger('relstorage.storage.multipack')
+        logger.addHandler(seen)
+        level = logger.level
+        logger.setLevel(logging.INFO)
+        status = []
+        out = io.StringIO()
+
+        def pack():
+            try:
+                status.append(zodbpack.main(
+                    ['-v', '-d', '0', zope_conf(tmp_path, pair, first=home)],
+                    out=out))
+            finally:
+                waits.set()  # ended without waiting
+        packer = threading.Thread(target=pack)
+        try:
+            packer.start()
+            assert waits.wait(120)
+        finally:
+            go.set()
+            mover.join(60)
+            packer.join(120)
+            logger.removeHandler(seen)
+            logger.setLevel(level)
+        assert moved and status == [0]
+        assert 'spent waiting for commits voted in other databases' in \
+            out.getvalue(), out.getvalue()
+    finally:
+        close_databases(databases)
+    # Read afresh (no cache of the connections above has it).
+    databases = open_databases(pair)
+    try:
+        with databases['main'].transaction() as conn:
+            assert conn.get_connection(other).root()['ref']['name'] == 'x'
+    finally:
+        close_databases(databases)
+
+
+def test_the_checks_report_a_reference_to_an_object_missing_elsewhere(
+        pair, tmp_path):
+    # A pack of the catalog alone, not knowing main, removed the object
+    # only main refers to: zodbcheck and zodbpack --check-refs-only of the
+    # multi-database name it, main's object that refers to it, and the
+    # database where it is missing.
+    oids = make(pair)
+    pack_the_catalog_alone(pair, oids)
+    config = zope_conf(tmp_path, pair)
+    missing = oid_repr(oids['catalog']['kept'])
+    out = io.StringIO()
+    assert zodbcheck.main([config], out=out, err=io.StringIO()) == \
+        zodbcheck.EXIT_BROKEN
+    assert ("dangling reference to another database: 0x00 "
+            "(persistent.mapping.PersistentMapping) refers to %s of "
+            "database 'catalog', which does not exist there" % missing
+            in out.getvalue()), out.getvalue()
+    # (deep refers to deeper, x to y: gone too.)
+    assert 'BROKEN: 3 references to missing objects of other databases' \
+        in out.getvalue()
+    out = io.StringIO()
+    assert zodbcheck.main(['--json', config], out=out,
+                          err=io.StringIO()) == zodbcheck.EXIT_BROKEN
+    report = {r['name']: r for r in json.loads(out.getvalue())['storages']}
+    assert report['main']['dangling_elsewhere'][0] == {
+        'oid': '0x00', 'class': 'persistent.mapping.PersistentMapping',
+        'database': 'catalog', 'missing': missing}
+    assert report['main']['dangling_elsewhere_count'] == 3
+    assert report['catalog']['dangling_elsewhere'] == []
+    out = run('--check-refs-only', config)
+    assert out.returncode == zodbpack.EXIT_DANGLING, out.stderr
+    assert ("dangling: 0x00 -> %s of database 'catalog' (missing there)"
+            % missing) in out.stdout, out.stdout
+
+
+def test_the_checks_find_nothing_wrong_across_intact_databases(
+        sqlite_pair, tmp_path):
+    make(sqlite_pair)
+    config = zope_conf(tmp_path, sqlite_pair)
+    out = io.StringIO()
+    assert zodbcheck.main([config], out=out, err=io.StringIO()) == 0
+    assert out.getvalue().count('no problems found') == 2, out.getvalue()
+    out = run('--check-refs-only', config)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert '0 dangling references (0 to other databases)' in out.stdout
+
+
+#: A process that moves the object 'x' (see move_x) and stalls between
+#: the two finishes, until it is killed.
+MOVER = """
+import sys
+import ZODB.config
+from relstorage.tests.test_multidb_pack import move_x
+
+move_x(ZODB.config.databaseFromURL(sys.argv[1]).open(),
+       lambda: print('stalled', flush=True) or sys.stdin.read())
+"""
+
+
+def test_a_process_dead_between_its_finishes_holds_no_pack_back(
+        pair, tmp_path):
+    # The claim of a vote ends with its process: the pack does not wait
+    # for a commit that will never finish, and the object, which only
+    # the finished half of it refers to no more, is garbage.
+    databases = open_databases(pair)
+    try:
+        oid, (home, other) = add_x(databases['main'])
+    finally:
+        close_databases(databases)
+    mover = subprocess.Popen(
+        [sys.executable, '-c', MOVER, zodb_conf(tmp_path, pair)],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+        env=child_env())
+    try:
+        assert mover.stdout.readline() == 'stalled\n'
+    finally:
+        mover.kill()
+        mover.wait(60)
+    time.sleep(0.01)  # the pack time follows its first finish
+    status = []
+    packer = threading.Thread(target=lambda: status.append(zodbpack.main(
+        ['-d', '0', zope_conf(tmp_path, pair, first=home)],
+        out=io.StringIO())))
+    packer.start()
+    packer.join(300)
+    assert status == [0]
+    databases = open_databases(pair)
+    try:
+        with databases['main'].transaction() as conn:
+            assert 'ref' not in conn.get_connection(other).root()
+            assert 'x' not in conn.get_connection(home).root()
+        with pytest.raises(POSKeyError):
+            databases[home].storage.load(oid)
+    finally:
+        close_databases(databases)
+
+
+def test_a_vote_referring_elsewhere_is_seen_until_its_commit_ends(factory):
+    # What the pack of another database asks: seen from another
+    # connection, the claim of a voted commit whose states refer to
+    # another database lasts until that commit finishes or aborts.
+    from ZODB.Connection import TransactionMetaData
+    databases = {}
+    db = ZODB.DB(factory.storage(), databases=databases,
+                 database_name='main')
+    ZODB.DB(None, databases=databases, database_name='catalog')
+    try:
+        with db.transaction() as conn:
+            far = PersistentMapping()
+            conn.get_connection('catalog').add(far)
+            conn.root()['far'] = far  # the root refers elsewhere
+            near = conn.root()['near'] = PersistentMapping()
+        writer = db.storage.new_instance()
+        watch = db.storage.adapter.open_vote_watch()
+        try:
+            assert watch.pending() is False
+            for oid, claims, end in ((p64(0), True, writer.tpc_finish),
+                                     (near._p_oid, False, writer.tpc_finish),
+                                     (p64(0), True, writer.tpc_abort)):
+                writer.poll_invalidations()  # see the last commit
+                meta = TransactionMetaData()
+                writer.tpc_begin(meta)
+                state, serial = writer.load(oid)
+                writer.store(oid, serial, state, '', meta)
+                writer.tpc_vote(meta)
+                # (SQLite's writer is claim enough: any vote is seen.)
+                assert watch.pending() is (claims or factory.db == 'sqlite')
+                end(meta)
+                assert watch.pending() is False
+        finally:
+            watch.close()
+            writer.release()
+    finally:
+        close_databases(databases)

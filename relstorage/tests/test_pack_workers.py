@@ -287,5 +287,44 @@ def test_state_references_agree_with_zodb():
     assert cross == [(u64(root['a']._p_oid), [('other', far)])]
     assert [pickledrefs.cross_references(state) for _, state in records
             if pickledrefs.cross_references(state)] == [[('other', far)]]
+    # What a vote asks of every state (see adapters.votes) says the same.
+    assert [oid for oid, state in records
+            if pickledrefs.refers_elsewhere(state)] == [u64(root['a']._p_oid)]
     other.close()
     db.close()
+
+
+@pytest.mark.parametrize('kind', ['m', 'n'])
+def test_references_elsewhere_in_the_protocol_zodb_writes(kind):
+    # Protocol 3. A state holding the letters on their own, not as a
+    # persistent id, refers elsewhere no more than a state without them.
+    from zodbpickle.pickle import Pickler
+    oid = b'\0' * 7 + b'\1'
+    ref = [kind, ('catalog', oid, PersistentMapping) if kind == 'm'
+           else ('catalog', oid)]
+    marker = object()
+
+    def state(value, pid=None):
+        out = io.BytesIO()
+        pickler = Pickler(out, 3)
+        pickler.persistent_id = lambda obj: pid if obj is marker else None
+        pickler.dump((PersistentMapping, None))
+        pickler.dump({'data': value})
+        return out.getvalue()
+    assert pickledrefs.refers_elsewhere(state(marker, ref))
+    assert pickledrefs.cross_references(state(marker, ref)) == [
+        ('catalog', 1)]
+    assert not pickledrefs.refers_elsewhere(state({kind: kind}))
+    assert not pickledrefs.refers_elsewhere(state('plain'))
+
+
+@pytest.mark.parametrize('kind', [b'm', b'n'])
+def test_references_elsewhere_in_python_2_pickles(kind):
+    # Python 2's ZODB wrote protocol 1, its strings as bytes (U): the
+    # state {'data': [kind, ('catalog', oid, class)] as a persistent id}.
+    oid = b'\0' * 7 + b'\1'
+    state = (b'(cpersistent.mapping\nPersistentMapping\nNt.'
+             b'}U\x04data(U\x01' + kind + b'(U\x07catalogU\x08' + oid
+             + b'cpersistent.mapping\nPersistentMapping\ntlQs.')
+    assert pickledrefs.cross_references(state) == [('catalog', 1)]
+    assert pickledrefs.refers_elsewhere(state)

@@ -146,7 +146,8 @@ def test_estimates_are_marked(factory, tmp_path):
     if not factory.keep_history:
         assert r['transactions'] is None
     status, text = run_main(zodbinfo, config)
-    assert "~: the server's estimate; --exact counts" in text
+    assert "~: an estimate, from the server's statistics or a sample; " \
+        "--exact counts" in text
     assert '  objects         ~' in text
 
 

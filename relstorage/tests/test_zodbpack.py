@@ -75,7 +75,7 @@ def test_zodbpack_packs_every_section(factory, tmp_path):
     out = run('-d', '0', config)
     assert out.returncode == 0, out.stderr
     assert 'main (' in out.stdout and 'other (' in out.stdout
-    assert '1 objects' in out.stdout  # the unlinked mapping
+    assert ', 1 object;' in out.stdout, out.stdout  # the unlinked mapping
     if factory.keep_history:
         assert 'revisions' in out.stdout and 'transactions' in out.stdout
     assert os.path.exists(str(fs_path) + '.old')  # FileStorage packed too
@@ -104,7 +104,9 @@ def test_zodbpack_says_where_the_graph_was_followed(tmp_path, graph_mb):
     finally:
         factory.cleanup()
     assert out.returncode == 0, out.stderr
-    assert '1 objects' in out.stdout
+    # Counts in the number they take: one object, one batch.
+    assert ', 1 object;' in out.stdout, out.stdout
+    assert 'then 1 batch;' in out.stdout, out.stdout
     said = 'its graph followed in the database' in out.stdout
     assert said == bool(graph_mb), out.stdout
     # The second pack reads no state again: the first kept what they
@@ -122,13 +124,14 @@ def test_zodbpack_prepack_then_use_prepack_state(factory, tmp_path):
     time.sleep(0.01)
     out = run('-d', '0', '--prepack', config)
     assert out.returncode == 0, out.stderr
-    assert '1 unreachable objects found' in out.stdout
+    assert '1 unreachable object found' in out.stdout, out.stdout
     storage = factory.storage()
     assert len(storage) == 3  # nothing removed yet
     storage.close()
     out = run('--use-prepack-state', config)
     assert out.returncode == 0, out.stderr
-    assert 'removed' in out.stdout and '1 objects' in out.stdout
+    assert 'removed' in out.stdout and ', 1 object;' in out.stdout, \
+        out.stdout
     storage = factory.storage()
     assert len(storage) == 2
     storage.close()
@@ -166,7 +169,7 @@ def test_zodbpack_check_refs_only_reports_dangling(factory, tmp_path):
     out = run('--check-refs-only', write_config(tmp_path, factory))
     assert out.returncode == 3, out.stderr
     assert 'dangling: 0x00 -> 0x01' in out.stdout
-    assert '1 dangling references' in out.stdout
+    assert '1 dangling reference\n' in out.stdout
 
 
 def test_second_pack_says_so_and_fails(factory, tmp_path):

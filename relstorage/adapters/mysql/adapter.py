@@ -33,6 +33,7 @@ from .tls import TLS_KEYS
 from .tls import requires_tls
 from .tls import tls_label
 from .upgrade import MySQLUpgrade
+from .votes import MySQLVoteClaims
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +54,7 @@ class MySQLAdapter(Adapter):
     hf_mover_class = MySQLHFMover
     hp_packer_class = MySQLHPPacker
     hf_packer_class = MySQLHFPacker
+    vote_claims_class = MySQLVoteClaims
     oid_allocator_class = MySQLOIDAllocator
     statistics_class = MySQLStatistics
     upgrade_class = MySQLUpgrade

@@ -15,6 +15,7 @@ from ..redact import scrub
 from ..replicas import split_host_port
 from ..sql import SQL
 from ..sql import script
+from .votes import PostgreSQLVoteClaims
 from . import errors as pg_errors
 from . import pooler
 from .drivers import select_driver
@@ -67,6 +68,7 @@ class PostgreSQLAdapter(Adapter):
     hp_packer_class = PostgreSQLHPPacker
     hf_packer_class = PostgreSQLHFPacker
     locker_class = PostgreSQLLocker
+    vote_claims_class = PostgreSQLVoteClaims
     oid_allocator_class = PostgreSQLOIDAllocator
     statistics_class = PostgreSQLStatistics
     upgrade_class = PostgreSQLUpgrade

@@ -49,38 +49,57 @@ def parse_dsn(dsn):
 def describe_dsn(dsn):
     """``dbname=app host=127.0.0.1 port=5432 user=app`` (no password),
     and the ``sslmode`` where *dsn* sets one. What *dsn* leaves out is
-    shown as libpq fills it in, and said so."""
+    shown as libpq fills it in, and said where each value came from:
+    ``(not in the DSN: port from PGPORT; host is libpq's default)``; a
+    value the DSN gives is not remarked on."""
     params = parse_dsn(dsn or '')
-    host, port, dbname = dsn_location(dsn)
+    sources = {}
+    host, port, dbname = dsn_location(dsn, sources)
     shown = ['dbname=%s' % dbname, 'host=%s' % host, 'port=%s' % port]
     shown.extend('%s=%s' % (key, params[key]) for key in ('user', 'sslmode')
                  if key in params)
-    given = set(params)
-    if 'hostaddr' in given:
-        given.add('host')
-    defaulted = [key for key in ('dbname', 'host', 'port')
-                 if key not in given]
+    said = ['%s from %s' % (key, source) for key, source in sources.items()
+            if source not in ('dsn', None)]
+    defaulted = [key for key, source in sources.items() if source is None]
     if defaulted:
-        shown.append('(%s: libpq defaults)' % ', '.join(defaulted))
+        said.append('%s %s' % (', '.join(defaulted), "is libpq's default"
+                               if len(defaulted) == 1
+                               else "are libpq's defaults"))
+    if said:
+        shown.append('(not in the DSN: %s%s)' % ('; '.join(said), (
+            '; service=%s may set them' % params['service'])
+            if params.get('service') else ''))
     return ' '.join(shown)
 
 
-def dsn_location(dsn):
+def dsn_location(dsn, sources=None):
     """``(host, port, dbname)`` that *dsn* connects to, with libpq's
     defaults (PGHOST, PGPORT, PGDATABASE, PGUSER, the login name) for
-    what it leaves out."""
+    what it leaves out. *sources*, a dict, is told where each of
+    ``dbname``, ``host`` and ``port`` came from: ``'dsn'``, the
+    environment variable's name, or None for libpq's own default."""
     params = parse_dsn(dsn or '')
     # Read only to describe the target as libpq will (see test_layers):
     # the connection itself is left to libpq, which reads them anyway.
     env = os.environ
+    if sources is None:
+        sources = {}
 
-    def get(key, var, default):
-        return params.get(key) or env.get(var) or default
-    user = get('user', 'PGUSER', None) or getpass.getuser()
-    host = get('host', 'PGHOST', None) or get('hostaddr', 'PGHOSTADDR',
-                                               '<local socket>')
-    return (host, str(get('port', 'PGPORT', '5432')),
-            get('dbname', 'PGDATABASE', user))
+    def get(key, var, default, said=None):
+        if params.get(key):
+            sources[said or key] = 'dsn'
+            return params[key]
+        if env.get(var):
+            sources[said or key] = var
+            return env[var]
+        sources[said or key] = None
+        return default
+    user = params.get('user') or env.get('PGUSER') or getpass.getuser()
+    dbname = get('dbname', 'PGDATABASE', user)
+    host = get('host', 'PGHOST', None) or get(
+        'hostaddr', 'PGHOSTADDR', '<local socket>', said='host')
+    port = str(get('port', 'PGPORT', '5432'))
+    return host, port, dbname
 
 
 def make_dsn(params):

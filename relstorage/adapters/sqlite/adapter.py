@@ -29,6 +29,7 @@ from .schema import SQLiteTypes
 from .session import connection_pragmas
 from .session import WriterQueue
 from .session import SQLiteSession
+from .votes import SQLiteVoteClaims
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +54,7 @@ class SQLiteAdapter(Adapter):
     hp_mover_class = SQLiteHPMover
     hf_mover_class = SQLiteHFMover
     locker_class = SQLiteLocker
+    vote_claims_class = SQLiteVoteClaims
     oid_allocator_class = SQLiteOIDAllocator
     statistics_class = SQLiteStatistics
     database_name = 'SQLite'
