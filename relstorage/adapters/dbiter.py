@@ -11,8 +11,8 @@ from .sql import SQL
 
 from .inspect import HistoryFreeInspector
 from .inspect import HistoryPreservingInspector
-from .interfaces import IIterator
-from .interfaces import IHistoryPreservingIterator
+from .components import IHistoryPreservingIterator
+from .components import IIterator
 
 
 def _ordered(template, **parts):

@@ -9,7 +9,7 @@ that all figures of one report describe one moment and nobody waits.
 from zope.interface import implementer
 
 from . import blobs
-from .interfaces import IInspector
+from .components import IInspector
 from .sql import SQL
 
 

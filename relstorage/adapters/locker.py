@@ -13,7 +13,7 @@ from ..exceptions import CommitLockTimeout
 from ..exceptions import SchemaError
 from ..exceptions import UnableToLockRows
 from .session import in_list
-from .interfaces import ILocker
+from .components import ILocker
 from .sql import SQL
 
 #: Consecutive oids selected as a range rather than one by one.

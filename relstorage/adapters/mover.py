@@ -33,7 +33,7 @@ POLL = SQL('SELECT -1, ({last}){no_table} UNION ALL SELECT zoid, tid '
 #: (insert_select_where), and that clause (Mover.upsert).
 UPSERT_SELECT = SQL('INSERT INTO {table} ({cols}) {select}{where}{upsert}')
 from .blobs import BLOB_OF
-from .interfaces import IMover
+from .components import IMover
 
 
 @implementer(IMover)

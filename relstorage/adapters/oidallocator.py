@@ -2,7 +2,7 @@
 
 from zope.interface import implementer
 
-from .interfaces import IOIDAllocator
+from .components import IOIDAllocator
 
 #: Oids handed out per trip to the database.
 OID_BLOCK = 16

@@ -23,7 +23,7 @@ from .session import in_list
 from .sql import SQL
 from .sql import Rows
 from .sql import EMPTY_TABLE
-from .interfaces import IPacker
+from .components import IPacker
 
 
 def _b(value):

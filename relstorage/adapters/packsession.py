@@ -8,9 +8,9 @@ and run the packer's SQL on them.
 """
 from zope.interface import implementer
 
-from .interfaces import IPackKeeper
-from .interfaces import IPackReads
-from .interfaces import IPackSession
+from .pack_interfaces import IPackKeeper
+from .pack_interfaces import IPackReads
+from .pack_interfaces import IPackSession
 from .loadstore import LoadSession
 from .locker import Locker
 

@@ -11,7 +11,7 @@ from ..exceptions import RelStorage4Database
 from ..exceptions import SchemaError
 from .sql import DROP_TABLE
 from .sql import SQL
-from .interfaces import ISchema
+from .components import ISchema
 
 #: Bumped whenever a table changes shape; stored in ``relstorage_meta``.
 SCHEMA_VERSION = 2

@@ -13,7 +13,9 @@ from zope.interface.exceptions import Invalid
 from zope.interface.verify import verifyClass
 from zope.interface.verify import verifyObject
 
+from relstorage.adapters import components as C
 from relstorage.adapters import interfaces as I
+from relstorage.adapters import pack_interfaces as P
 from relstorage.adapters.loadstore import StoreSession
 from relstorage.adapters.packsession import PackReads
 from relstorage.adapters.packsession import PackSession
@@ -35,10 +37,10 @@ DRIVERS = [('sqlite', None), ('postgresql', 'psycopg2'),
 MODULES = {None: 'sqlite3', 'psycopg2': 'psycopg2', 'psycopg': 'psycopg',
            'MySQLdb': 'MySQLdb', 'PyMySQL': 'pymysql'}
 
-COMPONENTS = [('mover', I.IMover), ('locker', I.ILocker),
-              ('packer', I.IPacker), ('schema', I.ISchema),
-              ('oids', I.IOIDAllocator), ('inspector', I.IInspector),
-              ('iterator', I.IIterator)]
+COMPONENTS = [('mover', C.IMover), ('locker', C.ILocker),
+              ('packer', C.IPacker), ('schema', C.ISchema),
+              ('oids', C.IOIDAllocator), ('inspector', C.IInspector),
+              ('iterator', C.IIterator)]
 
 
 def verify_components(adapter):
@@ -46,7 +48,7 @@ def verify_components(adapter):
     for name, iface in COMPONENTS:
         verifyObject(iface, getattr(adapter, name))
     if adapter.keep_history:
-        verifyObject(I.IHistoryPreservingIterator, adapter.iterator)
+        verifyObject(C.IHistoryPreservingIterator, adapter.iterator)
 
 
 def build(db, driver, keep_history):
@@ -79,9 +81,9 @@ def test_adapter_sessions_and_components_keep_the_contract(
         opened = []
         for iface, open_ in [(I.ILoadSession, adapter.open_load_session),
                              (I.IStoreSession, adapter.open_store_session),
-                             (I.IPackReads, adapter.open_pack_reads),
-                             (I.IPackSession, adapter.open_pack_session),
-                             (I.IPackKeeper, adapter.open_pack_keeper)]:
+                             (P.IPackReads, adapter.open_pack_reads),
+                             (P.IPackSession, adapter.open_pack_session),
+                             (P.IPackKeeper, adapter.open_pack_keeper)]:
             session = open_()
             opened.append(session)
             verifyObject(iface, session)
@@ -109,8 +111,8 @@ def test_oracle_as_far_as_it_is_built_without_a_server(keep_history):
 
 
 @pytest.mark.parametrize('iface, cls', [
-    (I.IStoreSession, StoreSession), (I.IPackSession, PackSession),
-    (I.IPackReads, PackReads), (I.IRelStorage4Reader, RelStorage4Reader),
+    (I.IStoreSession, StoreSession), (P.IPackSession, PackSession),
+    (P.IPackReads, PackReads), (I.IRelStorage4Reader, RelStorage4Reader),
     (I.ILoadSession, ReplicaLoadSession),
     (I.IStoreSession, ReplicaStoreSession)])
 def test_session_classes_declare_their_interfaces(iface, cls):
