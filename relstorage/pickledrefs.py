@@ -1,5 +1,5 @@
 """The oids a ZODB record refers to, read from its pickles; and the loop
-of a pre-pack worker process (see relstorage.storage.refworkers).
+of a pre-pack worker process (see relstorage.storage.pack.workers).
 
 Imports nothing but the standard library and zodbpickle, so that a
 worker process is a small one (about 11 MB, against 23 with the storage

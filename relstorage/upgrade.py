@@ -98,7 +98,7 @@ def upgrade_one(name, section, args, out):
 def keep_references(adapter, done):
     """The upgrade's last step: read the upgraded database's states for
     the references its first pack would otherwise read (see
-    storage.keptrefs), then *done()*; what to say of it."""
+    storage.pack.keptrefs), then *done()*; what to say of it."""
     from .storage import RelStorage
     storage = RelStorage(adapter)  # closes the adapter when closed
     try:

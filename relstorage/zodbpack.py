@@ -17,7 +17,7 @@ non-zero.
 
 The databases of a multi-database (two ``<zodb>`` or ``<zodb_db>``
 sections or more) are packed together: none removes an object that
-another database refers to (see relstorage.storage.multipack). With
+another database refers to (see relstorage.storage.pack.multidb). With
 ``--database NAME``, the others are read for their references to it,
 not packed.
 
@@ -53,7 +53,7 @@ from .siteconfig import load_configured
 from .siteconfig import peers
 from .siteconfig import select
 from .storage import RelStorage
-from .storage.multipack import pack_databases
+from .storage.pack.multidb import pack_databases
 from .wording import counted
 
 log = logging.getLogger('zodbpack')
@@ -208,7 +208,7 @@ def pack_together(entries, names, days, out, prepack_only=False,
     """Pack the databases *names* of the multi-database *entries*
     (``[Configured]``, each with its database_name) together:
     none removes an object another refers to (see
-    relstorage.storage.multipack). Returns the exit status."""
+    relstorage.storage.pack.multidb). Returns the exit status."""
     storages = {}
     chosen = [entry.database_name for entry in entries
               if entry.name in names]
@@ -292,7 +292,7 @@ def report(result, t, started, out):
 
 def kept_text(result):
     """What the pre-pack unpickled, and what it took from the references
-    the last pack kept (see storage.keptrefs)."""
+    the last pack kept (see storage.pack.keptrefs)."""
     if 'prepack_unpickled' not in result:
         return ''
     return ', %s unpickled, %d taken as the last pack kept them' % (

@@ -24,7 +24,7 @@ class IPackReads(ILoadSession):
         *limit* states current at *pack_tid*, with oid > *after_oid*, in
         oid order, each with its tid and the references a pack kept for
         the object (``kept``: 8 bytes per oid, then a digest; see
-        relstorage.storage.keptrefs) with the tid of the revision they
+        relstorage.storage.pack.keptrefs) with the tid of the revision they
         were read from (None, None: none kept); the oids deleted as of
         *pack_tid* are appended to *deleted* (a list), if given. With
         *checked*, where checks_kept_references, a row whose kept

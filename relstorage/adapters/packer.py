@@ -88,7 +88,7 @@ PAGE_COLUMNS = PAGE_COLUMNS_TEMPLATE.format(state='s.state')
 #: The state column of a page read checked: empty ({empty}, the
 #: database's spelling) where the references kept for the object were
 #: read from this very state, as the database finds with {kept_ok} (see
-#: relstorage.storage.keptrefs).
+#: relstorage.storage.pack.keptrefs).
 CHECKED_STATE = SQL('CASE WHEN r.tid = s.tid AND {kept_ok} THEN {empty} '
                     'ELSE s.state END AS state')
 

@@ -64,7 +64,7 @@ CREATE TABLE pack_garbage (
 #: pre-pack (the one current at that pack's time), so that later packs
 #: need not unpickle the objects that have not changed since: ``refs`` is
 #: the oids referred to, each as 8 bytes big-endian, in increasing order,
-#: then a CRC-32 of the state and those oids (see storage.keptrefs).
+#: then a CRC-32 of the state and those oids (see storage.pack.keptrefs).
 #: Valid for the revision ``tid`` only: a newer revision is read again.
 #: Created with the other tables, and in a database made before it by its
 #: first pack (Schema.ensure_state_refs).

@@ -1,6 +1,6 @@
 """Claims of the commits that have voted and not finished, seen from
 other sessions: what a pack of another database of a multi-database asks
-before it removes anything (see relstorage.storage.multipack).
+before it removes anything (see relstorage.storage.pack.multidb).
 
 A transaction of a multi-database votes in every database before it
 finishes in any. Between its first finish and its last, a database that

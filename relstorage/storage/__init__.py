@@ -24,8 +24,8 @@ from .history import History
 from .history import UndoableHistory
 from .iteration import Iteration
 from .load import Loader
-from .multipack import pack_databases
-from .pack import Pack
+from .pack.multidb import pack_databases
+from .pack.pack import Pack
 from .readahead import ReadAhead
 from .tpc import Commit
 from .view import Seen
@@ -336,7 +336,7 @@ class RelStorage(ConflictResolvingStorage):
         *databases*, ``(this database's name, {database name: storage})``
         of a multi-database this storage is part of (see pack()), keeps
         the objects the other databases refer to: their records are read
-        for their references to this one (see multipack).
+        for their references to this one (see pack.multidb).
 
         *progress*, if given, is called after every committed batch with
         ``(done, total)`` counts of objects handled. *prepack_only* (default:
@@ -365,7 +365,7 @@ class RelStorage(ConflictResolvingStorage):
     def new_pack(self, t, referencesf, gc=None, progress=None,
                  prepack_only=None, use_prepack_state=None, workers=None):
         """A pack of this storage, as pack_with_result() makes (a
-        storage.pack.Pack, not yet run), alone."""
+        storage.pack.pack.Pack, not yet run), alone."""
         self._commit.check_writable()
         options = self._options
         if gc is None:

@@ -23,7 +23,7 @@ from ..blobs.files import reading_helper
 from ..pickledrefs import cross_references
 from ..pickledrefs import refers_elsewhere
 from .classes import class_name
-from .refgraph import ReferenceGraph
+from .pack.graph import ReferenceGraph
 
 #: Current states read per query.
 PAGE = 1000

@@ -184,7 +184,7 @@ def test_a_pack_whose_lease_was_taken_stops_at_its_next_batch(cluster):
     removes nothing more."""
     from ZODB.serialize import referencesf
     from relstorage.exceptions import PackLockLost
-    from relstorage.storage.pack import STEP
+    from relstorage.storage.pack.pack import STEP
     node = cluster.nodes[0]
     storage = DatabaseFactory('mysql', False, server=node).storage(
         zap=True, pack_batch_timeout=0.0001)

@@ -1,4 +1,4 @@
-"""The references a pack keeps for the next one (storage.keptrefs): a
+"""The references a pack keeps for the next one (storage.pack.keptrefs): a
 later pack unpickles only what changed, yet removes exactly what an
 unpickling pack would."""
 import contextlib
@@ -12,7 +12,7 @@ from ZODB.serialize import referencesf
 from ZODB.utils import p64
 from ZODB.utils import u64
 
-from relstorage.storage.keptrefs import decode
+from relstorage.storage.pack.keptrefs import decode
 
 
 @pytest.fixture
@@ -325,8 +325,8 @@ def test_the_kept_bytes_a_page_makes_are_encode_s():
     one or many: the oids, 8 bytes each, big-endian, then the first 16
     bytes of the SHA-256 of the state and those oids; decode() reads
     them back."""
-    from relstorage.storage.keptrefs import KeptReferences
-    from relstorage.storage.keptrefs import encode
+    from relstorage.storage.pack.keptrefs import KeptReferences
+    from relstorage.storage.pack.keptrefs import encode
     rows = [(oid, b'state %d' % oid * (oid % 7 + 1), 100 + oid, None, None)
             for oid in range(1, 200)]
     found = [(oid, list(range(oid + 1, oid + 1 + oid % 70)))

@@ -101,7 +101,7 @@ def test_moved_errors_keep_their_old_names_and_bases():
     from ZODB.POSException import StorageError
     from relstorage.adapters.upgrade import UpgradeRefused
     from relstorage.storage.copy import CopyError
-    from relstorage.storage.pack import PackAlreadyRunning
+    from relstorage.storage.pack.pack import PackAlreadyRunning
     from relstorage.zodbconvert import UsageError
     assert UpgradeRefused is exceptions.UpgradeRefused
     assert CopyError is exceptions.CopyError
@@ -295,7 +295,7 @@ def test_the_tests_import_scan_sees_every_form():
         range(3, 11))
     names = {str(p.relative_to(SOURCE.parent))
              for p, _ in modules_outside_the_tests()}
-    assert {'relstorage/storage/pack.py', 'relstorage/testing/dbs.py',
+    assert {'relstorage/storage/pack/pack.py', 'relstorage/testing/dbs.py',
             'relstorage_speedtest/main.py'} <= names
     assert not any('/tests/' in n for n in names)
 
@@ -534,6 +534,19 @@ def test_variants_are_declared_classes_chosen_at_open():
     assert scan_modules(patched_in) == []
     assert scan_modules(galera_branches, 'adapters/',
                         skip='adapters/mysql/galera.py') == []
+
+
+def test_the_pack_is_one_package():
+    """Graph, kept references, pages, workers, several databases: the
+    pack's modules are storage/pack/, beside none of the ZODB-facing
+    ones."""
+    pack = {p.name for p in (SOURCE / 'storage' / 'pack').glob('*.py')}
+    assert {'pack.py', 'multidb.py', 'graph.py', 'keptrefs.py',
+            'prepackio.py', 'workers.py'} <= pack
+    strays = [p.name for p in (SOURCE / 'storage').glob('*.py')
+              if 'pack' in p.stem or p.stem.startswith('ref')
+              or p.stem.startswith('kept')]
+    assert strays == []
 
 
 #: The most lines a library module may have: one concern per module.

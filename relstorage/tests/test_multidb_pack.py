@@ -1,5 +1,5 @@
 """Packing the databases of a ZODB multi-database: no pack removes an
-object that another database refers to (see storage.multipack)."""
+object that another database refers to (see storage.pack.multidb)."""
 import io
 import json
 import logging
@@ -22,9 +22,9 @@ from ZODB.utils import p64
 
 from relstorage import zodbcheck
 from relstorage import zodbpack
-from relstorage.storage import multipack
-from relstorage.storage import prepackio
-from relstorage.storage import refworkers
+from relstorage.storage.pack import multidb as multipack
+from relstorage.storage.pack import prepackio
+from relstorage.storage.pack import workers as refworkers
 from relstorage.testing.dbs import DatabaseFactory
 from relstorage.testing.dbs import child_env
 from relstorage.testing.dbs import mysql_params
@@ -513,7 +513,7 @@ def test_a_pack_waits_for_a_move_across_databases_half_finished(
         time.sleep(0.01)  # the pack time follows that first finish
         waits = threading.Event()
         seen = Seen('has voted in database %r' % other, waits)
-        logger = logging.getLogger('relstorage.storage.multipack')
+        logger = logging.getLogger('relstorage.storage.pack.multidb')
         logger.addHandler(seen)
         level = logger.level
         logger.setLevel(logging.INFO)

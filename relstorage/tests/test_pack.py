@@ -105,7 +105,7 @@ def test_pack_to_a_time_before_an_earlier_pack_is_refused(hp_factory):
 KILLED_PACK = '''
 import os, sys, time
 from ZODB.serialize import referencesf
-from relstorage.storage import pack
+from relstorage.storage.pack import pack
 from relstorage.testing.dbs import DatabaseFactory
 pack.STEP = 100  # two batches of the 600 garbage objects, then the kill
 storage = DatabaseFactory.in_child(*sys.argv[1:4]).storage(
@@ -383,7 +383,7 @@ def test_a_page_of_states_gives_each_state_its_own_references():
     from ZODB.utils import u64
 
     from relstorage.exceptions import CorruptRecord
-    from relstorage.storage.pack import Pack
+    from relstorage.storage.pack.pack import Pack
     factory = DatabaseFactory('sqlite', True)
     storage = factory.storage()
     db = ZODB.DB(storage)

@@ -15,7 +15,7 @@ from persistent.mapping import PersistentMapping
 from ZODB.POSException import POSKeyError
 from ZODB.serialize import referencesf
 
-from relstorage.storage.refgraph import ReferenceGraph
+from relstorage.storage.pack.graph import ReferenceGraph
 from relstorage.testing.dbs import DatabaseFactory
 
 #: pack-graph-mb for each way of walking the graph, and where the

@@ -19,8 +19,8 @@ from ZODB.serialize import referencesf
 from relstorage import pickledrefs
 from relstorage import zodbpack
 from relstorage.exceptions import CorruptRecord
-from relstorage.storage import prepackio
-from relstorage.storage import refworkers
+from relstorage.storage.pack import prepackio
+from relstorage.storage.pack import workers as refworkers
 from relstorage.testing.dbs import DatabaseFactory
 
 from .test_hostile_rows import _damage

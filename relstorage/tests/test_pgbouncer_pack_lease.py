@@ -15,7 +15,7 @@ from relstorage.adapters.postgresql import pooler as pooled
 from relstorage.exceptions import PackLockLost
 from relstorage.options import Options
 from relstorage.storage import RelStorage
-from relstorage.storage.pack import STEP
+from relstorage.storage.pack.pack import STEP
 from relstorage.testing.dbs import require_pooler
 
 DATABASE = 'relstoragetest_hf'

@@ -68,7 +68,7 @@ DELETE_OLDER_THAN_KEPT = OLDER_THAN_KEPT.format(what='DELETE s')
 
 
 #: Whether the kept references r.refs were read from the state s.state
-#: (see relstorage.storage.keptrefs and the PostgreSQL adapter's KEPT_OK).
+#: (see relstorage.storage.pack.keptrefs and the PostgreSQL adapter's KEPT_OK).
 KEPT_OK = ('RIGHT(r.refs, 16) = LEFT(UNHEX(SHA2(CONCAT(s.state, LEFT('
            'r.refs, GREATEST(LENGTH(r.refs) - 16, 0))), 256)), 16)')
 CHECKED_COLUMNS = checked_columns(KEPT_OK, "x''")

@@ -69,7 +69,7 @@ class PostgreSQLPackerMixin:
 
 #: Whether the kept references r.refs were read from the state s.state:
 #: their last 16 bytes are those of the SHA-256 digest of the state
-#: followed by the rest (relstorage.storage.keptrefs).
+#: followed by the rest (relstorage.storage.pack.keptrefs).
 KEPT_OK = ("substring(r.refs from greatest(octet_length(r.refs) - 15, 1)) "
            "= substring(sha256(s.state || substring(r.refs from 1 for "
            "greatest(octet_length(r.refs) - 16, 0))) from 1 for 16)")

@@ -46,9 +46,9 @@ from ZODB.serialize import referencesf as zodb_referencesf
 from ZODB.utils import p64
 from ZODB.utils import u64
 
-from ..exceptions import PackedFurtherAlready
-from ..pickledrefs import cross_references
-from ..wording import counted
+from ...exceptions import PackedFurtherAlready
+from ...pickledrefs import cross_references
+from ...wording import counted
 
 log = logging.getLogger(__name__)
 

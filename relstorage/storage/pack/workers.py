@@ -30,11 +30,11 @@ import sys
 import threading
 import time
 
-from ..children import child_env
-from ..pickledrefs import READY
-from ..pickledrefs import page_references
-from ..pickledrefs import receive
-from ..pickledrefs import send
+from ...children import child_env
+from ...pickledrefs import READY
+from ...pickledrefs import page_references
+from ...pickledrefs import receive
+from ...pickledrefs import send
 
 log = logging.getLogger(__name__)
 

@@ -7,7 +7,7 @@ the tid of the revision they were read from (the state_refs table, see
 relstorage.adapters.schema). The pages of the next pre-pack bring, with
 each state, what was kept for its object; where that was read from the
 very revision the page holds, the state is not unpickled again. The
-others are (by the worker processes, see refworkers), and what they refer
+others are (by the worker processes, see workers), and what they refer
 to is kept in place of what was kept from an older revision.
 
 Kept references are used only with ZODB's own reference finder and when

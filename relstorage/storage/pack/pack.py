@@ -3,13 +3,13 @@ and (with pack-gc) objects no longer reachable from the root.
 
 The pre-pack reads one snapshot without any lock: it reads the states
 current at the pack time a page at a time and keeps their references, in
-flat arrays (see refgraph), while they take at most ``pack-graph-mb``; it
+flat arrays (see graph), while they take at most ``pack-graph-mb``; it
 then follows them from the root (and from everything committed after the
 pack time) and so finds the garbage. A larger graph goes into scratch
 tables of the database, where one recursive query follows it, the
 packing process holding no more than a few pages (see
 relstorage.adapters.packer). With more than one CPU, worker processes
-unpickle the pages (see refworkers); an object unchanged since the last
+unpickle the pages (see workers); an object unchanged since the last
 pack is not unpickled again (see keptrefs). The
 removal then runs in batches, each a short transaction holding the commit
 lock for at most about ``pack-batch-timeout`` seconds, so that writers wait
@@ -27,22 +27,22 @@ from contextlib import closing
 
 from ZODB.POSException import StorageError
 
-from .._util import chunks
-from ..exceptions import ClusterConflict
-from ..exceptions import CorruptRecord
-from ..exceptions import InvalidPackTime
-from ..exceptions import PackAlreadyRunning  # re-exported too
-from ..exceptions import PackedFurtherAlready
-from ..pickledrefs import cross_references
-from ..pickledrefs import page_references
-from ..wording import counted
+from ..._util import chunks
+from ...exceptions import ClusterConflict
+from ...exceptions import CorruptRecord
+from ...exceptions import InvalidPackTime
+from ...exceptions import PackAlreadyRunning  # re-exported too
+from ...exceptions import PackedFurtherAlready
+from ...pickledrefs import cross_references
+from ...pickledrefs import page_references
+from ...wording import counted
 from .keptrefs import KeptReferences
 from .prepackio import REFS_WRITTEN
 from .prepackio import ReferenceWriter
 from .prepackio import read_pages
-from .load import MAX_ID
-from .refgraph import ReferenceGraph
-from .refworkers import Workers
+from ..load import MAX_ID
+from .graph import ReferenceGraph
+from .workers import Workers
 from ZODB.serialize import referencesf
 from ZODB.TimeStamp import TimeStamp
 from ZODB.utils import p64
@@ -101,7 +101,7 @@ class Pack:
         self.cache = cache
         self.blobs = blobs
         #: Worker processes of the pre-pack (None: as many as the CPUs,
-        #: see refworkers.default_count).
+        #: see workers.default_count).
         self.workers = workers
         self.prepack_only = prepack_only
         self.use_prepack_state = use_prepack_state
@@ -120,7 +120,7 @@ class Pack:
         #: Batches a cluster refused (and that were done again).
         self.batch_conflicts = 0
         self.metrics = metrics
-        #: While packing together with other databases (see multipack),
+        #: While packing together with other databases (see pack.multidb),
         #: a dict: the ``[(database name, oid)]`` each object read by the
         #: pre-pack refers to in other databases, by oid; and a set, those
         #: the roots (objects committed after the pack time) refer to.
@@ -133,7 +133,7 @@ class Pack:
         #: While packing together: called with the pack, the removing
         #: session and the newest tid once a batch holds the commit lock,
         #: waits while a commit that may refer to this database has voted
-        #: in another and not finished (see multipack._Newer.wait); returns
+        #: in another and not finished (see multidb._Newer.wait); returns
         #: the newest tid, the commit lock held.
         self.wait_for_votes = None
         self.result = PackResult(
@@ -150,7 +150,7 @@ class Pack:
     def stages(self):
         """run(), as a generator: it stops once, giving the removing
         session, when the garbage is found and nothing is removed yet
-        (see multipack: the references of other databases then spare
+        (see multidb: the references of other databases then spare
         what they refer to), and once more, giving None, when that is
         committed and the removal is about to begin; an empty database
         ends it at once."""
@@ -298,7 +298,7 @@ class Pack:
         committed after the pack time, with what it refers to, through the
         references of every state current at the pack time (read on
         *session*; with ZODB's referencesf, by worker processes too, see
-        refworkers). The objects deleted as of the pack time are appended
+        workers). The objects deleted as of the pack time are appended
         to *deleted* (see Packer.states_at).
 
         The graph is kept in this process (a ReferenceGraph) while it
