@@ -20,7 +20,6 @@ long the copy should take, from copying the first objects into a
 temporary table; it creates and changes nothing (no directory, file or
 table).
 """
-import argparse
 import logging
 import sys
 
@@ -28,10 +27,10 @@ from .adapters.upgrade import STEPS
 from .config import RelStorageFactory
 from .config import options_from_section
 from .exceptions import UpgradeRefused
-from .helptext import help_text
-from .siteconfig import add_database_argument
 from .siteconfig import chosen
-from .zodbpack import run_sections
+from .tools import run_sections
+from .tools import setup_logging
+from .tools import tool_parser
 from .wording import counted
 
 def upgrade_of(adapter, say):
@@ -113,18 +112,16 @@ def keep_references(adapter, done):
 
 def main(argv=None, out=None):
     out = out or sys.stdout
-    parser = argparse.ArgumentParser(
-        prog='relstorage-upgrade', description=help_text(__doc__))
+    parser = tool_parser('relstorage-upgrade', __doc__, config_help=(
+        'the config file the site uses (storage sections, <zodb> sections '
+        'or zope.conf)'))
     parser.add_argument('--dry-run', action='store_true',
                         help='report what would be done; change nothing')
     parser.add_argument('--drop-old', action='store_true',
                         help="remove RelStorage 4's tables after a finished "
                              'upgrade (no way back to RelStorage 4 then)')
-    add_database_argument(parser)
-    parser.add_argument('config', help='the config file the site uses '
-                        '(storage sections, <zodb> sections or zope.conf)')
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.WARNING, format='%(message)s')
+    setup_logging(logging.WARNING, format='%(message)s')
     if args.dry_run and args.drop_old:
         parser.error('--dry-run and --drop-old exclude each other')
     return run_sections('relstorage-upgrade', args.config,

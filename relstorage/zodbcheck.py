@@ -32,14 +32,16 @@ from .storage.check import Check
 from .zodbinfo import open_adapter
 from .zodbinfo import each_section
 from .zodbinfo import tid_time
-from .zodbinfo import tool_parser
-from .zodbpack import TerminalProgress
-from .zodbpack import setup_logging
+from .tools import EXIT_FAILED
+from .tools import EXIT_PROBLEMS
+from .tools import EXIT_USAGE
+from .tools import TerminalProgress
+from .tools import setup_logging
+from .tools import tool_parser
 from .wording import counted
 
-EXIT_FAILED = 1
-EXIT_USAGE = 2
-EXIT_BROKEN = 3
+#: Exit status when the database has problems.
+EXIT_BROKEN = EXIT_PROBLEMS
 
 
 def check(section, unreachable=False, progress=None, listed=LISTED,

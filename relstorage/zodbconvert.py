@@ -24,7 +24,6 @@ given. ``--dry-run`` reads the source and says what would be copied;
 it opens the destination read-only, if it exists, and changes nothing
 there (no schema, no blob directory).
 """
-import argparse
 import logging
 import os
 import sys
@@ -41,13 +40,15 @@ from .exceptions import DatabaseMissing
 from .exceptions import NoSchema
 from .exceptions import RelStorage4Database
 from .exceptions import UsageError
-from .helptext import help_text
 from .siteconfig import select
 from .storage import RelStorage
 from .storage.copy import copy_transactions
 from .storage.copy import is_empty
 from .storage.copy import resume_point
-from .zodbpack import setup_logging
+from .tools import EXIT_FAILED
+from .tools import EXIT_USAGE
+from .tools import setup_logging
+from .tools import tool_parser
 from .wording import counted
 
 log = logging.getLogger('zodbconvert')
@@ -55,8 +56,6 @@ log = logging.getLogger('zodbconvert')
 #: RelStorage 4's level below DEBUG, which its --trace turned on.
 TRACE = 5
 
-EXIT_FAILED = 1
-EXIT_USAGE = 2
 
 
 def find_sections(path):
@@ -245,8 +244,9 @@ def convert(source, destination, clear=False, incremental=False,
 
 def main(argv=None, out=None):
     out = out or sys.stdout
-    parser = argparse.ArgumentParser(
-        prog='zodbconvert', description=help_text(__doc__))
+    parser = tool_parser('zodbconvert', __doc__, config_help=(
+        'file with <... source> and <... destination> storage sections'),
+        databases=False)
     parser.add_argument('--dry-run', action='store_true',
                         help='read the source and report; write nothing')
     parser.add_argument('--clear', action='store_true',
@@ -267,8 +267,6 @@ def main(argv=None, out=None):
     parser.add_argument('--trace', action='store_const', dest='log_level',
                         const=TRACE, help='log even more than --debug '
                                           '(as RelStorage 4)')
-    parser.add_argument('config', help='file with <... source> and '
-                                       '<... destination> storage sections')
     args = parser.parse_args(argv)
     setup_logging(args.log_level)
     if args.clear and args.incremental:

@@ -18,7 +18,6 @@ and lists the largest classes by bytes (``--top``, 20), with their object counts
 ``--json`` prints the same as JSON. The database is only read, in one
 snapshot; nothing is locked or created.
 """
-import argparse
 import json
 import logging
 import sys
@@ -33,18 +32,17 @@ from .config import RelStorageFactory
 from .config import options_from_section
 from .exceptions import HistoryModeMismatch
 from .exceptions import UsageError
-from .helptext import help_text
-from .siteconfig import add_database_argument
 from .siteconfig import chosen
 from .siteconfig import select
 from .storage.classes import class_statistics
 from .wording import counted
-from .zodbpack import setup_logging
+from .tools import EXIT_FAILED
+from .tools import EXIT_USAGE
+from .tools import setup_logging
+from .tools import tool_parser
 
 log = logging.getLogger('zodbinfo')
 
-EXIT_FAILED = 1
-EXIT_USAGE = 2
 
 
 def open_adapter(section):
@@ -79,17 +77,6 @@ def relstorage_sections(path, names=None):
         else:
             log.warning('%s is not a <relstorage> section; skipped', name)
     return found
-
-
-def tool_parser(prog, doc, json_help):
-    """The command line both inspection tools start from: the config
-    file and ``--json``."""
-    parser = argparse.ArgumentParser(prog=prog, description=help_text(doc))
-    parser.add_argument('config', help='file of <relstorage> sections: '
-                        'bare, in <zodb> sections or a zope.conf')
-    parser.add_argument('--json', action='store_true', help=json_help)
-    add_database_argument(parser)
-    return parser
 
 
 def each_section(prog, args, gather_one, render, out, err):

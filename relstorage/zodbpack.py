@@ -29,7 +29,6 @@ it reports references to objects that do not exist (in a multi-database,
 also to those missing in the other databases the file configures), exit
 status 3 when there is any.
 """
-import argparse
 import io
 import logging
 import math
@@ -46,21 +45,25 @@ from .exceptions import PackedFurtherAlready
 from .exceptions import UsageError
 from .pickledrefs import cross_references
 from .pickledrefs import refers_elsewhere
-from .helptext import help_text
-from .siteconfig import add_database_argument
 from .siteconfig import chosen
 from .siteconfig import load_configured
 from .siteconfig import peers
 from .siteconfig import select
 from .storage import RelStorage
 from .storage.pack.multidb import pack_databases
+from .tools import EXIT_FAILED
+from .tools import EXIT_PROBLEMS
+from .tools import EXIT_USAGE
+from .tools import TerminalProgress
+from .tools import run_sections
+from .tools import setup_logging
+from .tools import tool_parser
 from .wording import counted
 
 log = logging.getLogger('zodbpack')
 
-EXIT_FAILED = 1
-EXIT_USAGE = 2
-EXIT_DANGLING = 3
+#: Exit status of --check-refs-only when a reference dangles.
+EXIT_DANGLING = EXIT_PROBLEMS
 
 
 def check_refs(storage, out, others=None):
@@ -112,24 +115,6 @@ def check_refs(storage, out, others=None):
     return dangling + elsewhere
 
 
-class TerminalProgress:
-    """Rewrites one line on a terminal: objects handled, rate, ETA."""
-
-    def __init__(self, out, started):
-        self.out = out
-        self.started = started
-
-    def __call__(self, done, total):
-        elapsed = max(time.monotonic() - self.started, 1e-6)
-        rate = done / elapsed
-        eta = (total - done) / rate if rate else 0
-        self.out.write('\r  %d/%d objects (%.0f%%), %.0f/s, ETA %.0f s  '
-                       % (done, total, 100.0 * done / (total or 1), rate, eta))
-        if done >= total:
-            self.out.write('\n')
-        self.out.flush()
-
-
 def describe(result):
     parts = []
     for key, noun in (('transactions_removed', 'transaction'),
@@ -149,13 +134,6 @@ def workers_text(count):
     if not count:
         return ''
     return ' with %s' % counted(count, 'worker process')
-
-
-def setup_logging(level=logging.INFO):
-    """What the command-line tools log: *level* and up, to stderr."""
-    logging.basicConfig(
-        level=level, stream=sys.stderr,
-        format='%(asctime)s %(levelname)s %(name)s: %(message)s')
 
 
 def heading(name, storage, out):
@@ -302,8 +280,8 @@ def kept_text(result):
 
 def main(argv=None, out=None):
     out = out or sys.stdout
-    parser = argparse.ArgumentParser(
-        prog='zodbpack', description=help_text(__doc__))
+    parser = tool_parser('zodbpack', __doc__, config_help=(
+        'file of storage sections: bare, in <zodb> sections or a zope.conf'))
     parser.add_argument('-d', '--days', type=float, default=1.0,
                         help='days of history to keep: pack to this many '
                              'days ago (default 1, as in RelStorage 4; 0 '
@@ -325,9 +303,6 @@ def main(argv=None, out=None):
     parser.add_argument('-v', '--verbose', action='store_true',
                         help='print a summary of each pack (by default '
                              'only failures are printed, for cron)')
-    add_database_argument(parser)
-    parser.add_argument('config', help='file of storage sections: bare, '
-                        'in <zodb> sections or a zope.conf')
     args = parser.parse_args(argv)
     setup_logging(logging.INFO if args.verbose else logging.WARNING)
     if not math.isfinite(args.days):
@@ -379,27 +354,6 @@ def main(argv=None, out=None):
                                  multi.get(name, (None, None))[1]),
                         chosen(args))
 
-
-def run_sections(prog, path, run_one, names=None):
-    """``run_one(name, section)`` for each storage section of the config
-    file at *path* (of the databases *names*, default all), one after the
-    other; a failure is reported by name and the others still run.
-    Returns the exit status (the worst)."""
-    try:
-        sections = select(path, names)
-    except (ZConfig.ConfigurationError, UsageError, OSError) as e:
-        print('%s: %s' % (prog, e), file=sys.stderr)
-        return EXIT_USAGE
-    status = 0
-    for name, section, _, _ in sections:
-        try:
-            status = max(status, run_one(name, section))
-        except Exception as e:  # noqa: BLE001 -- reported, then exit 1
-            log.debug('failure details', exc_info=True)
-            print('%s: %s: %s: %s' % (prog, name, type(e).__name__, e),
-                  file=sys.stderr)
-            status = max(status, EXIT_FAILED)
-    return status
 
 if __name__ == '__main__':
     sys.exit(main())

@@ -31,7 +31,6 @@ its bytes, is dropped, as is one that sends nothing for
 ``--client-timeout`` seconds (10) or reads nothing of the answer for as
 long; none is waited for at shutdown.
 """
-import argparse
 import importlib.util
 import io
 import logging
@@ -47,12 +46,13 @@ from wsgiref.simple_server import make_server
 import ZConfig
 
 from ..exceptions import UsageError
-from ..helptext import help_text
+from ..tools import EXIT_FAILED
+from ..tools import EXIT_USAGE
+from ..tools import setup_logging
+from ..tools import tool_parser
 
 log = logging.getLogger('relstorage-metrics')
 
-EXIT_FAILED = 1
-EXIT_USAGE = 2
 
 #: relstorage_database_* gauges: the figure of zodbinfo, and the help.
 FIGURES = (
@@ -314,8 +314,9 @@ def run(storages, interval, stop):
 
 def main(argv=None, out=None):
     out = out or sys.stdout
-    parser = argparse.ArgumentParser(prog='relstorage-metrics',
-                                     description=help_text(__doc__))
+    parser = tool_parser('relstorage-metrics', __doc__,
+                         config_help='file of <relstorage> sections',
+                         databases=False)
     parser.add_argument('--port', type=int, default=9300,
                         help='TCP port to serve on (default 9300; 0: any '
                              'free port, printed at start)')
@@ -339,7 +340,6 @@ def main(argv=None, out=None):
                         help='drop a client whose request is not whole '
                              'this long after it connected, however it '
                              'trickles it (default %(default)s)')
-    parser.add_argument('config', help='file of <relstorage> sections')
     args = parser.parse_args(argv)
     if args.interval <= 0:
         parser.error('--interval must be positive')
@@ -351,9 +351,7 @@ def main(argv=None, out=None):
     if not 0 < args.request_timeout < float('inf'):
         parser.error('--request-timeout must be a positive number of '
                      'seconds')
-    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
-                        format='%(asctime)s %(levelname)s %(name)s: '
-                               '%(message)s')
+    setup_logging()
     if importlib.util.find_spec('prometheus_client') is None:
         print('relstorage-metrics: prometheus_client is not installed '
               "(relstorage's metrics extra)", file=sys.stderr)
