@@ -34,7 +34,7 @@ from .exceptions import HistoryModeMismatch
 from .exceptions import UsageError
 from .siteconfig import chosen
 from .siteconfig import select
-from .storage.classes import class_statistics
+from .pickledclasses import class_statistics
 from .wording import counted
 from .tools import EXIT_FAILED
 from .tools import EXIT_USAGE

@@ -38,7 +38,7 @@ from ZODB.utils import u64
 
 from ..blobs.cached import DatabaseBlobs
 from ..blobs.cachesize import cache_files
-from ..storage.classes import class_name
+from ..pickledclasses import class_name
 
 log = logging.getLogger(__name__)
 

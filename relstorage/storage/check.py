@@ -22,7 +22,7 @@ from ZODB.utils import u64
 from ..blobs.files import reading_helper
 from ..pickledrefs import cross_references
 from ..pickledrefs import refers_elsewhere
-from .classes import class_name
+from ..pickledclasses import class_name
 from .pack.graph import ReferenceGraph
 
 #: Current states read per query.

@@ -24,7 +24,7 @@ TOOLS = {
     'zodbinfo': ['relstorage.zodbinfo'],
     'zodbcheck': ['relstorage.zodbcheck'],
     'relstorage-upgrade': ['relstorage.upgrade', '--dry-run'],
-    'relstorage-metrics': ['relstorage.metrics.server', '--port', '0'],
+    'relstorage-metrics': ['relstorage.metricsserver', '--port', '0'],
     'relstorage-demo': ['relstorage.demo', '--config'],
 }
 

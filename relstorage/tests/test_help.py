@@ -8,7 +8,7 @@ import pytest
 SCRIPTS = ['relstorage.zodbconvert', 'relstorage.zodbpack',
            'relstorage.zodbinfo', 'relstorage.zodbcheck',
            'relstorage.demo', 'relstorage.upgrade',
-           'relstorage.metrics.server', 'relstorage_speedtest.main',
+           'relstorage.metricsserver', 'relstorage_speedtest.main',
            'relstorage_speedtest.pack',
            'relstorage_speedtest.convert']
 

@@ -353,7 +353,7 @@ def test_multiprocess_workers_add_up_in_relstorage_metrics(tmp_path):
                       '    data-dir %s\n  </sqlite3>\n</relstorage>\n'
                       % (name, data))
     server = subprocess.Popen(
-        [sys.executable, '-m', 'relstorage.metrics.server', '--port', '0',
+        [sys.executable, '-m', 'relstorage.metricsserver', '--port', '0',
          '--interval', '0.2', str(config)], env=env, stdout=subprocess.PIPE,
         stderr=subprocess.PIPE, text=True)
     try:
@@ -399,7 +399,7 @@ def test_relstorage_metrics_polls_and_sees_other_commits(tmp_path):
     env = child_env()
     env.pop('PROMETHEUS_MULTIPROC_DIR', None)
     server = subprocess.Popen(
-        [sys.executable, '-m', 'relstorage.metrics.server', '--port', '0',
+        [sys.executable, '-m', 'relstorage.metricsserver', '--port', '0',
          '--interval', '0.1', str(config)], env=env, stdout=subprocess.PIPE,
         stderr=subprocess.PIPE, text=True)
     invalidations = 'relstorage_poll_invalidations_sum'

@@ -44,7 +44,7 @@ def metrics_server(tmp_path, *options):
     env = child_env()
     env.pop('PROMETHEUS_MULTIPROC_DIR', None)
     server = subprocess.Popen(
-        [sys.executable, '-m', 'relstorage.metrics.server', '--port', '0',
+        [sys.executable, '-m', 'relstorage.metricsserver', '--port', '0',
          '--interval', '60'] + list(options) + [str(config)],
         env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:

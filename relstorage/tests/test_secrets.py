@@ -408,7 +408,7 @@ def _run(module, *args):
 
 @pytest.mark.parametrize('module', [
     'relstorage.zodbinfo', 'relstorage.zodbcheck', 'relstorage.zodbpack',
-    'relstorage.upgrade', 'relstorage.metrics.server'])
+    'relstorage.upgrade', 'relstorage.metricsserver'])
 def test_console_tool(tmp_path, module):
     sections = _tool_config(tmp_path)
     path = tmp_path / 'site.conf'
@@ -416,7 +416,7 @@ def test_console_tool(tmp_path, module):
         '<relstorage %s>\n%s\n</relstorage>\n' % item
         for item in sections.items()))
     output = _run(module, path)
-    if module == 'relstorage.metrics.server':
+    if module == 'relstorage.metricsserver':
         # It stops at the first section that cannot be opened.
         assert 'Hunter' not in output and 'dsn: ' in output, output
         return

@@ -191,7 +191,7 @@ def test_missing_database_and_bad_usage(tmp_path):
 
 
 def test_class_header_reader():
-    from relstorage.storage.classes import class_name
+    from relstorage.pickledclasses import class_name
     from ZODB.serialize import ObjectWriter
     from persistent.mapping import PersistentMapping
     state = ObjectWriter().serialize(PersistentMapping(x=1))

@@ -45,11 +45,11 @@ from wsgiref.simple_server import make_server
 
 import ZConfig
 
-from ..exceptions import UsageError
-from ..tools import EXIT_FAILED
-from ..tools import EXIT_USAGE
-from ..tools import setup_logging
-from ..tools import tool_parser
+from .exceptions import UsageError
+from .tools import EXIT_FAILED
+from .tools import EXIT_USAGE
+from .tools import setup_logging
+from .tools import tool_parser
 
 log = logging.getLogger('relstorage-metrics')
 
@@ -256,9 +256,9 @@ def serve(registry, addr, port, max_connections=MAX_CONNECTIONS,
 def open_storages(path):
     """``[(name, storage)]``: each ``<relstorage>`` section of the file,
     opened read-only with metrics on."""
-    from ..config import open_configured
-    from ..config import options_from_section
-    from ..zodbinfo import relstorage_sections
+    from .config import open_configured
+    from .config import options_from_section
+    from .zodbinfo import relstorage_sections
     opened = []
     try:
         for name, section in relstorage_sections(path):
@@ -280,7 +280,7 @@ def registry_for(storages, interval):
     from prometheus_client import CollectorRegistry
     from prometheus_client import multiprocess
 
-    from .recorder import MULTIPROCESS
+    from .metrics.recorder import MULTIPROCESS
     if MULTIPROCESS:
         registry = CollectorRegistry()
         multiprocess.MultiProcessCollector(registry)
@@ -293,7 +293,7 @@ def registry_for(storages, interval):
 def run(storages, interval, stop):
     """Poll with one instance of each storage every *interval* seconds
     until *stop* is set."""
-    from .recorder import flush
+    from .metrics.recorder import flush
     instances = [storage.new_instance() for storage in storages]
     try:
         while True:
