@@ -61,6 +61,9 @@ OWN_SERVERS=(relstorage/tests/test_conformance_replicas.py
              relstorage/tests/test_replicas.py
              relstorage/tests/test_conformance_pgbouncer.py
              relstorage/tests/test_pgbouncer.py
+             relstorage/tests/test_pgbouncer_pack_lease.py
+             relstorage/tests/test_pooler_check.py
+             relstorage/tests/test_tls_postgresql.py
              relstorage/tests/test_autofailover.py
              relstorage/tests/test_chaos.py
              relstorage/tests/test_silent_network.py
