@@ -39,7 +39,7 @@ from .bulk import server_cpu_since
 from .bulk import spread
 from .bulk import take_turns
 from .bulk import write_json
-from .pack.pack import PackBenchError
+from .pack import PackBenchError
 
 SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)),
                       'addside.py')

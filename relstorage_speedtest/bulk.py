@@ -41,7 +41,7 @@ from relstorage.testing.dbs import empty_database
 
 from . import othervenv
 from .convert import _adapter_section
-from .pack.pack import PackBenchError
+from .pack import PackBenchError
 from .pack import our_side
 from .pack import other_side
 

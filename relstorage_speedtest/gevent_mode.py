@@ -52,7 +52,7 @@ from relstorage.testing.dbs import mysql_params
 from relstorage.testing.dbs import pg_dsn
 
 from . import othervenv
-from .pack.pack import PackBenchError
+from .pack import PackBenchError
 from .pack import our_side
 from .pack import other_side
 

@@ -32,7 +32,7 @@ collection included, in a process of its own measured alike. With
 ``--nightly SHARE``, each side packs once first, then that share of the
 objects is changed (half as many unlinked, half as many added), and the
 pack measured is the one after: a site's nightly pack, where this storage
-unpickles only what changed since the last (see relstorage.storage.pack.keptrefs).
+unpickles only what changed since the last (storage.pack.keptrefs).
 Not a test: nothing here asserts on time.
 """
 import argparse
