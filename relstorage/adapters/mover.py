@@ -115,8 +115,17 @@ class Mover:
         """``[(oid, tid, state)]`` of the ``(oid, tid, state, size)``
         *rows* that hold a state (not deleted), each checked as by
         checked(), in one pass (a page of current records)."""
-        states = []
-        add = states.append
+        if not rows:
+            return []
+        oids, tids, states, sizes = zip(*rows)
+        if None not in states:
+            # The usual page: every state checked at once.
+            states = list(map(bytes, states))
+            if (list(map(len, states)) == list(sizes)
+                    and min(oids) >= 0 and min(tids) >= 0):
+                return list(zip(oids, tids, states))
+        records = []
+        add = records.append
         for oid, tid, state, size in rows:
             if state is not None:
                 state = bytes(state)
@@ -124,7 +133,7 @@ class Mover:
                     add((oid, tid, state))
                     continue
             self.checked(oid, state, tid, size)  # raises unless deleted
-        return states
+        return records
 
     def out_of_range(self, oid, tid):
         """A row naming a negative oid or tid: nothing the storage writes
