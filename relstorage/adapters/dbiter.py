@@ -65,12 +65,12 @@ class Iterator:
         self.adapter = adapter
 
     def iter_current_records(self, session, start_oid, limit):
-        """``(records, resume)``: *records* ``[(oid, tid, state)]`` of the
-        current objects among the next *limit* rows from *start_oid* on, in
-        oid order (a damaged state is a CorruptRecord), and the oid the
-        next page starts at, None after the last. A page is chosen by the
-        primary key alone, so that each costs the same whatever the
-        server's statistics say."""
+        """``(records, resume)``: *records* ``(oids, tids, states)``, in
+        columns, of the current objects among the next *limit* rows from
+        *start_oid* on, in oid order (a damaged state is a CorruptRecord),
+        and the oid the next page starts at, None after the last. A page
+        is chosen by the primary key alone, so that each costs the same
+        whatever the server's statistics say."""
         rows = session.fetchall(self.current_records_sql,
                                 (start_oid - 1, limit))
         records = self.adapter.mover.checked_states(rows)

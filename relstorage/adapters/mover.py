@@ -112,20 +112,21 @@ class Mover:
         return state, tid
 
     def checked_states(self, rows):
-        """``[(oid, tid, state)]`` of the ``(oid, tid, state, size)``
-        *rows* that hold a state (not deleted), each checked as by
-        checked(), in one pass (a page of current records)."""
+        """``(oids, tids, states)``, in columns, of the ``(oid, tid, state,
+        size)`` *rows* that hold a state (not deleted), each checked as by
+        checked() (a page of current records)."""
         if not rows:
-            return []
+            return (), (), ()
         oids, tids, states, sizes = zip(*rows)
         if None not in states:
             # The usual page: every state checked at once.
-            states = list(map(bytes, states))
-            if (list(map(len, states)) == list(sizes)
+            if set(map(type, states)) != {bytes}:
+                states = tuple(map(bytes, states))
+            if (tuple(map(len, states)) == sizes
                     and min(oids) >= 0 and min(tids) >= 0):
-                return list(zip(oids, tids, states))
-        records = []
-        add = records.append
+                return oids, tids, states
+        kept = []
+        add = kept.append
         for oid, tid, state, size in rows:
             if state is not None:
                 state = bytes(state)
@@ -133,7 +134,7 @@ class Mover:
                     add((oid, tid, state))
                     continue
             self.checked(oid, state, tid, size)  # raises unless deleted
-        return records
+        return tuple(zip(*kept)) if kept else ((), (), ())
 
     def out_of_range(self, oid, tid):
         """A row naming a negative oid or tid: nothing the storage writes

@@ -112,16 +112,15 @@ class RecordWalk:
 
     __slots__ = ('rows', 'resume', 'last_tid', 'tid', 'session')
 
-    def __init__(self, rows, resume, view, session):
-        if rows:
-            # (The adapter refused negative ids: they pack.)
-            oids, tids, states = zip(*rows)
-            oids = list(map(_pack, oids))
-            following = oids[1:]
-            following.append(None)
-            rows = list(zip(oids, map(_pack, tids), states, following))
-            rows.reverse()
-        self.rows = rows
+    def __init__(self, columns, resume, view, session):
+        oids, tids, states = columns
+        # (The adapter refused negative ids: they pack.)
+        oids = list(map(_pack, oids))
+        following = oids[1:]
+        following.append(None)
+        self.rows = rows = list(zip(oids, map(_pack, tids), states,
+                                    following))
+        rows.reverse()
         #: The oid the next batch starts at (an int), None after the last.
         self.resume = resume if resume is not None and (
             resume <= MAX_TID) else None
@@ -175,18 +174,19 @@ class Iteration:
         def fetch(session):
             resume = start
             while True:
-                rows, resume = session.iter_current_records(resume, limit)
-                if rows or resume is None or resume > MAX_TID:
-                    return rows, resume
+                columns, resume = session.iter_current_records(resume,
+                                                               limit)
+                if columns[0] or resume is None or resume > MAX_TID:
+                    return columns, resume
         try:
-            rows, resume = (self.view.read(fetch) if session is None
-                            else fetch(session))
+            columns, resume = (self.view.read(fetch) if session is None
+                               else fetch(session))
         except BaseException:
             if session is not None:
                 session.close()
             raise
         # (After the read, which may have moved the view.)
-        return RecordWalk(rows, resume, self.view, session)
+        return RecordWalk(columns, resume, self.view, session)
 
     def _begin(self, next, walk):
         """The walk for a call given *next* that no fresh walk serves
