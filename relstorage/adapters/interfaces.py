@@ -258,10 +258,9 @@ class IReads(Interface):
         """The bytes of chunk *num* of *blob_id*, or None past the last."""
 
     def iter_current_records(start_oid, limit):
-        """``((oids, tids, states), resume)``: the current objects among
-        the next *limit* oids from *start_oid* on, in columns, in oid order
-        (CorruptRecord for a damaged state), and the oid to go on from
-        (None at the end)."""
+        """``((oids, tids, states), resume)``: the current objects among the
+        next *limit* oids from *start_oid* on, in oid order (CorruptRecord
+        for a damaged state), and the oid to go on from (None at the end)."""
 
     def transactions(start, stop, newest_first=False, include_packed=True,
                      limit=None):
