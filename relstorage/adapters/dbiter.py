@@ -43,6 +43,15 @@ CURRENT_TIDS = _ordered(SQL(
 #: What iter_current_records reads of a page of current revisions (the
 #: inspector's pages, where a deleted object's state is NULL).
 CURRENT_RECORD_COLUMNS = 's.tid, s.state, s.state_size'
+#: With history, a page as one join, for the servers whose planners read
+#: it along current_object's primary key (ServerStatistics.
+#: joins_along_the_key): the inspector's subquery makes SQLite sort the
+#: joined rows, states and all, and MariaDB the subquery's result.
+FLAT_CURRENT_RECORDS = SQL(
+    'SELECT c.zoid, {columns} FROM current_object c '
+    'JOIN object_state s ON s.zoid = c.zoid AND s.tid = c.tid '
+    'WHERE c.zoid > %s ORDER BY c.zoid LIMIT %s').format(
+        columns=CURRENT_RECORD_COLUMNS)
 
 
 def _b(value):
@@ -56,12 +65,12 @@ class Iterator:
         self.adapter = adapter
 
     def iter_current_records(self, session, start_oid, limit):
-        """``(records, resume)``: *records* ``[(oid, tid, state)]`` of the
-        current objects among the next *limit* rows from *start_oid* on, in
-        oid order (a damaged state is a CorruptRecord), and the oid the
-        next page starts at, None after the last. A page is chosen by the
-        primary key alone, so that each costs the same whatever the
-        server's statistics say."""
+        """``(records, resume)``: *records* ``(oids, tids, states)``, in
+        columns, of the current objects among the next *limit* rows from
+        *start_oid* on, in oid order (a damaged state is a CorruptRecord),
+        and the oid the next page starts at, None after the last. A page
+        is chosen by the primary key alone, so that each costs the same
+        whatever the server's statistics say."""
         rows = session.fetchall(self.current_records_sql,
                                 (start_oid - 1, limit))
         records = self.adapter.mover.checked_states(rows)
@@ -93,6 +102,11 @@ class Iterator:
 
 @implementer(IHistoryPreservingIterator)
 class HistoryPreservingIterator(Iterator):
+
+    def __init__(self, adapter):
+        super().__init__(adapter)
+        if adapter.statistics_class.joins_along_the_key:
+            self.current_records_sql = FLAT_CURRENT_RECORDS
 
     current_records_sql = HistoryPreservingInspector.page_sql.format(
         columns=CURRENT_RECORD_COLUMNS)

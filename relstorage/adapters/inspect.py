@@ -86,6 +86,11 @@ class ServerStatistics:
     #: The server's name, and the statement that gives its version.
     kind = None
     version_sql = None
+    #: Whether its planner joins a page of current_object to object_state
+    #: along current_object's primary key, by object_state's, whatever its
+    #: statistics say (it has no hash joins there): a page then needs no
+    #: subquery, whose result it would sort again (see dbiter).
+    joins_along_the_key = False
 
     def __init__(self, adapter):
         self.adapter = adapter

@@ -262,7 +262,7 @@ class IReads(Interface):
         """The bytes of chunk *num* of *blob_id*, or None past the last."""
 
     def iter_current_records(start_oid, limit):
-        """``([(oid, tid, state)], resume)``: the current objects among the
+        """``((oids, tids, states), resume)``: the current objects among the
         next *limit* oids from *start_oid* on, in oid order (CorruptRecord
         for a damaged state), and the oid to go on from (None at the end)."""
 

@@ -112,11 +112,21 @@ class Mover:
         return state, tid
 
     def checked_states(self, rows):
-        """``[(oid, tid, state)]`` of the ``(oid, tid, state, size)``
-        *rows* that hold a state (not deleted), each checked as by
-        checked(), in one pass (a page of current records)."""
-        states = []
-        add = states.append
+        """``(oids, tids, states)``, in columns, of the ``(oid, tid, state,
+        size)`` *rows* that hold a state (not deleted), each checked as by
+        checked() (a page of current records)."""
+        if not rows:
+            return (), (), ()
+        oids, tids, states, sizes = zip(*rows)
+        if None not in states:
+            # The usual page: every state checked at once.
+            if set(map(type, states)) != {bytes}:
+                states = tuple(map(bytes, states))
+            if (tuple(map(len, states)) == sizes
+                    and min(oids) >= 0 and min(tids) >= 0):
+                return oids, tids, states
+        kept = []
+        add = kept.append
         for oid, tid, state, size in rows:
             if state is not None:
                 state = bytes(state)
@@ -124,7 +134,7 @@ class Mover:
                     add((oid, tid, state))
                     continue
             self.checked(oid, state, tid, size)  # raises unless deleted
-        return states
+        return tuple(zip(*kept)) if kept else ((), (), ())
 
     def out_of_range(self, oid, tid):
         """A row naming a negative oid or tid: nothing the storage writes

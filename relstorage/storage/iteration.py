@@ -104,17 +104,23 @@ class TransactionIterator:
 
 class RecordWalk:
     """What record_iternext read ahead: the rest of one batch of current
-    records (``(oid, tid, state)``, oid and tid as 8 bytes, the next
-    last), what the view was when it was read (see
-    Iteration.record_iternext) and, for a storage used directly, the
-    walk's own session, whose one snapshot its batches are read in."""
+    records, each as record_iternext returns it (``(oid, tid, state,
+    next)``, oid and tid as 8 bytes, the next last; the batch's last
+    record has no *next* yet, None), what the view was when it was read
+    (see Iteration.record_iternext) and, for a storage used directly,
+    the walk's own session, whose one snapshot its batches are read in."""
 
     __slots__ = ('rows', 'resume', 'last_tid', 'tid', 'session')
 
-    def __init__(self, rows, resume, view, session):
+    def __init__(self, columns, resume, view, session):
+        oids, tids, states = columns
         # (The adapter refused negative ids: they pack.)
-        self.rows = [(_pack(oid), _pack(tid), state)
-                     for oid, tid, state in reversed(rows)]
+        oids = list(map(_pack, oids))
+        following = oids[1:]
+        following.append(None)
+        self.rows = rows = list(zip(oids, map(_pack, tids), states,
+                                    following))
+        rows.reverse()
         #: The oid the next batch starts at (an int), None after the last.
         self.resume = resume if resume is not None and (
             resume <= MAX_TID) else None
@@ -168,18 +174,19 @@ class Iteration:
         def fetch(session):
             resume = start
             while True:
-                rows, resume = session.iter_current_records(resume, limit)
-                if rows or resume is None or resume > MAX_TID:
-                    return rows, resume
+                columns, resume = session.iter_current_records(resume,
+                                                               limit)
+                if columns[0] or resume is None or resume > MAX_TID:
+                    return columns, resume
         try:
-            rows, resume = (self.view.read(fetch) if session is None
-                            else fetch(session))
+            columns, resume = (self.view.read(fetch) if session is None
+                               else fetch(session))
         except BaseException:
             if session is not None:
                 session.close()
             raise
         # (After the read, which may have moved the view.)
-        return RecordWalk(rows, resume, self.view, session)
+        return RecordWalk(columns, resume, self.view, session)
 
     def _begin(self, next, walk):
         """The walk for a call given *next* that no fresh walk serves
@@ -219,22 +226,24 @@ class Iteration:
                     walk.tid is not None and walk.tid != view.tid):
                 walk = self._begin(next, walk)
             rows = walk.rows
-            oid, tid, state = rows.pop()
-            if not rows:
+            record = rows.pop()
+            if rows:
+                following = record[3]
+            else:
                 if walk.resume is None:
-                    return oid, tid, state, None
+                    return record  # the last: its next is None
                 walk = self._read(walk.resume, RECORD_BATCH, walk.session)
-                rows = walk.rows
-                if not rows:
-                    return oid, tid, state, None
-            following = rows[-1][0]
-            other = walks.get(following)
+                if not walk.rows:
+                    return record
+                following = walk.rows[-1][0]
+                record = record[:3] + (following,)
+            other = walks.pop(following, None)
             if other is not None:
                 other.close()  # another walk at the same place: one is kept
             walks[following] = walk
             if len(walks) > WALKS:
                 walks.pop(list(walks)[0]).close()
-            return oid, tid, state, following
+            return record
 
     def release(self):
         """Drop the walks (closing their sessions)."""

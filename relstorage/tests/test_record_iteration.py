@@ -1,6 +1,7 @@
 """record_iternext streams: batches read in one snapshot each, a bounded
 number of round trips and of records held, and correct when the database
 changes between calls."""
+import pytest
 import ZODB
 from persistent.mapping import PersistentMapping
 from ZODB.Connection import TransactionMetaData
@@ -9,6 +10,7 @@ from ZODB.tests.StorageTestBase import zodb_pickle
 from ZODB.utils import z64
 
 from relstorage.storage import iteration
+from relstorage.testing.dbs import DatabaseFactory
 
 
 def _walk(storage, between=None, start=None):
@@ -266,3 +268,27 @@ def test_record_iternext_walks_are_bounded(factory, monkeypatch):
     finally:
         storage.close()
     assert all(session.closed for session in opened)
+
+
+@pytest.mark.parametrize('keep_history', [True, False], ids=['HP', 'HF'])
+def test_record_pages_are_read_along_the_key_on_sqlite(keep_history):
+    """SQLite reads a page of current records along current_object's
+    primary key (then object_state's), never sorting the joined rows,
+    states and all, in a temporary b-tree."""
+    f = DatabaseFactory('sqlite', keep_history)
+    storage = f.storage(zap=True)
+    try:
+        commit_directly(storage, [(storage.new_oid(), z64,
+                                   zodb_pickle(MinPO(i))) for i in range(20)])
+        session = storage._adapter.open_load_session()
+        try:
+            plan = [row[-1] for row in session.session.fetchall(
+                'EXPLAIN QUERY PLAN '
+                + storage._adapter.iterator.current_records_sql, (0, 1000))]
+        finally:
+            session.close()
+        assert plan and not any('TEMP B-TREE' in step for step in plan), plan
+        assert 'PRIMARY KEY' in plan[0], plan
+    finally:
+        storage.close()
+        f.cleanup()

@@ -17,6 +17,8 @@ DATABASE_BYTES = _FIGURE.format(figure='SUM(DATA_LENGTH + INDEX_LENGTH)',
 
 class MySQLStatistics(ServerStatistics):
 
+    joins_along_the_key = True
+
     def version(self, session):
         server = self.adapter.server
         return '%s %s' % (server.flavour, server.version_string)

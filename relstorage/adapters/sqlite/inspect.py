@@ -6,6 +6,7 @@ from ..inspect import ServerStatistics
 class SQLiteStatistics(ServerStatistics):
 
     kind = 'SQLite'
+    joins_along_the_key = True
     version_sql = 'SELECT sqlite_version()'
 
     def database_bytes(self, session):
