@@ -80,7 +80,7 @@ class Formation:
                                % self._bindir)
 
     def _env(self):
-        env = server_env()
+        env = server_env(self.dir)
         env.update(XDG_CONFIG_HOME=os.path.join(self.dir, 'config'),
                    XDG_DATA_HOME=os.path.join(self.dir, 'share'),
                    PATH=self._bindir + os.pathsep + env.get('PATH', ''))
@@ -88,11 +88,11 @@ class Formation:
 
     def _command(self, args):
         if os.geteuid() == 0:
-            return ['runuser', '-u', self.system_user, '--',
-                    'env'] + ['%s=%s' % item for item in self._env().items()
-                              if item[0] in ('XDG_CONFIG_HOME',
-                                             'XDG_DATA_HOME', 'PATH',
-                                             'LC_ALL')] + list(args)
+            return (['runuser', '-u', self.system_user, '--', 'env']
+                    + ['%s=%s' % item for item in self._env().items()
+                       if item[0] in ('XDG_CONFIG_HOME', 'XDG_DATA_HOME',
+                                      'PATH', 'LC_ALL', 'TMPDIR')]
+                    + list(args))
         return list(args)
 
     def autoctl(self, *args, timeout=None):

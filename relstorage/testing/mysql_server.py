@@ -104,7 +104,7 @@ class MySQLServer(PrivateServer):
         # shut the server down in order.
         with open(os.path.join(self.dir, 'stdout.log'), 'ab') as out:
             self._proc = subprocess.Popen(
-                args, cwd=self.dir, env=server_env(),
+                args, cwd=self.dir, env=server_env(self.dir),
                 stdin=subprocess.DEVNULL, stdout=out,
                 stderr=subprocess.STDOUT, start_new_session=True)
 

@@ -37,14 +37,18 @@ def tail(path, lines=30):
     return '\n'.join(text[-lines:])
 
 
-def server_env():
-    """The environment a private server's programs run in."""
+def server_env(directory):
+    """The environment a private server's programs run in, their
+    temporary files in the server's own *directory*."""
     # Variables such as PGPORT, PGDATA or MYSQL_TCP_PORT must not steer a
     # private server anywhere; messages in English so that the log can be
-    # searched ("Address already in use").
+    # searched ("Address already in use"). The run's TMPDIR (see
+    # scripts/run_tmp.sh) may not be writable by the server's account:
+    # mariadb-install-db, run as mysql, failed there.
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(('PG', 'MYSQL', 'MARIADB'))}
     env['LC_ALL'] = 'C'
+    env['TMPDIR'] = directory
     return env
 
 

@@ -251,7 +251,7 @@ class PrivateServer:
         with tempfile.TemporaryFile() as out:
             try:
                 proc = subprocess.run(
-                    args, cwd=self.dir, env=server_env(),
+                    args, cwd=self.dir, env=server_env(self.dir),
                     stdin=subprocess.DEVNULL, stdout=out,
                     stderr=subprocess.STDOUT, timeout=timeout)
             except subprocess.TimeoutExpired:
