@@ -44,7 +44,7 @@ def _sessions_opened(storage, monkeypatch):
     """The sessions (as the database package makes them: round_trips,
     closed) that *storage*'s adapter opens for reads from now on."""
     opened = []
-    adapter = storage._adapter
+    adapter = storage.adapter
     open_load_session = adapter.open_load_session
 
     def recording(*args, **kwargs):
@@ -280,11 +280,11 @@ def test_record_pages_are_read_along_the_key_on_sqlite(keep_history):
     try:
         commit_directly(storage, [(storage.new_oid(), z64,
                                    zodb_pickle(MinPO(i))) for i in range(20)])
-        session = storage._adapter.open_load_session()
+        session = storage.adapter.open_load_session()
         try:
             plan = [row[-1] for row in session.session.fetchall(
                 'EXPLAIN QUERY PLAN '
-                + storage._adapter.iterator.current_records_sql, (0, 1000))]
+                + storage.adapter.iterator.current_records_sql, (0, 1000))]
         finally:
             session.close()
         assert plan and not any('TEMP B-TREE' in step for step in plan), plan
