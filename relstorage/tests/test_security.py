@@ -71,7 +71,7 @@ REVIEWED = {
     ('adapters/sqlite/adapter.py',
      "'PRAGMA cache_size = %d' % self.store_cache_pages"),
     # an int(), restoring the busy timeout after BEGIN IMMEDIATE's tries.
-    ('adapters/sqlite/adapter.py', "'PRAGMA busy_timeout = %d' % ms"),
+    ('adapters/sqlite/session.py', "'PRAGMA busy_timeout = %d' % ms"),
 }
 
 

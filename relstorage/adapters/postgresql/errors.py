@@ -29,6 +29,8 @@ WHO_MAY_CREATE = (
 PUBLIC_SINCE_15 = (' (since PostgreSQL 15 schema public lets only the '
                    "database's owner create in it)")
 
+#: The privilege named in the message (a word of the message, not SQL).
+MISSING = 'CREATE'
 OWN_DATABASE = SQL('ALTER DATABASE {database} OWNER TO {role}')
 GRANT_CREATE = SQL('GRANT CREATE ON SCHEMA {schema} TO {role}')
 
@@ -64,11 +66,11 @@ def missing_create_privilege(adapter, session, error):
     if may_create:
         return Adapter.missing_create_privilege(adapter, session, error)
     return (
-        'role %s lacks the CREATE privilege on schema %s of database %s, '
+        'role %s lacks the %s privilege on schema %s of database %s, '
         'owned by %s%s. Make the role own the database (%s, run by a '
         'superuser), or grant it: %s. read-only true would not help: the '
         'storage needs its tables first.'
-        % (role, schema, database, owner,
+        % (role, MISSING, schema, database, owner,
            PUBLIC_SINCE_15 if schema == 'public' else '',
            OWN_DATABASE.format(database=Identifier(database),
                                role=Identifier(role)),
