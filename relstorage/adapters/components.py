@@ -297,6 +297,9 @@ class IIterator(Interface):
     def iter_current_records(session, start_oid, limit):
         """As IReads.iter_current_records."""
 
+    def stream_current_records(session, start_oid):
+        """As IReads.stream_current_records."""
+
     def transactions(session, start, stop, newest_first=False,
                      include_packed=True, limit=None):
         """As IReads.transactions."""

@@ -54,6 +54,57 @@ FLAT_CURRENT_RECORDS = SQL(
         columns=CURRENT_RECORD_COLUMNS)
 
 
+#: Every current record from an oid on, in oid order, as one statement
+#: (a stream), with history and without.
+STREAMED_CURRENT_RECORDS = {
+    True: SQL(
+        'SELECT c.zoid, {columns} FROM current_object c '
+        'JOIN object_state s ON s.zoid = c.zoid AND s.tid = c.tid '
+        'WHERE c.zoid >= %s ORDER BY c.zoid').format(
+            columns=CURRENT_RECORD_COLUMNS),
+    False: SQL(
+        'SELECT s.zoid, {columns} FROM object_state s '
+        'WHERE s.zoid >= %s ORDER BY s.zoid').format(
+            columns=CURRENT_RECORD_COLUMNS),
+}
+#: With history, the same along object_state's key (see
+#: ServerStatistics.revision_counts_sql), taken where objects have at
+#: most this many revisions on average.
+STREAMED_ALONG_REVISIONS = SQL(
+    'SELECT s.zoid, {columns} FROM object_state s '
+    'JOIN current_object c ON c.zoid = s.zoid AND c.tid = s.tid '
+    'WHERE s.zoid >= %s ORDER BY s.zoid').format(
+        columns=CURRENT_RECORD_COLUMNS)
+FEW_REVISIONS = 1.5
+
+
+class CurrentRecordStream:
+    """The current records of one statement's stream, a batch of columns
+    at a time (see Iterator.stream_current_records)."""
+
+    def __init__(self, stream, mover):
+        self.stream = stream
+        self.mover = mover
+        #: Whether every row was read.
+        self.ended = False
+
+    def batch(self, size):
+        """``(oids, tids, states)`` of the current objects among the next
+        rows (up to *size*, as iter_current_records), or None after the
+        last."""
+        while True:
+            rows = self.stream.fetch(size)
+            if not rows:
+                self.ended = True
+                return None
+            columns = self.mover.checked_states(rows)
+            if columns[0]:
+                return columns
+
+    def close(self):
+        self.stream.close()
+
+
 def _b(value):
     return bytes(value) if value is not None else None
 
@@ -77,12 +128,37 @@ class Iterator:
         resume = rows[-1][0] + 1 if len(rows) >= limit else None
         return records, resume
 
+    def stream_current_records(self, session, start_oid):
+        """A CurrentRecordStream of the current objects from *start_oid*
+        on, in oid order, as one statement read a batch at a time (until
+        it ends, *session* is the stream's), or None where the session
+        cannot stream (then iter_current_records reads pages)."""
+        stream = session.stream(self.streamed_records_sql(session),
+                                (start_oid,))
+        if stream is None:
+            return None
+        return CurrentRecordStream(stream, self.adapter.mover)
+
+    def streamed_records_sql(self, session):
+        """The statement of stream_current_records."""
+        return STREAMED_CURRENT_RECORDS[self.keep_history]
+
     def _records(self, session, sql, tid):
         """``[(oid, state, prev_tid)]`` of *sql*'s rows ``(oid, state,
         state_size, prev_tid)`` of transaction *tid*, sizes checked."""
+        rows = session.fetchall(sql, (tid,))
+        if not rows:
+            return []
+        oids, states, sizes, prevs = zip(*rows)
+        if tid >= 0 and None not in states:
+            # The usual transaction: every state checked at once.
+            if set(map(type, states)) != {bytes}:
+                states = tuple(map(bytes, states))
+            if tuple(map(len, states)) == sizes and min(oids) >= 0:
+                return list(zip(oids, states, prevs))
         checked = self.adapter.mover.checked
         return [(oid, checked(oid, state, tid, size)[0], prev)
-                for oid, state, size, prev in session.fetchall(sql, (tid,))]
+                for oid, state, size, prev in rows]
 
     def _history(self, oid, rows):
         """*rows* of object_history, their tids checked."""
@@ -103,6 +179,8 @@ class Iterator:
 @implementer(IHistoryPreservingIterator)
 class HistoryPreservingIterator(Iterator):
 
+    keep_history = True
+
     def __init__(self, adapter):
         super().__init__(adapter)
         if adapter.statistics_class.joins_along_the_key:
@@ -110,6 +188,14 @@ class HistoryPreservingIterator(Iterator):
 
     current_records_sql = HistoryPreservingInspector.page_sql.format(
         columns=CURRENT_RECORD_COLUMNS)
+
+    def streamed_records_sql(self, session):
+        counts_sql = self.adapter.statistics_class.revision_counts_sql
+        if counts_sql is not None:
+            revisions, objects = session.fetchone(counts_sql)
+            if objects and (revisions or 0) <= FEW_REVISIONS * objects:
+                return STREAMED_ALONG_REVISIONS
+        return STREAMED_CURRENT_RECORDS[True]
     object_count_sql = (
         'SELECT COUNT(*) FROM current_object c '
         'JOIN object_state s ON s.zoid = c.zoid AND s.tid = c.tid '
@@ -164,6 +250,8 @@ class HistoryPreservingIterator(Iterator):
 
 
 class HistoryFreeIterator(Iterator):
+
+    keep_history = False
 
     # (Rows with a NULL state are tombstones of deleted objects.)
     current_records_sql = HistoryFreeInspector.page_sql.format(

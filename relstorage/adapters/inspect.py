@@ -91,6 +91,14 @@ class ServerStatistics:
     #: statistics say (it has no hash joins there): a page then needs no
     #: subquery, whose result it would sort again (see dbiter).
     joins_along_the_key = False
+    #: With history: a statement giving ``(revisions, objects)``, cheap
+    #: estimates of object_state's rows and current_object's, or None.
+    #: Where it is given, a stream of every current record goes along
+    #: object_state's key (each revision looked up in current_object, by
+    #: its primary key) when objects have few revisions: one search per
+    #: row instead of two (along current_object's, each current revision
+    #: looked up in object_state's index, then in the table).
+    revision_counts_sql = None
 
     def __init__(self, adapter):
         self.adapter = adapter

@@ -220,6 +220,13 @@ class ISession(Interface):
     def scalar(stmt, params=()):
         """The first column of the first row, or None."""
 
+    def stream(stmt, params=()):
+        """*stmt*'s rows read as they are asked for, not all with the
+        statement: an object whose ``fetch(size)`` gives the next rows
+        (up to *size*; [] at the end) and whose ``close()`` ends it; or
+        None where the connection cannot stream. Until the stream ends,
+        nothing else may run on the session."""
+
     def table_exists(name):
         """Whether the table *name* exists."""
 
@@ -265,6 +272,15 @@ class IReads(Interface):
         """``((oids, tids, states), resume)``: the current objects among the
         next *limit* oids from *start_oid* on, in oid order (CorruptRecord
         for a damaged state), and the oid to go on from (None at the end)."""
+
+    def stream_current_records(start_oid):
+        """The current objects from *start_oid* on, in oid order, as one
+        statement read a batch at a time: an object whose ``batch(size)``
+        gives ``(oids, tids, states)`` of the current objects among the
+        next *size* rows (None after the last) and whose ``close()`` ends
+        it; until it ends, the session is the stream's own (close the
+        session to abandon it half-way). None where the session cannot
+        stream: then iter_current_records reads pages."""
 
     def transactions(start, stop, newest_first=False, include_packed=True,
                      limit=None):

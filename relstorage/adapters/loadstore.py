@@ -101,6 +101,10 @@ class _SessionWrapper:
         return self._read(self.adapter.iterator.iter_current_records,
                           start_oid, limit)
 
+    def stream_current_records(self, start_oid):
+        return self._read(self.adapter.iterator.stream_current_records,
+                          start_oid)
+
     def transactions(self, start, stop, newest_first=False,
                      include_packed=True, limit=None):
         return self._read(self.adapter.iterator.transactions, start, stop,

@@ -39,6 +39,10 @@ class Session:
     server = None
     generation = 0
     verified = 0
+    #: Whether each fetch of a stream's rows is a round trip (the server
+    #: sends the next rows when asked), rather than a read of what it
+    #: sends unasked.
+    fetches_ask_server = False
 
     def __init__(self, adapter, conn):
         self.adapter = adapter
@@ -186,6 +190,30 @@ class Session:
         with self.lock:
             return self.execute(stmt, params).fetchall()
 
+    def stream_cursor(self):
+        """A new cursor whose results come from the server as they are
+        fetched (not all with the statement), or None where this
+        connection cannot read them so."""
+        return self.conn.cursor()
+
+    def stream(self, stmt, params=()):
+        """A Stream of *stmt*'s rows, read as they are asked for, or None
+        where the connection cannot stream (see stream_cursor). Until the
+        stream ends, the session is its own: nothing else may run on it
+        (close the session to abandon a stream half-way)."""
+        with self.lock, self.guarded():
+            self.flush()
+            cursor = self.stream_cursor()
+            if cursor is None:
+                return None
+            self.round_trips += 1
+            try:
+                cursor.execute(self.translate(stmt), params)
+            except BaseException:
+                _close_quietly(cursor)
+                raise
+        return Stream(self, cursor)
+
     def scalar(self, stmt, params=()):
         row = self.fetchone(stmt, params)
         return row[0] if row is not None else None
@@ -273,15 +301,52 @@ class Session:
             func()
         self.on_close = []
         for thing in (self.cursor, self.conn):
-            try:
-                thing.close()
-            except Exception:  # noqa: BLE001 -- closing must not raise
-                pass
+            _close_quietly(thing)
         self.cursor = self.conn = None
 
     @property
     def closed(self):
         return self.conn is None
+
+
+def _close_quietly(thing):
+    try:
+        thing.close()
+    except Exception:  # noqa: BLE001 -- closing must not raise
+        pass
+
+
+class Stream:
+    """The rows of one statement on a session (see Session.stream),
+    fetched a batch at a time."""
+
+    def __init__(self, session, cursor):
+        self.session = session
+        self.cursor = cursor
+
+    def fetch(self, size):
+        """The next rows, up to *size* of them; [] at the end (when the
+        stream is closed)."""
+        session, cursor = self.session, self.cursor
+        if cursor is None:
+            return []
+        with session.lock, session.guarded():
+            if session.closed:
+                session.lost()
+            if session.fetches_ask_server:
+                session.round_trips += 1
+            rows = cursor.fetchmany(size)
+        if not rows:
+            self.close()
+        return rows
+
+    def close(self):
+        """End the stream: its cursor closed (the results not read
+        skipped: for a stream left half-way, closing the session is
+        quicker)."""
+        cursor, self.cursor = self.cursor, None
+        if cursor is not None and not self.session.closed:
+            _close_quietly(cursor)
 
 
 def in_list(values):

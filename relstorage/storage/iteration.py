@@ -15,6 +15,10 @@ MAX_TID = 2 ** 63 - 1
 #: query fetches fewer, for callers that want only the first record.
 RECORD_BATCH = 1000
 FIRST_RECORD_BATCH = 50
+#: Records taken from a stream at a time: a stream costs no round trip
+#: per batch, and a small batch is still in the processor's cache when
+#: its records are handed out.
+STREAM_BATCH = 200
 #: Walks of record_iternext remembered at once (each holds the rest of
 #: its batch and, for a storage used directly, a session in a snapshot);
 #: beyond them the oldest is closed and, if it is continued, reads its
@@ -44,8 +48,9 @@ class RelTransactionRecord(TransactionRecord):
         self._itid = tid
 
     def __iter__(self):
+        tid = self.tid
         for oid, state, prev_tid in self._iterator._records(self._itid):
-            yield DataRecord(p64(oid), self.tid, state, None)
+            yield DataRecord(_pack(oid), tid, state, None)
 
 
 class TransactionIterator:
@@ -107,12 +112,22 @@ class RecordWalk:
     records, each as record_iternext returns it (``(oid, tid, state,
     next)``, oid and tid as 8 bytes, the next last; the batch's last
     record has no *next* yet, None), what the view was when it was read
-    (see Iteration.record_iternext) and, for a storage used directly,
-    the walk's own session, whose one snapshot its batches are read in."""
+    (see Iteration.record_iternext) and where its next batch comes from
+    (a source: see StreamSource, PageSource)."""
 
-    __slots__ = ('rows', 'resume', 'last_tid', 'tid', 'session')
+    __slots__ = ('rows', 'source', 'view', 'last_tid', 'tid')
 
-    def __init__(self, columns, resume, view, session):
+    def __init__(self, columns, view, source):
+        self.source = source
+        self.view = view
+        self.take(columns)
+
+    def take(self, columns):
+        """Serve the batch *columns* (``(oids, tids, states)``) next, as
+        read in the view as it is now (a read may have moved it)."""
+        view = self.view
+        self.last_tid = view.last_tid
+        self.tid = None if view.is_root else view.tid
         oids, tids, states = columns
         # (The adapter refused negative ids: they pack.)
         oids = list(map(_pack, oids))
@@ -121,19 +136,91 @@ class RecordWalk:
         self.rows = rows = list(zip(oids, map(_pack, tids), states,
                                     following))
         rows.reverse()
-        #: The oid the next batch starts at (an int), None after the last.
-        self.resume = resume if resume is not None and (
-            resume <= MAX_TID) else None
-        self.last_tid = view.last_tid
-        self.tid = None if view.is_root else view.tid
-        self.session = session
-        if self.resume is None:
+
+    def next_batch(self):
+        """Read the next batch: False after the last."""
+        try:
+            columns = self.source.batch(RECORD_BATCH)
+        except BaseException:
+            self.close()
+            raise
+        if columns is None:
             self.close()  # nothing more to read: the snapshot ends now
+            return False
+        self.take(columns)
+        return True
+
+    def close(self):
+        self.source.close()
+
+
+class StreamSource:
+    """The batches of a walk of a storage used directly: one statement's
+    stream, on a session of the walk's own, in one snapshot."""
+
+    __slots__ = ('session', 'records')
+
+    def __init__(self, session, records):
+        self.session = session
+        self.records = records
+
+    def batch(self, size):
+        return self.records.batch(min(size, STREAM_BATCH))
+
+    def reusable(self):
+        """The session, for another walk, if its stream ended (what a
+        stream left half-way holds is dropped with its connection)."""
+        session, self.session = self.session, None
+        if session is not None and not self.records.ended:
+            session.close()
+            return None
+        return session
 
     def close(self):
         session, self.session = self.session, None
         if session is not None:
             session.close()
+
+
+class PageSource:
+    """The batches of a walk read a page (one query) at a time: on a
+    session of the walk's own (None: in the view's snapshot, for an
+    instance of a ZODB connection)."""
+
+    __slots__ = ('view', 'session', 'resume')
+
+    def __init__(self, view, session, resume):
+        self.view = view
+        self.session = session
+        #: The oid (an int) the next page starts at, None after the last.
+        self.resume = resume
+
+    def batch(self, size):
+        def fetch(session):
+            while self.resume is not None:
+                columns, resume = session.iter_current_records(
+                    self.resume, size)
+                self.resume = resume if resume is not None and (
+                    resume <= MAX_TID) else None
+                if columns[0]:
+                    return columns
+            return None
+        return (self.view.read(fetch) if self.session is None
+                else fetch(self.session))
+
+    def reusable(self):
+        session, self.session = self.session, None
+        return session
+
+    def close(self):
+        session, self.session = self.session, None
+        if session is not None:
+            session.close()
+
+
+def next_key(mapping):
+    """The first key of *mapping*."""
+    return next(iter(mapping))
 
 
 class Iteration:
@@ -142,51 +229,56 @@ class Iteration:
 
     record_iternext reads current records in batches ordered by oid and
     serves the calls from the batch it holds. A walk of a storage used
-    directly (zodbverify, zodbupdate) reads its batches through one
-    snapshot on a session of its own, from its first call until its last
-    record (or until it is dropped: see WALKS, release()); an instance of
-    a ZODB connection reads them in its own snapshot. The *next* it
-    returns is the next record's oid: a call given it continues the walk,
-    any other value (an oid to start at, as with FileStorage) begins one
-    there. What a caller sees when the database changes between calls:
-    the records as of the walk's snapshot (each record's tid and state
-    belong together), every object that exists throughout exactly once,
-    in oid order; an object created or deleted meanwhile may be seen or
-    not. After this instance commits or moves to a newer snapshot, the
-    next call reads from a new one, so that its own changes are seen.
+    directly (zodbverify, zodbupdate) reads them as one statement,
+    streamed, in one snapshot on a session of its own, from its first
+    call until its last record (or until it is dropped: see WALKS,
+    release()); where the session cannot stream, and for an instance of
+    a ZODB connection (in its own snapshot), a page at a time. The *next*
+    it returns is the next record's oid: a call given it continues the
+    walk, any other value (an oid to start at, as with FileStorage)
+    begins one there. What a caller sees when the database changes
+    between calls: the records as of the walk's snapshot (each record's
+    tid and state belong together), every object that exists throughout
+    exactly once, in oid order; an object created or deleted meanwhile
+    may be seen or not. After this instance commits or moves to a newer
+    snapshot, the next call reads from a new one, so that its own
+    changes are seen.
     """
 
     def __init__(self, adapter, view):
         self.adapter = adapter
         self.view = view
         self._lock = threading.Lock()
-        #: The oid (8 bytes) each walk serves next -> its RecordWalk,
-        #: least recently continued first.
+        #: The walk the last call continued, and the oid (8 bytes) it
+        #: serves next; the others: that oid -> RecordWalk, least recently
+        #: continued first.
+        self._last = self._last_next = None
         self._walks = {}
 
     def iterator(self, start=None, stop=None):
         return TransactionIterator(self.adapter, start, stop)
 
-    def _read(self, start, limit, session):
-        """A RecordWalk of the records from oid *start* (an int), read on
-        *session* (None: in the view's snapshot): the first batch that
-        holds any (a batch of deleted objects holds none)."""
-        def fetch(session):
-            resume = start
-            while True:
-                columns, resume = session.iter_current_records(resume,
-                                                               limit)
-                if columns[0] or resume is None or resume > MAX_TID:
-                    return columns, resume
+    def _source(self, start, walk):
+        """Where a walk from oid *start* (an int) reads its batches (a
+        stale *walk*'s session reused where it can be)."""
+        if not self.view.is_root:
+            if walk is not None:
+                walk.close()
+            return PageSource(self.view, None, start)
+        session = walk.source.reusable() if walk is not None else None
+        if session is None:
+            # On the read-write server: a replica's snapshot could be
+            # older than what this instance has seen.
+            session = self.adapter.open_load_session(primary=True)
         try:
-            columns, resume = (self.view.read(fetch) if session is None
-                               else fetch(session))
+            session.restart()
+            records = session.stream_current_records(start)
         except BaseException:
-            if session is not None:
-                session.close()
+            session.close()
             raise
-        # (After the read, which may have moved the view.)
-        return RecordWalk(columns, resume, self.view, session)
+        if records is None:
+            return PageSource(self.view, session, start)
+        return StreamSource(session, records)
 
     def _begin(self, next, walk):
         """The walk for a call given *next* that no fresh walk serves
@@ -196,58 +288,91 @@ class Iteration:
             if walk is not None:
                 walk.close()
             raise ValueError('no more records')
-        session = None
-        if self.view.is_root:
-            session = walk.session if walk is not None else None
-            if session is None:
-                # On the read-write server: a replica's snapshot could be
-                # older than what this instance has seen.
-                session = self.adapter.open_load_session(primary=True)
-            try:
-                session.restart()
-            except BaseException:
-                session.close()
-                raise
-        walk = self._read(start, FIRST_RECORD_BATCH
-                          if walk is None else RECORD_BATCH, session)
-        if not walk.rows:
+        source = self._source(start, walk)
+        try:
+            columns = source.batch(FIRST_RECORD_BATCH if walk is None
+                                   else RECORD_BATCH)
+        except BaseException:
+            source.close()
+            raise
+        if columns is None:
+            source.close()
             raise ValueError('no more records')
-        return walk
+        return RecordWalk(columns, self.view, source)
 
     def record_iternext(self, next=None):
         view = self.view
-        with self._lock:
-            walks = self._walks
-            walk = walks.pop(next, None)
-            # Records read ahead may hide what this instance should see
-            # once it committed or (an instance of a ZODB connection) moved
-            # to a newer snapshot.
-            if walk is None or walk.last_tid != view.last_tid or (
-                    walk.tid is not None and walk.tid != view.tid):
-                walk = self._begin(next, walk)
-            rows = walk.rows
-            record = rows.pop()
-            if rows:
-                following = record[3]
-            else:
-                if walk.resume is None:
-                    return record  # the last: its next is None
-                walk = self._read(walk.resume, RECORD_BATCH, walk.session)
-                if not walk.rows:
+        # (Not "with": the hot path, called once per record.)
+        lock = self._lock
+        lock.acquire()
+        try:
+            # The usual call continues the walk the last call continued,
+            # within its batch.
+            walk = self._last
+            if (walk is not None and next == self._last_next
+                    and walk.last_tid == view.last_tid
+                    and (walk.tid is None or walk.tid == view.tid)):
+                rows = walk.rows
+                if len(rows) > 1:
+                    record = rows.pop()
+                    self._last_next = record[3]
                     return record
-                following = walk.rows[-1][0]
-                record = record[:3] + (following,)
-            other = walks.pop(following, None)
-            if other is not None:
-                other.close()  # another walk at the same place: one is kept
-            walks[following] = walk
-            if len(walks) > WALKS:
-                walks.pop(list(walks)[0]).close()
-            return record
+            return self._step(next)
+        finally:
+            lock.release()
+
+    def _step(self, next):
+        """record_iternext(*next*) for any other call (under the lock)."""
+        view = self.view
+        walks = self._walks
+        last, self._last = self._last, None
+        if last is not None:
+            self._keep(self._last_next, last)
+        walk = walks.pop(next, None)
+        # Records read ahead may hide what this instance should see once
+        # it committed or (an instance of a ZODB connection) moved to a
+        # newer snapshot.
+        if walk is None or walk.last_tid != view.last_tid or (
+                walk.tid is not None and walk.tid != view.tid):
+            walk = self._begin(next, walk)
+        rows = walk.rows
+        record = rows.pop()
+        if rows:
+            following = record[3]
+        else:
+            if not walk.next_batch():
+                return record  # the last: its next is None
+            following = walk.rows[-1][0]
+            record = record[:3] + (following,)
+        other = walks.pop(following, None)
+        if other is not None:
+            other.close()  # another walk at the same place: one is kept
+        self._last, self._last_next = walk, following
+        if len(walks) >= WALKS:
+            walks.pop(next_key(walks)).close()
+        return record
+
+    def _keep(self, following, walk):
+        """Remember *walk*, which serves *following* next."""
+        other = self._walks.pop(following, None)
+        if other is not None:
+            other.close()
+        self._walks[following] = walk
+
+    def held(self):
+        """The records read ahead, of every walk."""
+        with self._lock:
+            walks = list(self._walks.values())
+            if self._last is not None:
+                walks.append(self._last)
+            return sum(len(walk.rows) for walk in walks)
 
     def release(self):
         """Drop the walks (closing their sessions)."""
         with self._lock:
-            walks, self._walks = self._walks, {}
-        for walk in walks.values():
+            walks, self._walks = list(self._walks.values()), {}
+            if self._last is not None:
+                walks.append(self._last)
+            self._last = self._last_next = None
+        for walk in walks:
             walk.close()

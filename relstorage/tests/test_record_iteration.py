@@ -1,6 +1,7 @@
-"""record_iternext streams: batches read in one snapshot each, a bounded
-number of round trips and of records held, and correct when the database
-changes between calls."""
+"""record_iternext streams: a walk of a storage used directly is one
+statement read a batch at a time (pages where the session cannot
+stream), in one snapshot, with a bounded number of round trips and of
+records held, and correct when the database changes between calls."""
 import pytest
 import ZODB
 from persistent.mapping import PersistentMapping
@@ -9,6 +10,8 @@ from ZODB.tests.MinPO import MinPO
 from ZODB.tests.StorageTestBase import zodb_pickle
 from ZODB.utils import z64
 
+from relstorage.adapters import dbiter
+from relstorage.adapters import session as sessions
 from relstorage.storage import iteration
 from relstorage.testing.dbs import DatabaseFactory
 
@@ -97,10 +100,9 @@ def test_record_iternext_round_trips_are_per_batch(factory, monkeypatch):
         assert opened[0].closed and opened[1].closed
 
         # What is read ahead is at most one batch.
-        walks = storage._iteration._walks
         held = []
         _walk(storage, lambda next_oid: held.append(
-            sum(len(w.rows) for w in walks.values())))
+            storage._iteration.held()))
         assert (iteration.FIRST_RECORD_BATCH < max(held)
                 <= iteration.RECORD_BATCH)
         storage.record_iternext()
@@ -109,6 +111,71 @@ def test_record_iternext_round_trips_are_per_batch(factory, monkeypatch):
         db.close()
     # Closing the storage closes the session of the unfinished walk.
     assert all(session.closed for session in opened)
+
+
+def _fill(storage, count):
+    """*count* objects committed through *storage* directly: their oids."""
+    oids = [storage.new_oid() for _ in range(count)]
+    commit_directly(storage, [(oid, z64, zodb_pickle(MinPO(i)))
+                              for i, oid in enumerate(oids)])
+    return oids
+
+
+def _counting(monkeypatch, owner, name):
+    """Count the calls of *owner*'s method *name* (still calling it)."""
+    calls = []
+    method = getattr(owner, name)
+
+    def counted(*args, **kwargs):
+        calls.append(args)
+        return method(*args, **kwargs)
+    monkeypatch.setattr(owner, name, counted)
+    return calls
+
+
+def test_a_walk_of_a_storage_used_directly_is_one_statement(
+        factory, monkeypatch):
+    """Over many batches, the records come from one statement's stream
+    (no page queries), and a walk begun at an oid streams from there."""
+    storage = factory.storage()
+    try:
+        oids = _fill(storage, 3 * iteration.RECORD_BATCH + 7)
+        streams = _counting(monkeypatch, dbiter.Iterator,
+                            'stream_current_records')
+        pages = _counting(monkeypatch, dbiter.Iterator,
+                          'iter_current_records')
+        assert [oid for oid, _, _ in _walk(storage)] == oids
+        assert len(streams) == 1 and pages == []
+        assert [oid for oid, _, _ in _walk(storage, start=oids[-5])] == (
+            oids[-5:])
+        assert [args[-1] for args in streams] == [0, int.from_bytes(
+            oids[-5], 'big')]
+    finally:
+        storage.close()
+
+
+def test_record_iternext_reads_pages_where_a_session_cannot_stream(
+        factory, monkeypatch):
+    """A session that cannot stream (mysqlclient under gevent, whose
+    reads of a stream's rows would not yield) walks a page at a time,
+    all the same records."""
+    monkeypatch.setattr(iteration, 'RECORD_BATCH', 7)
+    monkeypatch.setattr(iteration, 'FIRST_RECORD_BATCH', 5)
+    storage = factory.storage()
+    try:
+        oids = _fill(storage, 41)
+        session_class = type(storage.adapter.open_load_session().session)
+        monkeypatch.setattr(session_class, 'stream_cursor', lambda self:
+                            None)
+        monkeypatch.setattr(session_class, 'stream', lambda self, *a:
+                            None)
+        pages = _counting(monkeypatch, dbiter.Iterator,
+                          'iter_current_records')
+        assert [oid for oid, _, _ in _walk(storage)] == oids
+        # The first page, then full pages but the last (41 = 5 + 5 * 7 + 1).
+        assert [args[-1] for args in pages] == [5] + [7] * 6
+    finally:
+        storage.close()
 
 
 def test_record_iternext_while_the_database_changes(factory, monkeypatch):
@@ -289,6 +356,73 @@ def test_record_pages_are_read_along_the_key_on_sqlite(keep_history):
             session.close()
         assert plan and not any('TEMP B-TREE' in step for step in plan), plan
         assert 'PRIMARY KEY' in plan[0], plan
+    finally:
+        storage.close()
+        f.cleanup()
+
+
+def test_a_sqlite_walk_goes_along_the_key_that_costs_least():
+    """With history, SQLite streams every current record along
+    object_state's key while objects have few revisions (one search per
+    row), along current_object's once they have many; neither sorts."""
+    f = DatabaseFactory('sqlite', True)
+    storage = f.storage(zap=True)
+    try:
+        oids = _fill(storage, 20)
+        iterator = storage.adapter.iterator
+        session = storage.adapter.open_load_session()
+        try:
+            def chosen():
+                return iterator.streamed_records_sql(session.session)
+            assert chosen() == dbiter.STREAMED_ALONG_REVISIONS
+            for sql in (dbiter.STREAMED_ALONG_REVISIONS,
+                        dbiter.STREAMED_CURRENT_RECORDS[True]):
+                plan = [row[-1] for row in session.session.fetchall(
+                    'EXPLAIN QUERY PLAN ' + sql, (0,))]
+                assert not any('TEMP B-TREE' in step for step in plan), plan
+            # Each object rewritten twice: three revisions each.
+            serials = dict(zip(oids, [storage.load(oid)[1] for oid in oids]))
+            for i in range(2):
+                tid = commit_directly(storage, [
+                    (oid, serials[oid], zodb_pickle(MinPO((i, oid))))
+                    for oid in oids])
+                serials = dict.fromkeys(oids, tid)
+            session.session.end_read()
+            assert chosen() == dbiter.STREAMED_CURRENT_RECORDS[True]
+        finally:
+            session.close()
+        assert [oid for oid, _, _ in _walk(storage)] == oids
+    finally:
+        storage.close()
+        f.cleanup()
+
+
+@pytest.mark.parametrize('keep_history', [True, False], ids=['HP', 'HF'])
+def test_a_postgresql_stream_fetches_more_rows_than_it_hands_out(
+        keep_history, monkeypatch):
+    """On PostgreSQL each FETCH of a walk's cursor is a round trip: it
+    brings SERVER_BATCH rows, handed out a smaller batch at a time."""
+    from relstorage.adapters.postgresql import session as pg_session
+    monkeypatch.setattr(pg_session.DeclaredStream, 'SERVER_BATCH', 10)
+    monkeypatch.setattr(iteration, 'STREAM_BATCH', 3)
+    monkeypatch.setattr(iteration, 'FIRST_RECORD_BATCH', 3)
+    f = DatabaseFactory('postgresql', keep_history)
+    storage = f.storage(zap=True)
+    try:
+        oids = _fill(storage, 41)
+        opened = _sessions_opened(storage, monkeypatch)
+        fetches = _counting(monkeypatch, pg_session.DeclaredStream, 'fetch')
+        statements = _counting(monkeypatch, pg_session.PostgreSQLSession,
+                               'execute')
+        assert [oid for oid, _, _ in _walk(storage)] == oids
+        assert len(opened) == 1 and opened[0].closed
+        # 41 rows: 14 batches of 3 (the last of 2), then the end.
+        assert len(fetches) == 15
+        sent = [args[1] for args in statements if args[0] is opened[0]]
+        assert sum('DECLARE' in stmt for stmt in sent) == 1
+        # Five FETCHes of 10 (the last brings one, so no sixth), each a
+        # round trip.
+        assert sum('FETCH' in stmt for stmt in sent) == 5
     finally:
         storage.close()
         f.cleanup()

@@ -59,6 +59,11 @@ class Driver:
         """The file descriptor of *conn*'s socket."""
         return conn.fileno()
 
+    def streaming_cursor(self, conn):
+        """A cursor of *conn* reading its results as they are fetched
+        (the default one reads them all with the statement), or None."""
+        return conn.cursor(self.module.cursors.SSCursor)
+
     def encrypted(self, conn):
         """Whether the connection *conn* is encrypted (TLS)."""
         cursor = conn.cursor()
@@ -86,6 +91,13 @@ class MySQLdbDriver(Driver):
         # (cooperative.mysqldb_connector).
         self.connector = cooperative.mysqldb_connector(self.module)
         self.cooperative = True
+
+    def streaming_cursor(self, conn):
+        if self.cooperative:
+            # Its rows are read in C calls that would not yield: a
+            # stream would hold every greenlet up.
+            return None
+        return super().streaming_cursor(conn)
 
     def translate(self, params):
         params = dict(params)

@@ -8,6 +8,13 @@ from ..sql import SQL
 ISOLATION_LEVEL = SQL('SET SESSION TRANSACTION ISOLATION LEVEL {level}')
 ISOLATION = {True: ISOLATION_LEVEL.format(level='READ COMMITTED'),
              False: ISOLATION_LEVEL.format(level='REPEATABLE READ')}
+#: Set before a stream: the server sends a stream's rows as the client
+#: reads them, and gives up on a client that read nothing for
+#: net_write_timeout (60 s by default), while a walk's caller may spend
+#: longer than that on the rows it has (zodbupdate committing what it
+#: converted). A client that is gone closes its socket, which ends the
+#: statement at once.
+STREAM_SETUP = 'SET SESSION net_write_timeout = 86400'
 
 
 class MySQLSession(Session):
@@ -100,6 +107,15 @@ class MySQLSession(Session):
             with self.guarded():
                 while cursor.nextset():
                     pass
+
+    def stream_cursor(self):
+        return self.adapter.driver.streaming_cursor(self.conn)
+
+    def stream(self, stmt, params=()):
+        with self.lock:
+            # Sent with the verbs waiting, before the statement.
+            self.pending += STREAM_SETUP + '; '
+            return super().stream(stmt, params)
 
     def table_exists(self, name):
         return self.scalar(

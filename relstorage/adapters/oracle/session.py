@@ -10,9 +10,21 @@ from ..sql import named_binds
 BEGIN_SNAPSHOT = 'BEGIN ROLLBACK; SET TRANSACTION READ ONLY; END;'
 
 
+#: Rows a stream's cursor asks the server for at a time.
+STREAM_ARRAYSIZE = 1000
+
+
 class OracleSession(Session):
     """Transactions begin with their first statement (there is no BEGIN);
     COMMIT and ROLLBACK are the connection's calls."""
+
+    # A cursor's rows come arraysize at a time, each batch asked for.
+    fetches_ask_server = True
+
+    def stream_cursor(self):
+        cursor = self.conn.cursor()
+        cursor.arraysize = STREAM_ARRAYSIZE
+        return cursor
 
     def translate(self, stmt):
         return named_binds(stmt)

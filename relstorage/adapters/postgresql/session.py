@@ -3,6 +3,7 @@ the server's keepalives, a writer's synchronous_commit), scripts sent as
 one message, and LISTEN/NOTIFY, by which load sessions learn of commits
 without polling."""
 from ..session import Session
+from ..session import Stream
 from ..sql import SQL
 from ..sql import Identifier
 from ..sql import script
@@ -38,6 +39,13 @@ COMMITS_AS_CONFIGURED = 'SET LOCAL synchronous_commit TO DEFAULT'
 #: What a load session sets; and with LISTEN.
 LOAD_SETUP = script('SET jit = off', 'SET max_parallel_workers_per_gather = 0')
 LISTENING_LOAD_SETUP = script(LOAD_SETUP, LISTEN_COMMITS)
+#: A stream's statements: a cursor of the server's, read a batch at a
+#: time (the drivers' own cursors read every row with the statement).
+#: Declared with the session's other statements (not with a driver's
+#: named cursor, which refuses a connection in autocommit mode), and so
+#: planned for a fast start (cursor_tuple_fraction).
+DECLARE_STREAM = SQL('DECLARE {name} NO SCROLL CURSOR FOR {query}')
+FETCH_STREAM = SQL('FETCH FORWARD %s FROM {name}')
 
 
 class PostgreSQLSession(Session):
@@ -67,6 +75,62 @@ class PostgreSQLSession(Session):
     def table_exists(self, name):
         return self.scalar(
             "SELECT to_regclass(%s) IS NOT NULL", (name,))
+
+    #: Streams declared on this session (each cursor's name is new).
+    streams = 0
+
+    def stream(self, stmt, params=()):
+        with self.lock:
+            self.streams += 1
+            name = Identifier('relstorage_stream_%d' % self.streams)
+            self.execute(DECLARE_STREAM.format(name=name, query=stmt),
+                         params)
+        return DeclaredStream(self, name)
+
+
+class DeclaredStream(Stream):
+    """A stream of a cursor declared on the server: each FETCH (a round
+    trip) brings SERVER_BATCH rows, which the driver turns into Python
+    objects as they are asked for. The cursor lasts until the transaction
+    ends (nothing is sent to close it)."""
+
+    #: Rows each FETCH brings.
+    SERVER_BATCH = 2000
+
+    def __init__(self, session, name):
+        super().__init__(session, None)
+        self.fetch_sql = FETCH_STREAM.format(name=name)
+        self.open = True
+        #: Rows of the last FETCH not yet asked for, and whether it had
+        #: fewer than it asked for (the cursor's last).
+        self.left = 0
+        self.drained = False
+
+    def fetch(self, size):
+        session = self.session
+        rows = []
+        with session.lock:
+            while self.open and len(rows) < size:
+                if self.left <= 0:
+                    if self.drained:
+                        self.close()  # the last FETCH had the last rows
+                        break
+                    cursor = session.execute(self.fetch_sql,
+                                             (self.SERVER_BATCH,))
+                    self.left = cursor.rowcount
+                    self.drained = self.left < self.SERVER_BATCH
+                    if self.left <= 0:
+                        self.close()
+                        break
+                else:
+                    cursor = session.live_cursor()
+                more = cursor.fetchmany(min(size - len(rows), self.left))
+                self.left -= len(more)
+                rows.extend(more)
+        return rows
+
+    def close(self):
+        self.open = False
 
 
 class PsycopgSession(PostgreSQLSession):

@@ -8,6 +8,11 @@ class SQLiteStatistics(ServerStatistics):
     kind = 'SQLite'
     joins_along_the_key = True
     version_sql = 'SELECT sqlite_version()'
+    # object_state's largest rowid: the revisions ever written (at most
+    # more than there are); current_object's count reads its tid index.
+    revision_counts_sql = (
+        'SELECT (SELECT MAX(rowid) FROM object_state), '
+        '(SELECT COUNT(*) FROM current_object)')
 
     def database_bytes(self, session):
         pages = session.scalar('PRAGMA page_count')
