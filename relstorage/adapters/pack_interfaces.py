@@ -156,6 +156,10 @@ class IPackSession(Interface):
     def commit_batch():
         """Commit the batch and release the commit lock."""
 
+    def pause_between_batches():
+        """Wait, where the server does not queue lock waiters, so that the
+        commits waiting for the commit lock go before the next batch."""
+
     def abort_batch():
         """Roll back a batch whose commit failed (a cluster refused it:
         ClusterConflict) and release the commit lock; the batch may be

@@ -6,6 +6,8 @@ The storage's pack (relstorage.storage.pack) decides what to remove and
 when; these classes own the connections, the transactions and the locks,
 and run the packer's SQL on them.
 """
+import time
+
 from zope.interface import implementer
 
 from .pack_interfaces import IPackKeeper
@@ -139,6 +141,13 @@ class PackSession:
     def begin_batch(self, wait=0):
         return self.locker.begin_with_commit_lock(
             self.session, self.adapter.mover.last_tid_sql, wait)
+
+    def pause_between_batches(self):
+        """Let the committers waiting for the commit lock go first (see
+        IRelStorageAdapter.pack_pause_between_batches)."""
+        pause = self.adapter.pack_pause_between_batches
+        if pause:
+            time.sleep(pause)
 
     def abort_batch(self):
         """Roll back a batch that failed, releasing the commit lock."""

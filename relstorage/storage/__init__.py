@@ -363,9 +363,11 @@ class RelStorage(ConflictResolvingStorage):
         return result
 
     def new_pack(self, t, referencesf, gc=None, progress=None,
-                 prepack_only=None, use_prepack_state=None, workers=None):
+                 prepack_only=None, use_prepack_state=None, workers=None,
+                 company=None):
         """A pack of this storage, as pack_with_result() makes (a
-        storage.pack.pack.Pack, not yet run), alone."""
+        storage.pack.pack.Pack, not yet run), alone or in the *company*
+        of other databases (see storage.pack.multidb)."""
         self._commit.check_writable()
         options = self._options
         if gc is None:
@@ -382,7 +384,7 @@ class RelStorage(ConflictResolvingStorage):
                              'pack-skip-prepack)')
         return Pack(self._adapter, options, self._cache, self._blobs,
                     self._metrics, t, referencesf, gc, progress,
-                    prepack_only, use_prepack_state, workers)
+                    prepack_only, use_prepack_state, workers, company)
 
     def keep_references(self, workers=None):
         """Read the references of every current state and keep them for

@@ -107,7 +107,7 @@ def _every_revision(storage):
 
 class _Newer:
     """What the databases commit after they were read, for each packed
-    database the references into it (Pack.referred): read from the
+    database the references into it (Company.referred): read from the
     others' transaction iterators, under the packed database's commit
     lock (a batch's), so that a reference moved from one database into
     another while the pack runs is seen."""
@@ -121,12 +121,6 @@ class _Newer:
         self.watches = {}
         #: The databases whose watch cannot tell (warned of once).
         self.unknown = set()
-
-    def wait_for_votes(self, name):
-        """Pack.wait_for_votes for the database *name*."""
-        def wait_for_votes(pack, session, last):
-            return self.wait(name, pack, session, last)
-        return wait_for_votes
 
     def voted_elsewhere(self, name):
         """Another database than *name* where a commit that refers to
@@ -203,7 +197,7 @@ class _Newer:
         self.watches.clear()
 
     def referred(self, name):
-        """Pack.referred for the database *name*."""
+        """Company.referred for the database *name*."""
         since = dict(self.start)
 
         def referred():
@@ -242,6 +236,24 @@ def _all(cross):
     return {ref for refs in cross.values() for ref in refs}
 
 
+class Company:
+    """What the pack of the database *name* (*storage*) asks of the
+    databases it packs together with (Pack.company)."""
+
+    def __init__(self, newer, name, storage):
+        self.newer = newer
+        self.name = name
+        self.storage = storage
+        #: The oids the others' commits since they were read refer to.
+        self.referred = newer.referred(name)
+
+    def wait_for_votes(self, pack, session, last):
+        return self.newer.wait(self.name, pack, session, last)
+
+    def cross_references(self):
+        return read_cross_references(self.name, self.storage)
+
+
 class _Together:
     """The chosen RelStorages that collect garbage, each stopped once
     its garbage is known (at the yield of Pack.stages)."""
@@ -252,7 +264,6 @@ class _Together:
     def start(self, name, pack):
         """Run *pack* until its garbage is known; False if it ended
         instead (an empty database)."""
-        pack.cross = {}
         stages = pack.stages()
         try:
             session = next(stages)
@@ -346,12 +357,14 @@ def pack_databases(storages, t, referencesf, chosen=None, gc=None,
                 'RelStorage only, not to database %s'
                 % ', '.join(map(repr, others)))
     packs = {}
+
+    def new_pack(name, company=None):
+        packs[name] = storages[name].new_pack(
+            t, referencesf, gc, progress.get(name), prepack_only,
+            use_prepack_state, workers, company)
     for name in names:
-        storage = storages[name]
-        if _is_relstorage(storage):
-            packs[name] = storage.new_pack(
-                t, referencesf, gc, progress.get(name), prepack_only,
-                use_prepack_state, workers)
+        if _is_relstorage(storages[name]):
+            new_pack(name)
     collecting = [name for name in names
                   if (packs[name].gc if name in packs else gc is not False)]
     results = {}
@@ -379,9 +392,9 @@ def pack_databases(storages, t, referencesf, chosen=None, gc=None,
             if name not in gathered:
                 fixed.update(_all(read_cross_references(name, storage)))
         for name in gathered:
+            # (Made again, now in company.)
+            new_pack(name, Company(newer, name, storages[name]))
             pack = packs[name]
-            pack.referred = newer.referred(name)
-            pack.wait_for_votes = newer.wait_for_votes(name)
             try:
                 if not together.start(name, pack):
                     results[name] = pack.result
@@ -391,10 +404,6 @@ def pack_databases(storages, t, referencesf, chosen=None, gc=None,
                 fixed.update(_all(read_cross_references(name,
                                                         storages[name])))
                 continue
-            if pack.use_prepack_state:
-                # Its states were not read: its records are, and what is
-                # not garbage counts.
-                pack.cross = read_cross_references(name, storages[name])
         kept = {}
         while True:
             wanted = _by_database(fixed | together.outgoing())

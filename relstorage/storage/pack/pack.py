@@ -97,7 +97,7 @@ class Pack:
 
     def __init__(self, adapter, options, cache, blobs, metrics, t,
                  referencesf, gc, progress=None, prepack_only=False,
-                 use_prepack_state=False, workers=None):
+                 use_prepack_state=False, workers=None, company=None):
         self.cache = cache
         self.blobs = blobs
         #: Worker processes of the pre-pack (None: as many as the CPUs,
@@ -120,22 +120,26 @@ class Pack:
         #: Batches a cluster refused (and that were done again).
         self.batch_conflicts = 0
         self.metrics = metrics
-        #: While packing together with other databases (see pack.multidb),
-        #: a dict: the ``[(database name, oid)]`` each object read by the
-        #: pre-pack refers to in other databases, by oid; and a set, those
-        #: the roots (objects committed after the pack time) refer to.
-        self.cross = None
-        self.rooted_cross = set()
-        #: While packing together: gives the oids of this database that
-        #: the other databases' commits since they were read refer to
-        #: (spared by each batch, as this database's own commits are).
-        self.referred = None
-        #: While packing together: called with the pack, the removing
-        #: session and the newest tid once a batch holds the commit lock,
+        #: The other databases this one packs together with (see
+        #: pack.multidb), or None alone: a Company, whose referred()
+        #: gives the oids of this database that the others' commits since
+        #: they were read refer to (spared by each batch, as this
+        #: database's own commits are), whose wait_for_votes(pack,
+        #: session, newest tid), once a batch holds the commit lock,
         #: waits while a commit that may refer to this database has voted
-        #: in another and not finished (see multidb._Newer.wait); returns
-        #: the newest tid, the commit lock held.
-        self.wait_for_votes = None
+        #: in another and not finished, returning the newest tid, and
+        #: whose cross_references() reads what this database's records
+        #: refer to in the others (where the pre-pack's state is used and
+        #: no state is read).
+        self.company = company
+        #: In company, a dict: the ``[(database name, oid)]`` each object
+        #: read by the pre-pack refers to in other databases, by oid; and
+        #: a set, those the roots (objects committed after the pack time)
+        #: refer to.
+        self.cross = {} if company is not None else None
+        self.rooted_cross = set()
+        #: Whether cross was read from the records (see outgoing()).
+        self.cross_read = company is None
         self.result = PackResult(
             objects_removed=0, revisions_removed=0, bytes_removed=0,
             batches=0, busy_waits=0, busy_seconds=0.0)
@@ -412,6 +416,11 @@ class Pack:
         others: what its roots refer to, and the objects of the pre-pack
         that are not garbage (in *session*'s pack_gc)."""
         found = set(self.rooted_cross)
+        if self.use_prepack_state and not self.cross_read:
+            # Its states were not read: its records are (once), and what
+            # is not garbage counts.
+            self.cross = self.company.cross_references()
+            self.cross_read = True
         if self.cross:
             garbage = set(session.still_garbage(list(self.cross)))
             for oid, refs in self.cross.items():
@@ -429,7 +438,7 @@ class Pack:
         while self.garbage_after is not None or self.old_after is not None \
                 or not self.result['batches']:
             if self.result['batches']:
-                time.sleep(self.adapter.pack_pause_between_batches)
+                session.pause_between_batches()
             checked_tid = self.batch(session, checked_tid)
 
     def step(self, session, gone, kept):
@@ -520,13 +529,14 @@ class Pack:
 
     def _batch(self, session, checked_tid):
         last = self.take_commit_lock(session)
-        if self.garbage_after is not None and self.wait_for_votes is not None:
-            last = self.wait_for_votes(self, session, last)
+        company = self.company if self.garbage_after is not None else None
+        if company is not None:
+            last = company.wait_for_votes(self, session, last)
         started = time.monotonic()
         if self.garbage_after is not None and last and last > checked_tid:
             self.rescue(session, checked_tid)
-        if self.garbage_after is not None and self.referred is not None:
-            self.spare(session, self.referred())
+        if company is not None:
+            self.spare(session, company.referred())
         steps = 0  # every batch makes progress, whatever the timeout
         gone, kept = [], {}
         removed_before = (self.result['objects_removed'],
