@@ -34,17 +34,13 @@ from .packsession import PackSession
 from .relstorage4 import RelStorage4Reader
 from . import replicas
 from .schema import Schema
+from .session import first_line as _first_line
 from .schema import Types
 from .sql import EMPTY_TABLE
 from .votes import VoteClaims
 from .votes import VoteWatch
 
 log = logging.getLogger(__name__)
-
-def _first_line(error):
-    text = str(error).strip()
-    return text.splitlines()[0] if text else type(error).__name__
-
 
 @implementer(IRelStorageAdapter)
 class Adapter:
@@ -259,11 +255,11 @@ class Adapter:
                     self.schema.create(session)
                 except PermissionDenied as e:
                     session.rollback_quietly()
+                    lacking = session.missing_create_privilege(
+                        e.__cause__ or e)
                     raise PermissionDenied(
                         'the database user may not create the relstorage '
-                        'schema in %s: %s' % (self.describe(),
-                                              self.missing_create_privilege(
-                                                  session, e.__cause__ or e))
+                        'schema in %s: %s' % (self.describe(), lacking)
                     ) from e
             else:
                 self.schema.verify(meta)
@@ -426,10 +422,6 @@ class Adapter:
         self.note_oid(max(first + count - 1 for first, count in ranges))
         return ranges
 
-    def is_disconnect(self, session, error):
-        """Whether a driver error means the connection is gone."""
-        return False
-
     def committed(self, rows, tid):
         """Called after each commit of a store session, with the
         ``(oid, prev_tid, state, blob_id)`` rows it wrote and its tid."""
@@ -451,23 +443,6 @@ class Adapter:
         prepared (only where ``supports_prepare_at_vote``): take whatever
         room its COMMIT will need; raise DatabaseFull when there is
         none."""
-
-    def is_permission_error(self, error):
-        """Whether a driver error means the user lacks a privilege."""
-        return False
-
-    def missing_create_privilege(self, session, error):
-        """What the user lacks to create the schema, and how to give it,
-        after the driver *error* refused it (asked in *session*, whose
-        transaction has been rolled back)."""
-        return ('%s; the user needs the privilege to create tables there '
-                '(the database\'s guide shows the statements)'
-                % _first_line(error))
-
-    def is_full_error(self, error):
-        """Whether a driver error means the database has no room left
-        (a tablespace or quota full)."""
-        return False
 
     def note_oid(self, oid):
         if oid > self.max_known_oid:

@@ -230,6 +230,20 @@ class ISession(Interface):
     def table_exists(name):
         """Whether the table *name* exists."""
 
+    def is_disconnect(error):
+        """Whether the driver *error* means the connection is gone."""
+
+    def is_permission_error(error):
+        """Whether the driver *error* means the user lacks a privilege."""
+
+    def is_full_error(error):
+        """Whether the driver *error* means the database has no room
+        left."""
+
+    def missing_create_privilege(error):
+        """What the user lacks to create the schema (the driver *error*
+        refused it), and how to give it."""
+
     def close():
         """Close the connection; never raises."""
 

@@ -88,18 +88,18 @@ class Session:
     def translate_error(self, e):
         """Raise what a driver error *e* means to the storage, if it means
         more than itself (a lost connection, a missing privilege)."""
-        if self.adapter.is_permission_error(e):
+        if self.is_permission_error(e):
             raise PermissionDenied(
                 'the database user may not do this in the %s: %s (a '
                 'user that may only read needs read-only true)'
                 % (self.describe(),
                    str(e).strip().splitlines()[0])) from e
-        if self.adapter.is_full_error(e):
+        if self.is_full_error(e):
             raise DatabaseFull(
                 'the %s has no room left: %s; nothing of this transaction '
                 'was committed' % (self.describe(),
                                    str(e).strip().splitlines()[0])) from e
-        if self.adapter.is_disconnect(self, e):
+        if self.is_disconnect(e):
             self.in_transaction = False
             self.pending = ''
             raise DatabaseDisconnected(
@@ -107,6 +107,29 @@ class Session:
                 % (self.describe(),
                    str(e).strip().splitlines()[0] if str(e).strip()
                    else type(e).__name__)) from e
+
+    # What the driver's errors mean (each database's session says).
+
+    def is_disconnect(self, error):
+        """Whether a driver *error* means the connection is gone."""
+        return False
+
+    def is_permission_error(self, error):
+        """Whether a driver *error* means the user lacks a privilege."""
+        return False
+
+    def is_full_error(self, error):
+        """Whether a driver *error* means the database has no room left
+        (a tablespace or quota full)."""
+        return False
+
+    def missing_create_privilege(self, error):
+        """What the user lacks to create the schema, and how to give it,
+        after the driver *error* refused it (this session's transaction
+        rolled back)."""
+        return ('%s; the user needs the privilege to create tables there '
+                '(the database\'s guide shows the statements)'
+                % first_line(error))
 
     def execute(self, stmt, params=()):
         # The hot path: errors are translated inline, without a context
@@ -307,6 +330,13 @@ class Session:
     @property
     def closed(self):
         return self.conn is None
+
+
+def first_line(error):
+    """The first line of what *error* says (its class's name if
+    nothing)."""
+    text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__
 
 
 def _close_quietly(thing):

@@ -11,6 +11,7 @@ from relstorage.exceptions import SchemaError
 from relstorage.options import Options
 from relstorage.testing.dbs import DATABASES
 from relstorage.testing.dbs import DatabaseFactory
+from relstorage.testing.dbs import PG_DB_PREFIX
 from relstorage.testing.dbs import PG_HOST
 from relstorage.testing.dbs import pg_dsn
 from relstorage.testing.dbs import require
@@ -172,8 +173,9 @@ def test_read_only_storage_on_empty_database(misc):
 
 
 def test_pg_dsn_helper_points_at_mode_databases():
-    assert 'relstoragetest_hp ' in pg_dsn(True) + ' '
-    assert 'relstoragetest_hf2' in pg_dsn(False, 'dst')
+    assert 'dbname=%s_hp ' % PG_DB_PREFIX in pg_dsn(True) + ' '
+    assert 'dbname=%s_hf2 ' % PG_DB_PREFIX in pg_dsn(False, 'dst') + ' '
+
 
 
 def test_corrupt_record_names_the_object_and_loses_nothing(factory):

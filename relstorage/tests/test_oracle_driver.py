@@ -189,12 +189,14 @@ def test_connect_error_translates_what_users_meet():
 
 
 def test_full_tablespace_and_missing_privilege_are_recognised():
-    adapter = adapter_for(closed_port())
+    from relstorage.adapters.oracle.session import OracleSession
     for code in ('ORA-01653', 'ORA-01654', 'ORA-01536'):
-        assert adapter.is_full_error(Error('%s: unable to extend' % code))
-    assert adapter.is_permission_error(
+        assert OracleSession.is_full_error(
+            Error('%s: unable to extend' % code))
+    assert OracleSession.is_permission_error(
         Error('ORA-01031: insufficient privileges'))
-    assert not adapter.is_full_error(Error('ORA-00001: unique constraint'))
+    assert not OracleSession.is_full_error(
+        Error('ORA-00001: unique constraint'))
     assert issubclass(DatabaseFull, Exception)
 
 

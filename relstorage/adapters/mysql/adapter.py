@@ -14,7 +14,6 @@ from ..redact import scrub
 from ..sql import SQL
 from . import galera
 from .drivers import CONNECT_ERRORS
-from .drivers import DISCONNECT_ERRORS
 from .drivers import error_code
 from .drivers import select_driver
 from .inspect import MySQLStatistics
@@ -244,19 +243,3 @@ class MySQLAdapter(Adapter):
         session.fetchall(ANALYZE.format(
             tables=', '.join(self.packer.object_tables)))
 
-    def is_permission_error(self, error):
-        # command denied for a table; access denied to a database; needs
-        # a privilege (CREATE TEMPORARY TABLES, say)
-        return error_code(error) in (1142, 1143, 1044, 1227)
-
-    def is_full_error(self, error):
-        # The table is full (its tablespace cannot grow: disk full, or
-        # innodb_data_file_path's max); disk full.
-        return error_code(error) in (1114, 1021)
-
-    def is_disconnect(self, session, error):
-        module = self.driver.module
-        code = error_code(error)
-        return (isinstance(error, module.InterfaceError)
-                or code in DISCONNECT_ERRORS
-                or code in self.kind.disconnect_errors)

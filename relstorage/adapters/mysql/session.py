@@ -1,6 +1,8 @@
 """MySQL sessions: several statements per message with each result read
 in turn, and the isolation level of a session by whether it stores."""
 from ..session import Session
+from .drivers import DISCONNECT_ERRORS
+from .drivers import error_code
 from ..sql import SQL
 
 
@@ -30,6 +32,23 @@ class MySQLSession(Session):
     #: COMMIT reported success for a transaction that never committed.
     #: So on a cluster, store sessions send nothing but single statements.
     one_by_one = False
+
+    def is_permission_error(self, error):
+        # command denied for a table; access denied to a database; needs
+        # a privilege (CREATE TEMPORARY TABLES, say)
+        return error_code(error) in (1142, 1143, 1044, 1227)
+
+    def is_full_error(self, error):
+        # The table is full (its tablespace cannot grow: disk full, or
+        # innodb_data_file_path's max); disk full.
+        return error_code(error) in (1114, 1021)
+
+    def is_disconnect(self, error):
+        adapter = self.adapter
+        code = error_code(error)
+        return (isinstance(error, adapter.driver.module.InterfaceError)
+                or code in DISCONNECT_ERRORS
+                or code in adapter.kind.disconnect_errors)
 
     def execute(self, stmt, params=()):
         with self.lock:

@@ -5,13 +5,9 @@ from ...exceptions import ConfigurationError
 from ...options import warn_ignored
 from ..adapter import Adapter
 from ..keepalive import Keepalive
-from .drivers import DISCONNECT_ERRORS
 from .drivers import DSN
-from .drivers import PRIVILEGE_ERRORS
 from .drivers import bounded_connect
 from .drivers import connect_error
-from .drivers import error_codes
-from .drivers import is_full
 from .drivers import select_driver
 from .inspect import OracleStatistics
 from .locker import OracleLocker
@@ -124,13 +120,3 @@ class OracleAdapter(Adapter):
             raise
         return OracleSession(self, conn)
 
-    def is_permission_error(self, error):
-        return any(code in PRIVILEGE_ERRORS for code in error_codes(error))
-
-    def is_full_error(self, error):
-        return is_full(error)
-
-    def is_disconnect(self, session, error):
-        if isinstance(error, self.driver.module.InterfaceError):
-            return True
-        return any(code in DISCONNECT_ERRORS for code in error_codes(error))

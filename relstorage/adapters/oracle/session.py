@@ -2,6 +2,10 @@
 first statement), COMMIT and ROLLBACK as the connection's calls, and a
 read-only transaction as a load snapshot."""
 from ..session import Session
+from .drivers import DISCONNECT_ERRORS
+from .drivers import PRIVILEGE_ERRORS
+from .drivers import error_codes
+from .drivers import is_full
 from ..sql import named_binds
 
 
@@ -20,6 +24,19 @@ class OracleSession(Session):
 
     # A cursor's rows come arraysize at a time, each batch asked for.
     fetches_ask_server = True
+
+    @staticmethod
+    def is_permission_error(error):
+        return any(code in PRIVILEGE_ERRORS for code in error_codes(error))
+
+    @staticmethod
+    def is_full_error(error):
+        return is_full(error)
+
+    def is_disconnect(self, error):
+        if isinstance(error, self.adapter.driver.module.InterfaceError):
+            return True
+        return any(code in DISCONNECT_ERRORS for code in error_codes(error))
 
     def stream_cursor(self):
         cursor = self.conn.cursor()

@@ -16,7 +16,6 @@ from ..replicas import split_host_port
 from ..sql import SQL
 from ..sql import script
 from .votes import PostgreSQLVoteClaims
-from . import errors as pg_errors
 from . import pooler
 from .drivers import select_driver
 from .dsn import RELSTORAGE4_KEYWORDS
@@ -319,16 +318,6 @@ class PostgreSQLAdapter(Adapter):
         if tables:
             session.execute(ANALYZE.format(tables=', '.join(tables)))
 
-    is_permission_error = pg_errors.is_permission_error
-    is_full_error = pg_errors.is_full_error
-    missing_create_privilege = pg_errors.missing_create_privilege
-
-    def is_disconnect(self, session, error):
-        driver = self.driver
-        if isinstance(error, driver.InterfaceError):
-            return True
-        return (isinstance(error, driver.OperationalError)
-                and (session.conn is None or bool(session.conn.closed)))
 
 
 class TransactionPooledAdapter(PooledParts, PostgreSQLAdapter):

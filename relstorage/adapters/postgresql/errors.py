@@ -8,7 +8,7 @@ read but not create the storage's tables. The error then names the
 privilege, the schema and the database, and the statements that give
 it, rather than the server's bare "permission denied for schema".
 """
-from ..adapter import Adapter
+from ..session import Session
 from ..sql import SQL
 from ..sql import Identifier
 
@@ -41,22 +41,22 @@ def sqlstate(error):
     return getattr(error, 'pgcode', None) or getattr(error, 'sqlstate', None)
 
 
-def is_permission_error(adapter, error):
+def is_permission_error(session, error):
     """Whether the driver *error* is PostgreSQL's insufficient_privilege."""
     return sqlstate(error) == INSUFFICIENT_PRIVILEGE
 
 
-def is_full_error(adapter, error):
+def is_full_error(session, error):
     """Whether the driver *error* is PostgreSQL's disk_full."""
     return sqlstate(error) == DISK_FULL
 
 
-def missing_create_privilege(adapter, session, error):
+def missing_create_privilege(session, error):
     """The privilege the role lacks to create the schema, named with the
-    statements that give it (see Adapter.missing_create_privilege)."""
+    statements that give it (see Session.missing_create_privilege)."""
     row = session.fetchone(WHO_MAY_CREATE)
     if row is None:
-        return Adapter.missing_create_privilege(adapter, session, error)
+        return Session.missing_create_privilege(session, error)
     role, database, owner, schema, may_create = row
     if schema is None:
         return ('the search_path of role %s names no schema that exists in '
@@ -64,7 +64,7 @@ def missing_create_privilege(adapter, session, error):
                 'one the role owns, or set its search_path'
                 % (role, database))
     if may_create:
-        return Adapter.missing_create_privilege(adapter, session, error)
+        return Session.missing_create_privilege(session, error)
     return (
         'role %s lacks the %s privilege on schema %s of database %s, '
         'owned by %s%s. Make the role own the database (%s, run by a '

@@ -3,6 +3,7 @@ the server's keepalives, a writer's synchronous_commit), scripts sent as
 one message, and LISTEN/NOTIFY, by which load sessions learn of commits
 without polling."""
 from ..session import Session
+from . import errors
 from ..session import Stream
 from ..sql import SQL
 from ..sql import Identifier
@@ -56,6 +57,17 @@ class PostgreSQLSession(Session):
     #: Whether the session's own synchronous_commit is local, its
     #: transactions setting the server's (see WRITER_SETUP).
     commits_locally = False
+
+    is_permission_error = errors.is_permission_error
+    is_full_error = errors.is_full_error
+    missing_create_privilege = errors.missing_create_privilege
+
+    def is_disconnect(self, error):
+        driver = self.adapter.driver
+        if isinstance(error, driver.InterfaceError):
+            return True
+        return (isinstance(error, driver.OperationalError)
+                and (self.conn is None or bool(self.conn.closed)))
 
     def begin(self, sql=None):
         if self.commits_locally:
