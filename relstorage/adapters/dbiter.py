@@ -190,10 +190,12 @@ class HistoryPreservingIterator(Iterator):
         columns=CURRENT_RECORD_COLUMNS)
 
     def streamed_records_sql(self, session):
-        counts_sql = self.adapter.statistics_class.revision_counts_sql
-        if counts_sql is not None:
-            revisions, objects = session.fetchone(counts_sql)
+        stats = self.adapter.statistics_class
+        if stats.revision_counts_sql is not None:
+            revisions, objects = session.fetchone(stats.revision_counts_sql)
             if objects and (revisions or 0) <= FEW_REVISIONS * objects:
+                for stmt in stats.along_revisions_setup:
+                    session.execute(stmt)
                 return STREAMED_ALONG_REVISIONS
         return STREAMED_CURRENT_RECORDS[True]
     object_count_sql = (

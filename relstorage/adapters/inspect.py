@@ -99,6 +99,9 @@ class ServerStatistics:
     #: row instead of two (along current_object's, each current revision
     #: looked up in object_state's index, then in the table).
     revision_counts_sql = None
+    #: Statements run before such a stream along object_state's key, in
+    #: its transaction (the plan to read it so).
+    along_revisions_setup = ()
 
     def __init__(self, adapter):
         self.adapter = adapter

@@ -397,6 +397,55 @@ def test_a_sqlite_walk_goes_along_the_key_that_costs_least():
         f.cleanup()
 
 
+def test_a_postgresql_walk_merges_the_keys_while_objects_have_few_revisions():
+    """With history, PostgreSQL streams every current record by merging
+    both primary keys while objects have few revisions (each row read
+    once, in order), as its planner chooses along current_object's once
+    they have many; and never sorts, whatever the planner's statistics
+    say (none yet: the tables were just filled)."""
+    from relstorage.adapters.postgresql import session as pg_session
+    f = DatabaseFactory('postgresql', True)
+    storage = f.storage(zap=True)
+    try:
+        oids = _fill(storage, 2000)
+        iterator = storage.adapter.iterator
+        load = storage.adapter.open_load_session()
+        session = load.session
+        try:
+            def plan():
+                """The statement a walk would stream, and its plan, with
+                the tables' statistics current."""
+                session.execute('ANALYZE object_state, current_object')
+                session.restart(storage.adapter.load_begin_sql)
+                sql = iterator.streamed_records_sql(session)
+                session.execute(pg_session.STREAM_SETUP)
+                steps = [row[0] for row in session.fetchall(
+                    'EXPLAIN DECLARE x NO SCROLL CURSOR FOR ' + sql, (0,))]
+                session.rollback()
+                assert not any('Sort' in step for step in steps), steps
+                return sql, steps[0]
+            sql, top = plan()
+            assert sql == dbiter.STREAMED_ALONG_REVISIONS
+            assert top.startswith('Merge Join'), top
+            serials = dict.fromkeys(oids, storage.lastTransaction())
+            for i in range(2):
+                tid = commit_directly(storage, [
+                    (oid, serials[oid], zodb_pickle(MinPO((i, oid))))
+                    for oid in oids])
+                serials = dict.fromkeys(oids, tid)
+            # (The planner's own choice then, without a sort.)
+            sql, top = plan()
+            assert sql == dbiter.STREAMED_CURRENT_RECORDS[True]
+        finally:
+            load.close()
+        seen = _walk(storage)
+        assert [oid for oid, _, _ in seen] == oids
+        assert all(tid == serials[oid] for oid, tid, _ in seen)
+    finally:
+        storage.close()
+        f.cleanup()
+
+
 @pytest.mark.parametrize('keep_history', [True, False], ids=['HP', 'HF'])
 def test_a_postgresql_stream_fetches_more_rows_than_it_hands_out(
         keep_history, monkeypatch):

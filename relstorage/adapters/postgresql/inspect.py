@@ -7,6 +7,23 @@ class PostgreSQLStatistics(ServerStatistics):
 
     kind = 'PostgreSQL'
     version_sql = 'SHOW server_version'
+    # The planner's estimates (see estimated_rows); where a table was
+    # never analyzed (a database just filled), its primary key's size on
+    # disk over the bytes an entry takes there (about 32 and 23, pages'
+    # overheads included), which dead entries make larger.
+    revision_counts_sql = (
+        "SELECT COALESCE(MAX(r.rows) FILTER (WHERE r.name = 'object_state'), "
+        "pg_relation_size(to_regclass('object_state_pkey')) / 32), "
+        "COALESCE(MAX(r.rows) FILTER (WHERE r.name = 'current_object'), "
+        "pg_relation_size(to_regclass('current_object_pkey')) / 23) "
+        "FROM (SELECT relname AS name, CASE WHEN reltuples < 0 OR "
+        "relpages = 0 THEN NULL ELSE reltuples / relpages * "
+        "(pg_relation_size(oid) / current_setting('block_size')::int) "
+        "END AS rows FROM pg_class WHERE oid IN ("
+        "to_regclass('object_state'), to_regclass('current_object'))) r")
+    # Both keys read in order and merged: each revision's row once, in
+    # order, instead of a search of object_state's key per object.
+    along_revisions_setup = ('SET LOCAL enable_nestloop = off',)
 
     def estimated_rows(self, session, table):
         # As the planner does: the rows per page the last ANALYZE (or

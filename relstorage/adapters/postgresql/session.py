@@ -3,12 +3,12 @@ the server's keepalives, a writer's synchronous_commit), scripts sent as
 one message, and LISTEN/NOTIFY, by which load sessions learn of commits
 without polling."""
 from ..session import Session
-from . import errors
 from ..session import Stream
 from ..sql import SQL
 from ..sql import Identifier
 from ..sql import script
 from ..sql import without_parameters
+from . import errors
 
 
 #: Every commit notifies this channel (NOTIFY is scoped to the database);
@@ -44,8 +44,13 @@ LISTENING_LOAD_SETUP = script(LOAD_SETUP, LISTEN_COMMITS)
 #: time (the drivers' own cursors read every row with the statement).
 #: Declared with the session's other statements (not with a driver's
 #: named cursor, which refuses a connection in autocommit mode), and so
-#: planned for a fast start (cursor_tuple_fraction).
-DECLARE_STREAM = SQL('DECLARE {name} NO SCROLL CURSOR FOR {query}')
+#: planned for a fast start (cursor_tuple_fraction); never with a sort
+#: of its rows, which a planner misled by missing statistics (a table
+#: just filled) would choose, sorting every state on disk before the
+#: first row.
+STREAM_SETUP = 'SET LOCAL enable_sort = off'
+DECLARE_STREAM = SQL(script(
+    STREAM_SETUP, 'DECLARE {name} NO SCROLL CURSOR FOR {query}'))
 FETCH_STREAM = SQL('FETCH FORWARD %s FROM {name}')
 
 
