@@ -477,6 +477,41 @@ def test_every_database_package_has_the_role_modules():
     assert missing == []
 
 
+#: What a driver's error means, asked of a session.
+ERROR_QUESTIONS = ('is_disconnect', 'is_full_error', 'is_permission_error',
+                   'missing_create_privilege')
+
+
+def test_a_session_tells_what_its_drivers_errors_mean():
+    """The error questions are the session's (adapters.session.Session,
+    answered by each server database's session class), never an
+    adapter's."""
+    import importlib
+    from relstorage.adapters.adapter import Adapter
+    from relstorage.adapters.session import Session
+    for name in ERROR_QUESTIONS:
+        assert callable(getattr(Session, name)), name
+    adapters = [Adapter]
+    for package in DATABASE_PACKAGES:
+        module = importlib.import_module(
+            'relstorage.' + package.replace('/', '.') + 'adapter')
+        adapters.extend(value for value in vars(module).values()
+                        if isinstance(value, type)
+                        and issubclass(value, Adapter))
+    asked = sorted('%s.%s' % (cls.__name__, name) for cls in adapters
+                   for name in ERROR_QUESTIONS if name in vars(cls))
+    assert asked == []
+    for package in ('adapters/postgresql/', 'adapters/mysql/',
+                    'adapters/oracle/'):
+        module = importlib.import_module(
+            'relstorage.' + package.replace('/', '.') + 'session')
+        answered = {name for value in vars(module).values()
+                    if isinstance(value, type) and issubclass(value, Session)
+                    for name in ERROR_QUESTIONS if name in vars(value)}
+        assert {'is_disconnect', 'is_full_error',
+                'is_permission_error'} <= answered, package
+
+
 def _patched_in(node):
     """A part patched in at run time: ``setattr`` on an adapter or a
     session, or a class made by ``type(name, bases, namespace)``."""
