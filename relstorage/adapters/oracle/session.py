@@ -25,12 +25,10 @@ class OracleSession(Session):
     # A cursor's rows come arraysize at a time, each batch asked for.
     fetches_ask_server = True
 
-    @staticmethod
-    def is_permission_error(error):
+    def is_permission_error(self, error):
         return any(code in PRIVILEGE_ERRORS for code in error_codes(error))
 
-    @staticmethod
-    def is_full_error(error):
+    def is_full_error(self, error):
         return is_full(error)
 
     def is_disconnect(self, error):
