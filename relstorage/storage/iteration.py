@@ -154,11 +154,23 @@ class RecordWalk:
         self.source.close()
 
 
-class StreamSource:
+class Source:
+    """Where a walk's batches come from, on a session of the walk's own
+    (None: none)."""
+
+    __slots__ = ('session',)
+
+    def close(self):
+        session, self.session = self.session, None
+        if session is not None:
+            session.close()
+
+
+class StreamSource(Source):
     """The batches of a walk of a storage used directly: one statement's
     stream, on a session of the walk's own, in one snapshot."""
 
-    __slots__ = ('session', 'records')
+    __slots__ = ('records',)
 
     def __init__(self, session, records):
         self.session = session
@@ -176,18 +188,13 @@ class StreamSource:
             return None
         return session
 
-    def close(self):
-        session, self.session = self.session, None
-        if session is not None:
-            session.close()
 
-
-class PageSource:
+class PageSource(Source):
     """The batches of a walk read a page (one query) at a time: on a
     session of the walk's own (None: in the view's snapshot, for an
     instance of a ZODB connection)."""
 
-    __slots__ = ('view', 'session', 'resume')
+    __slots__ = ('view', 'resume')
 
     def __init__(self, view, session, resume):
         self.view = view
@@ -211,11 +218,6 @@ class PageSource:
     def reusable(self):
         session, self.session = self.session, None
         return session
-
-    def close(self):
-        session, self.session = self.session, None
-        if session is not None:
-            session.close()
 
 
 def next_key(mapping):

@@ -121,6 +121,16 @@ def _fill(storage, count):
     return oids
 
 
+def _rewrite(storage, oids, times):
+    """Commit a new revision of every one of *oids* (each last committed
+    by *storage*'s last transaction), *times* times; the last tid."""
+    tid = storage.lastTransaction()
+    for i in range(times):
+        tid = commit_directly(storage, [
+            (oid, tid, zodb_pickle(MinPO((i, oid)))) for oid in oids])
+    return tid
+
+
 def _counting(monkeypatch, owner, name):
     """Count the calls of *owner*'s method *name* (still calling it)."""
     calls = []
@@ -381,12 +391,7 @@ def test_a_sqlite_walk_goes_along_the_key_that_costs_least():
                     'EXPLAIN QUERY PLAN ' + sql, (0,))]
                 assert not any('TEMP B-TREE' in step for step in plan), plan
             # Each object rewritten twice: three revisions each.
-            serials = dict(zip(oids, [storage.load(oid)[1] for oid in oids]))
-            for i in range(2):
-                tid = commit_directly(storage, [
-                    (oid, serials[oid], zodb_pickle(MinPO((i, oid))))
-                    for oid in oids])
-                serials = dict.fromkeys(oids, tid)
+            _rewrite(storage, oids, 2)
             session.session.end_read()
             assert chosen() == dbiter.STREAMED_CURRENT_RECORDS[True]
         finally:
@@ -427,12 +432,7 @@ def test_a_postgresql_walk_merges_the_keys_while_objects_have_few_revisions():
             sql, top = plan()
             assert sql == dbiter.STREAMED_ALONG_REVISIONS
             assert top.startswith('Merge Join'), top
-            serials = dict.fromkeys(oids, storage.lastTransaction())
-            for i in range(2):
-                tid = commit_directly(storage, [
-                    (oid, serials[oid], zodb_pickle(MinPO((i, oid))))
-                    for oid in oids])
-                serials = dict.fromkeys(oids, tid)
+            tid = _rewrite(storage, oids, 2)
             # (The planner's own choice then, without a sort.)
             sql, top = plan()
             assert sql == dbiter.STREAMED_CURRENT_RECORDS[True]
@@ -440,7 +440,7 @@ def test_a_postgresql_walk_merges_the_keys_while_objects_have_few_revisions():
             load.close()
         seen = _walk(storage)
         assert [oid for oid, _, _ in seen] == oids
-        assert all(tid == serials[oid] for oid, tid, _ in seen)
+        assert all(serial == tid for _, serial, _ in seen)
     finally:
         storage.close()
         f.cleanup()
