@@ -35,9 +35,11 @@ TRANSACTIONS = {
         packed='' if packed else ' AND packed = %s')
     for packed in (False, True)}
 #: Without history: the tids between two that current revisions have.
+#: (Read from the tid index alone: a transaction that only deleted
+#: objects, whose rows wait for the pack, is one without records.)
 CURRENT_TIDS = _ordered(SQL(
     'SELECT DISTINCT tid FROM object_state WHERE tid >= %s AND tid <= %s '
-    'AND state IS NOT NULL ORDER BY tid{order}{limit}'))
+    'ORDER BY tid{order}{limit}'))
 
 
 #: What iter_current_records reads of a page of current revisions (the
@@ -143,22 +145,30 @@ class Iterator:
         """The statement of stream_current_records."""
         return STREAMED_CURRENT_RECORDS[self.keep_history]
 
-    def _records(self, session, sql, tid):
-        """``[(oid, state, prev_tid)]`` of *sql*'s rows ``(oid, state,
-        state_size, prev_tid)`` of transaction *tid*, sizes checked."""
-        rows = session.fetchall(sql, (tid,))
+    #: Whether records() yields the deletions of a transaction (its rows
+    #: without a state).
+    records_deleted = True
+
+    def records(self, session, tid):
+        """``(oids, states)`` written by transaction *tid*, in columns,
+        sizes checked (a deletion's state None: see records_deleted)."""
+        rows = session.fetchall(
+            'SELECT zoid, state, state_size FROM object_state '
+            'WHERE tid = %s ORDER BY zoid', (tid,))
         if not rows:
-            return []
-        oids, states, sizes, prevs = zip(*rows)
+            return (), ()
+        oids, states, sizes = zip(*rows)
         if tid >= 0 and None not in states:
             # The usual transaction: every state checked at once.
             if set(map(type, states)) != {bytes}:
                 states = tuple(map(bytes, states))
             if tuple(map(len, states)) == sizes and min(oids) >= 0:
-                return list(zip(oids, states, prevs))
+                return oids, states
         checked = self.adapter.mover.checked
-        return [(oid, checked(oid, state, tid, size)[0], prev)
-                for oid, state, size, prev in rows]
+        rows = [(oid, checked(oid, state, tid, size)[0])
+                for oid, state, size in rows
+                if state is not None or self.records_deleted]
+        return tuple(zip(*rows)) if rows else ((), ())
 
     def _history(self, oid, rows):
         """*rows* of object_history, their tids checked."""
@@ -217,12 +227,6 @@ class HistoryPreservingIterator(Iterator):
         return [(tid, _b(u) or b'', _b(d) or b'', _b(e) or b'', bool(p))
                 for tid, u, d, e, p in session.fetchall(sql, params)]
 
-    def records(self, session, tid):
-        """``[(oid, state, prev_tid)]`` written by transaction *tid*."""
-        return self._records(
-            session, 'SELECT zoid, state, state_size, prev_tid '
-            'FROM object_state WHERE tid = %s ORDER BY zoid', tid)
-
     def object_history(self, session, oid, limit):
         """``[(tid, size, user, description, extension)]``, newest first."""
         return self._history(oid, [
@@ -272,10 +276,8 @@ class HistoryFreeIterator(Iterator):
         return [(tid, b'', b'', b'', True)
                 for (tid,) in session.fetchall(sql, params)]
 
-    def records(self, session, tid):
-        return self._records(
-            session, 'SELECT zoid, state, state_size, NULL FROM object_state '
-            'WHERE tid = %s AND state IS NOT NULL ORDER BY zoid', tid)
+    #: (Rows without a state wait for the pack; they were deleted.)
+    records_deleted = False
 
     def object_history(self, session, oid, limit):
         return self._history(oid, [

@@ -304,8 +304,9 @@ class IReads(Interface):
         metadata."""
 
     def records(tid):
-        """``[(oid, state, prev_tid)]`` written by transaction *tid*, in
-        oid order (prev_tid None without history)."""
+        """``(oids, states)`` written by transaction *tid*, in columns, in
+        oid order (a deletion's state None, with history; without, the
+        objects deleted are left out)."""
 
     def object_history(oid, limit):
         """``[(tid, size, user, description, extension)]`` of *oid*'s

@@ -2,6 +2,7 @@
 records (IStorageCurrentRecordIteration)."""
 import struct
 import threading
+from itertools import repeat
 
 from ZODB.BaseStorage import DataRecord
 from ZODB.BaseStorage import TransactionRecord
@@ -48,9 +49,9 @@ class RelTransactionRecord(TransactionRecord):
         self._itid = tid
 
     def __iter__(self):
-        tid = self.tid
-        for oid, state, prev_tid in self._iterator._records(self._itid):
-            yield DataRecord(_pack(oid), tid, state, None)
+        oids, states = self._iterator._records(self._itid)
+        return map(DataRecord, map(_pack, oids), repeat(self.tid), states,
+                   repeat(None))
 
 
 class TransactionIterator:
@@ -108,14 +109,14 @@ class TransactionIterator:
 
 
 class RecordWalk:
-    """What record_iternext read ahead: the rest of one batch of current
-    records, each as record_iternext returns it (``(oid, tid, state,
-    next)``, oid and tid as 8 bytes, the next last; the batch's last
-    record has no *next* yet, None), what the view was when it was read
-    (see Iteration.record_iternext) and where its next batch comes from
-    (a source: see StreamSource, PageSource)."""
+    """What record_iternext read ahead: one batch of current records,
+    each as record_iternext returns it (``(oid, tid, state, next)``, oid
+    and tid as 8 bytes, the next last; the batch's last record has no
+    *next* yet, None), the position of the one served next, what the
+    view was when it was read (see Iteration.record_iternext) and where
+    its next batch comes from (a source: see StreamSource, PageSource)."""
 
-    __slots__ = ('rows', 'source', 'view', 'last_tid', 'tid')
+    __slots__ = ('rows', 'pos', 'source', 'view', 'last_tid', 'tid')
 
     def __init__(self, columns, view, source):
         self.source = source
@@ -133,9 +134,21 @@ class RecordWalk:
         oids = list(map(_pack, oids))
         following = oids[1:]
         following.append(None)
-        self.rows = rows = list(zip(oids, map(_pack, tids), states,
-                                    following))
-        rows.reverse()
+        self.pos = 0
+        self.rows = list(zip(oids, map(_pack, tids), states, following))
+
+    def serves(self, oid, view):
+        """Whether the record this walk serves next is *oid*'s (8 bytes),
+        as *view* should see it (the view has not moved since the batch
+        was read, see Iteration)."""
+        rows, pos = self.rows, self.pos
+        return (pos < len(rows) and rows[pos][0] == oid
+                and self.last_tid == view.last_tid
+                and (self.tid is None or self.tid == view.tid))
+
+    def left(self):
+        """The records of the batch not yet served."""
+        return max(len(self.rows) - self.pos, 0)
 
     def next_batch(self):
         """Read the next batch: False after the last."""
@@ -251,10 +264,10 @@ class Iteration:
         self.adapter = adapter
         self.view = view
         self._lock = threading.Lock()
-        #: The walk the last call continued, and the oid (8 bytes) it
-        #: serves next; the others: that oid -> RecordWalk, least recently
-        #: continued first.
-        self._last = self._last_next = None
+        #: The walk the last call continued; the others: the oid (8
+        #: bytes) each serves next -> RecordWalk, least recently continued
+        #: first.
+        self._last = None
         self._walks = {}
 
     def iterator(self, start=None, stop=None):
@@ -303,59 +316,60 @@ class Iteration:
         return RecordWalk(columns, self.view, source)
 
     def record_iternext(self, next=None):
-        view = self.view
-        # (Not "with": the hot path, called once per record.)
-        lock = self._lock
-        lock.acquire()
-        try:
-            # The usual call continues the walk the last call continued,
-            # within its batch.
-            walk = self._last
-            if (walk is not None and next == self._last_next
-                    and walk.last_tid == view.last_tid
-                    and (walk.tid is None or walk.tid == view.tid)):
-                rows = walk.rows
-                if len(rows) > 1:
-                    record = rows.pop()
-                    self._last_next = record[3]
-                    return record
+        # The usual call continues the walk the last call continued,
+        # within its batch: served without the lock, since what it
+        # returns proves itself (the record of the oid asked for, of a
+        # walk the view has not left) whatever another thread does
+        # meanwhile; where it does not, the call goes the long way.
+        walk = self._last
+        if walk is not None:
+            rows = walk.rows
+            pos = walk.pos
+            if pos < len(rows) - 1:
+                record = rows[pos]
+                if record[0] == next:
+                    view = self.view
+                    if (walk.last_tid == view.last_tid
+                            and (walk.tid is None or walk.tid == view.tid)):
+                        walk.pos = pos + 1
+                        return record
+        with self._lock:
             return self._step(next)
-        finally:
-            lock.release()
 
     def _step(self, next):
         """record_iternext(*next*) for any other call (under the lock)."""
         view = self.view
         walks = self._walks
         last, self._last = self._last, None
-        if last is not None:
-            self._keep(self._last_next, last)
+        if last is not None and last.left():
+            self._keep(last)
         walk = walks.pop(next, None)
         # Records read ahead may hide what this instance should see once
         # it committed or (an instance of a ZODB connection) moved to a
         # newer snapshot.
-        if walk is None or walk.last_tid != view.last_tid or (
-                walk.tid is not None and walk.tid != view.tid):
+        if walk is None or not walk.serves(next, view):
             walk = self._begin(next, walk)
         rows = walk.rows
-        record = rows.pop()
-        if rows:
+        record = rows[walk.pos]
+        walk.pos += 1
+        if walk.pos < len(rows):
             following = record[3]
         else:
             if not walk.next_batch():
                 return record  # the last: its next is None
-            following = walk.rows[-1][0]
+            following = walk.rows[0][0]
             record = record[:3] + (following,)
         other = walks.pop(following, None)
         if other is not None:
             other.close()  # another walk at the same place: one is kept
-        self._last, self._last_next = walk, following
+        self._last = walk
         if len(walks) >= WALKS:
             walks.pop(next_key(walks)).close()
         return record
 
-    def _keep(self, following, walk):
-        """Remember *walk*, which serves *following* next."""
+    def _keep(self, walk):
+        """Remember *walk*, under the oid it serves next."""
+        following = walk.rows[walk.pos][0]
         other = self._walks.pop(following, None)
         if other is not None:
             other.close()
@@ -367,7 +381,7 @@ class Iteration:
             walks = list(self._walks.values())
             if self._last is not None:
                 walks.append(self._last)
-            return sum(len(walk.rows) for walk in walks)
+            return sum(walk.left() for walk in walks)
 
     def release(self):
         """Drop the walks (closing their sessions)."""
@@ -375,6 +389,6 @@ class Iteration:
             walks, self._walks = list(self._walks.values()), {}
             if self._last is not None:
                 walks.append(self._last)
-            self._last = self._last_next = None
+            self._last = None
         for walk in walks:
             walk.close()

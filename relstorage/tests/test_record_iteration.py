@@ -2,6 +2,9 @@
 statement read a batch at a time (pages where the session cannot
 stream), in one snapshot, with a bounded number of round trips and of
 records held, and correct when the database changes between calls."""
+import sys
+import threading
+
 import pytest
 import ZODB
 from persistent.mapping import PersistentMapping
@@ -293,6 +296,59 @@ def test_record_iternext_interleaved_walks(factory, monkeypatch):
                     del walks[name]
         assert seen == {'all': oids, 'half': oids[6:]}
     finally:
+        storage.close()
+
+
+def test_record_iternext_from_threads_at_once(factory, monkeypatch):
+    """Threads walking one storage at once, some from the same places and
+    some asking for one record twice, each get every record once, in oid
+    order, and the same record for the same *next*: a call continuing a
+    walk takes no lock, so what it serves must prove itself."""
+    monkeypatch.setattr(iteration, 'RECORD_BATCH', 7)
+    monkeypatch.setattr(iteration, 'FIRST_RECORD_BATCH', 3)
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    storage = factory.storage()
+    try:
+        oids = [storage.new_oid() for _ in range(150)]
+        commit_directly(storage, [(oid, z64, zodb_pickle(MinPO(i)))
+                          for i, oid in enumerate(oids)])
+        everything = [oid for oid, _, _ in _walk(storage)]
+        assert everything == sorted(everything)
+        assert set(oids) <= set(everything)
+        results = {}
+        errors = []
+
+        def walker(name, start, twice):
+            try:
+                seen = []
+                next_oid = start
+                while True:
+                    record = storage.record_iternext(next_oid)
+                    if twice:
+                        assert storage.record_iternext(next_oid) == record
+                    seen.append(record[0])
+                    next_oid = record[3]
+                    if next_oid is None:
+                        break
+                results[name] = seen
+            except BaseException as e:  # reported below
+                errors.append(e)
+        # (No more walks than are remembered: more would begin anew.)
+        starts = [None, None, oids[40], oids[40]][:iteration.WALKS]
+        # (One asks twice: each second call begins a walk, a session.)
+        threads = [threading.Thread(target=walker, args=(i, start, i == 1))
+                   for i, start in enumerate(starts)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(60)
+        assert not errors
+        for i, start in enumerate(starts):
+            first = 0 if start is None else everything.index(start)
+            assert results[i] == everything[first:]
+    finally:
+        sys.setswitchinterval(interval)
         storage.close()
 
 
