@@ -55,6 +55,8 @@ class Adapter:
     locker_class = None
     #: The claims of commits voted and not finished (adapters.votes).
     vote_claims_class = VoteClaims
+    #: The IPackSession class (a cluster's may run a batch again).
+    pack_session_class = PackSession
     oid_allocator_class = None
     #: What the server says of itself, for zodbinfo.
     statistics_class = ServerStatistics
@@ -396,7 +398,7 @@ class Adapter:
     def open_pack_session(self):
         """The IPackSession a pack writes (and holds the pack lock)
         with."""
-        return PackSession(self)
+        return self.pack_session_class(self)
 
     def open_pack_keeper(self):
         """The IPackKeeper a pre-pack keeps references with."""

@@ -160,6 +160,15 @@ class IPackSession(Interface):
         """Wait, where the server does not queue lock waiters, so that the
         commits waiting for the commit lock go before the next batch."""
 
+    def run_batch(attempt):
+        """Run *attempt* (one batch, from begin_batch to commit_batch) and
+        return what it returns. Where the database is a cluster that may
+        refuse a batch's commit (ClusterConflict: a commit on another
+        node came first; nothing of the batch happened), the batch is
+        aborted and *attempt* called again, which must then begin from
+        where the batch began, as often as the cluster's refusals are
+        worth waiting out."""
+
     def abort_batch():
         """Roll back a batch whose commit failed (a cluster refused it:
         ClusterConflict) and release the commit lock; the batch may be

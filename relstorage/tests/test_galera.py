@@ -177,6 +177,50 @@ def test_a_pack_leaves_the_cluster_locks_free(cluster):
         conn.close()
 
 
+def test_a_pack_batch_the_cluster_refuses_is_done_again(cluster):
+    """A pack batch on node 1 whose commit the cluster refuses (node 2
+    committed the commit row after node 1 had locked its own copy:
+    certification refuses node 1's commit whole) is aborted and run
+    again by the node's pack session; the second one commits."""
+    first, second = cluster.nodes[:2]
+    storage = DatabaseFactory('mysql', False, server=first).storage(
+        zap=True)
+    storage.close()
+    adapter = DatabaseFactory('mysql', False, server=first).adapter()
+    other = second.connect('relstoragetest_hf')
+    session = adapter.open_pack_session()
+    calls = []
+    serial = ("SELECT serial FROM cluster_lock WHERE name = 'commit'")
+    try:
+        assert session.lock_pack()
+
+        def attempt():
+            calls.append(session.begin_batch())
+            if len(calls) == 1:
+                cur = other.cursor()
+                cur.execute("UPDATE cluster_lock SET serial = serial + 1 "
+                            "WHERE name = 'commit'")
+                other.commit()
+            session.commit_batch()
+            return len(calls)
+        before = other.cursor()
+        before.execute(serial)
+        (start,), = before.fetchall()
+        other.commit()
+        assert session.run_batch(attempt) == 2
+        assert session.BUSY not in calls
+        time.sleep(0.5)  # node 2 applies node 1's commit
+        after = other.cursor()
+        after.execute(serial)
+        # Node 2's bump and the batch that went through; not the refused.
+        assert after.fetchall() == ((start + 2,),)
+        other.commit()
+    finally:
+        session.close()
+        other.close()
+        adapter.close()
+
+
 def test_a_pack_whose_lease_was_taken_stops_at_its_next_batch(cluster):
     """The cluster's pack lock is a lease each batch renews: a pack
     stopped past it, whose lease another pack (on another node, whose

@@ -584,6 +584,23 @@ def test_the_pack_is_one_package():
     assert strays == []
 
 
+def test_the_pack_leaves_database_features_to_its_session():
+    """What a kind of database adds to a batch (a cluster that refuses
+    one, the pause between batches) is the pack session's
+    (IPackSession.run_batch, pause_between_batches), not the pack's."""
+    for path in (SOURCE / 'storage' / 'pack').glob('*.py'):
+        text = path.read_text()
+        assert 'ClusterConflict' not in text, path.name
+        assert 'pack_pause_between_batches' not in text, path.name
+    from relstorage.adapters.mysql import galera
+    from relstorage.adapters.mysql.server import SingleServer
+    from relstorage.adapters.packsession import PackSession
+    assert SingleServer.pack_session_class is PackSession
+    assert issubclass(galera.GaleraNode.pack_session_class, PackSession)
+    assert (galera.GaleraNode.pack_session_class.run_batch
+            is not PackSession.run_batch)
+
+
 #: The most lines a library module may have: one concern per module.
 MODULE_LINES = 600
 

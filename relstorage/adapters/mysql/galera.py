@@ -25,12 +25,14 @@ server of replica-conf. Reads wait until the node has applied what the
 cluster committed before them (``wsrep_sync_wait``): store sessions for
 every statement, load sessions when their snapshot begins.
 """
+import logging
 import secrets
 import time
 
 from ...exceptions import ClusterConflict
 from ...exceptions import PackLockLost
 from ...exceptions import SchemaError
+from ..packsession import PackSession
 from ..sql import script
 from .drivers import error_code
 from .locker import GET_COMMIT_LOCK
@@ -38,9 +40,15 @@ from .locker import MySQLLocker
 from .server import SingleServer
 from .session import MySQLSession
 
+log = logging.getLogger(__name__)
+
 #: A transaction refused (certification) or aborted (to apply another
 #: node's); a statement interrupted for the same reason.
 CONFLICT_ERRORS = (1213, 1317)
+#: Times a pack batch is done again when the cluster refuses its commit
+#: (a commit on another node came first), and the pause before each.
+BATCH_ATTEMPTS = 50
+BATCH_RETRY_PAUSE = 0.05
 #: The node is not in the primary component (WSREP has not yet prepared
 #: node for application use), or lost it mid-statement.
 NOT_READY_ERRORS = (1047, 1180)
@@ -254,6 +262,25 @@ class GaleraLocker(MySQLLocker):
         return holder
 
 
+class GaleraPackSession(PackSession):
+    """A pack's session on a node: a batch the cluster refuses (nothing
+    of it happened) is done again, up to BATCH_ATTEMPTS times."""
+
+    def run_batch(self, attempt):
+        attempts = 0
+        while True:
+            try:
+                return attempt()
+            except ClusterConflict:
+                self.abort_batch()
+                attempts += 1
+                if attempts >= BATCH_ATTEMPTS:
+                    raise
+                log.debug('pack batch refused by the cluster; again '
+                          '(attempt %d)', attempts + 1)
+                time.sleep(BATCH_RETRY_PAUSE)
+
+
 class GaleraNode(SingleServer):
     """A node of a Galera cluster (see the module)."""
 
@@ -261,6 +288,7 @@ class GaleraNode(SingleServer):
     locker_class = GaleraLocker
     session_class = GaleraSession
     store_session_class = GaleraStoreSession
+    pack_session_class = GaleraPackSession
     load_begin_sql = LOAD_BEGIN
     # Only the row just inserted: two nodes deleting the same rows would
     # conflict.

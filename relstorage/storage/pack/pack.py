@@ -28,7 +28,6 @@ from contextlib import closing
 from ZODB.POSException import StorageError
 
 from ..._util import chunks
-from ...exceptions import ClusterConflict
 from ...exceptions import CorruptRecord
 from ...exceptions import InvalidPackTime
 from ...exceptions import PackAlreadyRunning  # re-exported too
@@ -55,10 +54,6 @@ STEP = 500
 #: The share of pack-batch-timeout a batch aims to end within, leaving the
 #: rest for the commit waiting behind it (whose own work adds to its wait).
 BATCH_SHARE = 0.8
-#: Times a batch is done again when a cluster refuses its commit (a
-#: commit on another node came first), and the pause before each.
-BATCH_ATTEMPTS = 50
-BATCH_RETRY_PAUSE = 0.05
 
 
 #: The range of pack times: the times a tid can name (1900-01-01 to
@@ -504,28 +499,23 @@ class Pack:
     def batch(self, session, checked_tid):
         """One short transaction under the commit lock, taking its work
         from pack_gc and then the old revisions; the last one also marks
-        transactions packed. Done again, from where it began, when a
-        cluster refuses it (ClusterConflict: a commit on another node
-        came first; nothing of the batch happened)."""
-        attempt = 0
-        while True:
-            saved = (self.garbage_after, self.old_after, self.left,
-                     dict(self.result))
-            try:
-                return self._batch(session, checked_tid)
-            except ClusterConflict:
-                session.abort_batch()
-                attempt += 1
-                if attempt >= BATCH_ATTEMPTS:
-                    raise
+        transactions packed. The session runs it (see
+        IPackSession.run_batch): again, from where it began, where a
+        cluster refused its commit."""
+        saved = (self.garbage_after, self.old_after, self.left,
+                 dict(self.result))
+        attempts = []
+
+        def attempt():
+            if attempts:  # refused: nothing of the batch happened
                 (self.garbage_after, self.old_after, self.left,
                  result) = saved
                 self.result.update(result)
                 self.batch_conflicts += 1
                 self.result['batch_conflicts'] = self.batch_conflicts
-                log.debug('pack batch refused by the cluster; again '
-                          '(attempt %d)', attempt + 1)
-                time.sleep(BATCH_RETRY_PAUSE)
+            attempts.append(None)
+            return self._batch(session, checked_tid)
+        return session.run_batch(attempt)
 
     def _batch(self, session, checked_tid):
         last = self.take_commit_lock(session)
