@@ -41,7 +41,11 @@ class _SessionWrapper:
 
     def __init__(self, adapter):
         self.adapter = adapter
+        # The components this session runs (the adapter assembled them).
         self.mover = adapter.mover
+        self.iterator = adapter.iterator
+        self.inspector = adapter.inspector
+        self.oids = adapter.oids
         self._open()
 
     def _open(self):
@@ -98,35 +102,35 @@ class _SessionWrapper:
     # The iterator's queries (see IReads).
 
     def iter_current_records(self, start_oid, limit):
-        return self._read(self.adapter.iterator.iter_current_records,
+        return self._read(self.iterator.iter_current_records,
                           start_oid, limit)
 
     def stream_current_records(self, start_oid):
-        return self._read(self.adapter.iterator.stream_current_records,
+        return self._read(self.iterator.stream_current_records,
                           start_oid)
 
     def transactions(self, start, stop, newest_first=False,
                      include_packed=True, limit=None):
-        return self._read(self.adapter.iterator.transactions, start, stop,
+        return self._read(self.iterator.transactions, start, stop,
                           newest_first, include_packed, limit)
 
     def records(self, tid):
-        return self._read(self.adapter.iterator.records, tid)
+        return self._read(self.iterator.records, tid)
 
     def object_history(self, oid, limit):
-        return self._read(self.adapter.iterator.object_history, oid, limit)
+        return self._read(self.iterator.object_history, oid, limit)
 
     def transaction_exists(self, tid):
-        return self._read(self.adapter.iterator.transaction_exists, tid)
+        return self._read(self.iterator.transaction_exists, tid)
 
     def states_before(self, tid):
-        return self._read(self.adapter.iterator.states_before, tid)
+        return self._read(self.iterator.states_before, tid)
 
     def object_count(self):
-        return self._read(self.adapter.iterator.object_count)
+        return self._read(self.iterator.object_count)
 
     def size_in_bytes(self):
-        return self._read(self.adapter.iterator.size_in_bytes)
+        return self._read(self.iterator.size_in_bytes)
 
     def database_size(self):
         return self._read(self._database_size)
@@ -135,7 +139,7 @@ class _SessionWrapper:
         stats = self.adapter.statistics_class(self.adapter)
         size = stats.database_bytes(session)
         if size is None:
-            size = self.adapter.iterator.size_in_bytes(session)
+            size = self.iterator.size_in_bytes(session)
         return size
 
     def close(self):
@@ -215,28 +219,28 @@ class LoadSession(_SessionWrapper):
         return self._read(self.mover.load_many, oids)
 
     def new_oid_blocks(self, blocks):
-        return self._read(self.adapter.oids.new_blocks, blocks)
+        return self._read(self.oids.new_blocks, blocks)
 
     # What zodbinfo, zodbcheck and the metrics server read (see
     # ILoadSession).
 
     def figures(self, exact=False):
-        return self._read(self.adapter.inspector.figures, exact)
+        return self._read(self.inspector.figures, exact)
 
     def estimated_object_count(self):
-        inspector = self.adapter.inspector
+        inspector = self.inspector
         return self._read(inspector.count, False, inspector.objects_table,
-                          self.adapter.iterator.object_count_sql)[0]
+                          self.iterator.object_count_sql)[0]
 
     def object_headers(self, after_oid, limit, length):
-        return self._read(self.adapter.inspector.headers, after_oid, limit,
+        return self._read(self.inspector.headers, after_oid, limit,
                           length)
 
     def object_rows(self, after_oid, limit):
-        return self._read(self.adapter.inspector.records, after_oid, limit)
+        return self._read(self.inspector.records, after_oid, limit)
 
     def blob_chunk_counts(self, blob_ids):
-        return self._read(self.adapter.inspector.blob_chunks, blob_ids)
+        return self._read(self.inspector.blob_chunks, blob_ids)
 
 
 @implementer(IStoreSession)
@@ -298,7 +302,7 @@ class StoreSession(_SessionWrapper):
 
     def new_oid_blocks(self, blocks):
         return self._outside_commit(
-            lambda: self.adapter.oids.new_blocks(self.session, blocks))
+            lambda: self.oids.new_blocks(self.session, blocks))
 
     def upload_blob(self, path, chunk_size):
         return blobs.upload_blob(self.session, path, chunk_size)
@@ -392,7 +396,7 @@ class StoreSession(_SessionWrapper):
             if direct:
                 script += self.mover.after_copy(tid)
         if max_oid is not None:
-            script += self.adapter.oids.raise_to(max_oid)
+            script += self.oids.raise_to(max_oid)
         script += self.adapter.announce_commit()
         return tid, script
 

@@ -53,14 +53,15 @@ class PackKeeper:
     any write would be held until its end), nor under the commit lock."""
 
     def __init__(self, adapter):
-        self.adapter = adapter
+        self.packer = adapter.packer
+        self.begin_sql = adapter.store_begin_sql
         self.session = adapter.connect(for_store=True)
 
     def keep_references(self, rows, stale=()):
         session = self.session
-        session.begin(self.adapter.store_begin_sql)
+        session.begin(self.begin_sql)
         try:
-            self.adapter.packer.keep_references(session, rows, stale)
+            self.packer.keep_references(session, rows, stale)
             session.commit()
         finally:
             if session.in_transaction:
@@ -79,8 +80,11 @@ class PackSession:
 
     def __init__(self, adapter):
         self.adapter = adapter
+        # The components this session runs (the adapter assembled them).
         self.packer = adapter.packer
         self.locker = adapter.locker
+        self.schema = adapter.schema
+        self.mover = adapter.mover
         self.session = adapter.connect(for_store=True)
         self.locked = False
         adapter.prepare_pack_session(self.session)
@@ -92,7 +96,7 @@ class PackSession:
         return self.locked
 
     def before_pack(self):
-        self.adapter.schema.ensure_state_refs(self.session)
+        self.schema.ensure_state_refs(self.session)
         self.adapter.before_pack(self.session)
 
     def wrote_outside_commits(self):
@@ -131,7 +135,7 @@ class PackSession:
     def save_prepack(self, pack_tid, checked_tid):
         session = self.session
         session.commit()
-        self.adapter.schema.ensure_pack_garbage(session)
+        self.schema.ensure_pack_garbage(session)
         session.begin(self.adapter.store_begin_sql)
         self.packer.save_prepack(session, pack_tid, checked_tid)
         session.commit()
@@ -140,7 +144,7 @@ class PackSession:
 
     def begin_batch(self, wait=0):
         return self.locker.begin_with_commit_lock(
-            self.session, self.adapter.mover.last_tid_sql, wait)
+            self.session, self.mover.last_tid_sql, wait)
 
     def pause_between_batches(self):
         """Let the committers waiting for the commit lock go first (see
@@ -199,7 +203,7 @@ class PackSession:
         self.packer.spare(self.session, oids)
 
     def load_many(self, oids):
-        return self.adapter.mover.load_many(self.session, oids)
+        return self.mover.load_many(self.session, oids)
 
     def garbage_after(self, after, limit):
         return self.packer.garbage_after(self.session, after, limit)
