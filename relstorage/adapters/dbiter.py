@@ -13,6 +13,7 @@ from .inspect import HistoryFreeInspector
 from .inspect import HistoryPreservingInspector
 from .components import IHistoryPreservingIterator
 from .components import IIterator
+from .mover import all_bytes
 
 
 def _ordered(template, **parts):
@@ -158,10 +159,9 @@ class Iterator:
         if not rows:
             return (), ()
         oids, states, sizes = zip(*rows)
-        if tid >= 0 and None not in states:
+        states = all_bytes(states) if tid >= 0 else None
+        if states is not None:
             # The usual transaction: every state checked at once.
-            if set(map(type, states)) != {bytes}:
-                states = tuple(map(bytes, states))
             if tuple(map(len, states)) == sizes and min(oids) >= 0:
                 return oids, states
         checked = self.adapter.mover.checked

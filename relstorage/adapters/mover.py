@@ -36,6 +36,22 @@ from .blobs import BLOB_OF
 from .components import IMover
 
 
+def all_bytes(states):
+    """*states* (a tuple of a column) as bytes, or None if one is NULL (a
+    deleted object's). (The types are asked first: ``None in`` a tuple of
+    a driver's memoryviews has each compare itself to None, at the cost
+    of a TypeError made and dropped.)"""
+    types = set(map(type, states))
+    if types == _BYTES:
+        return states
+    if type(None) in types:
+        return None
+    return tuple(map(bytes, states))
+
+
+_BYTES = {bytes}
+
+
 @implementer(IMover)
 class Mover:
     """What both modes share."""
@@ -118,10 +134,9 @@ class Mover:
         if not rows:
             return (), (), ()
         oids, tids, states, sizes = zip(*rows)
-        if None not in states:
+        states = all_bytes(states)
+        if states is not None:
             # The usual page: every state checked at once.
-            if set(map(type, states)) != {bytes}:
-                states = tuple(map(bytes, states))
             if (tuple(map(len, states)) == sizes
                     and min(oids) >= 0 and min(tids) >= 0):
                 return oids, tids, states

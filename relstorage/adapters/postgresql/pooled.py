@@ -20,6 +20,7 @@ from .pooler import LEASE_SECONDS
 from .pooler import TAKE_LEASE
 from .pooler import LeaseKeeper
 from .schema import POOLED_TEMP_STORE_DDL
+from .session import LOCAL_BYTEA_OUTPUT
 
 log = logging.getLogger(__name__)
 
@@ -34,7 +35,7 @@ LOAD_SETTINGS = ('SET LOCAL jit = off; '
 def begin_statement(begin, lock_timeout_ms, *more):
     """*begin* followed by the settings of a pooled transaction."""
     return '; '.join((begin, LOCK_TIMEOUT.format(
-        ms=str(int(lock_timeout_ms)))) + more)
+        ms=str(int(lock_timeout_ms))), LOCAL_BYTEA_OUTPUT) + more)
 
 
 #: A pooled snapshot may take new oids (nextval, which a READ ONLY
