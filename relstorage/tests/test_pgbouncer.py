@@ -233,8 +233,12 @@ def test_one_pack_at_a_time_through_the_pooler():
 def test_a_pack_with_its_graph_in_the_database(keep_history):
     # The scratch tables are unlogged tables of the database, filled in
     # one transaction and read in the batches' others (each perhaps on
-    # another server session), and emptied when the pack ends.
-    pooler = require_pooler('transaction', pool_size=2)
+    # another server session), and emptied when the pack ends. While it
+    # reads, the pack holds three server sessions at once (its snapshot,
+    # the scratch fill, the kept references' short transactions): with
+    # fewer in the pool the third would queue until the pooler's
+    # query_wait_timeout, and the references would not be kept.
+    pooler = require_pooler('transaction', pool_size=4)
     database = HP_DB if keep_history else HF_DB
     storage = _storage(pooler, database, keep_history, pack_graph_mb=0,
                        pack_batch_timeout=0.0001)
@@ -260,6 +264,10 @@ def test_a_pack_with_its_graph_in_the_database(keep_history):
             "FROM pack_gc) FROM pg_class c WHERE c.relname = 'pack_gc'",
             database=database)
         assert rows == [('pack_gc', 'u', 0)]
+        # The references the pre-pack read were kept, for the next pack.
+        kept = _backend_rows(pooler, 'SELECT count(*) FROM state_refs',
+                             database=database)
+        assert kept[0][0] >= 16, kept
         assert _backend_rows(pooler, "SELECT count(*) FROM relstorage_meta "
                              "WHERE name = 'pack_lock'",
                              database=database) == [(0,)]
