@@ -30,7 +30,7 @@ from .readahead import ReadAhead
 from .tpc import Commit
 from .view import Seen
 from .view import View
-from .view import kept_states
+from .view import remembered_states
 
 log = logging.getLogger(__name__)
 
@@ -166,7 +166,7 @@ class RelStorage(ConflictResolvingStorage):
         # Read-ahead fills the shared cache: without one it is of no use.
         readahead = (ReadAhead(cache.holds) if cache.limit_bytes else None)
         self._view = view = View(
-            adapter, cache, kept_states(keep_history), readahead, metrics,
+            adapter, cache, remembered_states(keep_history), readahead, metrics,
             options, self._name, self._is_root, self._seen)
         resolve = _weakly(self.tryToResolveConflict)
         self._commit = commit = Commit(

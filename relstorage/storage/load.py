@@ -38,15 +38,15 @@ class Loader:
     instance, reading through its *view* (see view.View) and the shared
     *cache*; *commit* (see tpc.Commit) lends its store session to reads
     that must see newer data than the snapshot. History-free, the view's
-    kept states (view.RecentStates) serve conflict resolution."""
+    remembered states (view.RecentStates) serve conflict resolution."""
 
     def __init__(self, view, cache, readahead, metrics, keep_history,
                  commit):
         self.view = view
         self.cache = cache
-        self.kept = view.kept
-        self.keeps = view.kept.keeps
-        self.kept_get = view.kept.get
+        self.remembered = view.remembered
+        self.remembers = view.remembered.remembers
+        self.remembered_get = view.remembered.get
         self.readahead = readahead
         self.metrics = metrics
         self.keep_history = keep_history
@@ -115,13 +115,13 @@ class Loader:
         if hit is None:
             return self._load_missed(oid, ioid, view)
         state, tid = hit
-        if self.keeps:
-            # Already kept (the same tid is the same state): a lookup, not
-            # the reordering of remember(), which was a sixth of a
-            # history-free read from the cache.
-            kept = self.kept_get(ioid)
-            if kept is None or kept[1] != tid:
-                self.kept.remember(ioid, hit)
+        if self.remembers:
+            # Already remembered (the same tid is the same state): a
+            # lookup, not the reordering of remember(), which was a sixth
+            # of a history-free read from the cache.
+            known = self.remembered_get(ioid)
+            if known is None or known[1] != tid:
+                self.remembered.remember(ioid, hit)
         readahead = self.readahead
         if readahead is not None:
             readahead.note((ioid, state))
@@ -151,7 +151,7 @@ class Loader:
             raise POSKeyError(oid)
         value = (state, tid)
         self.cache.store_many(((ioid, value),), view)
-        self.kept.remember(ioid, value)
+        self.remembered.remember(ioid, value)
         if readahead is not None:
             readahead.note((ioid, state))
         return state, p64(tid)
@@ -228,7 +228,7 @@ class Loader:
         ioid, itid = stored_id(oid), u64(serial)
         if itid > MAX_ID:
             raise POSKeyError(oid, serial)
-        seen = self.kept.get(ioid)
+        seen = self.remembered.get(ioid)
         if seen is not None and seen[1] == itid:
             self.metrics.loaded('instance')
             return seen[0]

@@ -21,23 +21,24 @@ from .callers import called_by_zodb
 
 log = logging.getLogger(__name__)
 
-#: States a history-free instance keeps for conflict resolution.
+#: States a history-free instance remembers for conflict resolution.
 SEEN_LIMIT = 10000
 
 
 class RecentStates(OrderedDict):
     """History-free: the old revisions are gone from the database, but
-    conflict resolution needs the state a transaction started from. Keeps
-    the states this instance read or committed, ``oid -> (state, tid)``,
-    until a poll reports them changed (ZODB keeps using an object it
-    committed without loading it again), at most SEEN_LIMIT of them, the
-    longest kept forgotten first; reading a kept state again does not move
-    it. (An OrderedDict: deleting a plain dict's first key, one at a time,
-    makes each next search for it step over every key deleted before, 5 us
-    per state past the limit.)"""
+    conflict resolution needs the state a transaction started from.
+    Remembers the states this instance read or committed, ``oid -> (state,
+    tid)``, until a poll reports them changed (ZODB goes on using an object
+    it committed without loading it again), at most SEEN_LIMIT of them,
+    the longest remembered forgotten first; reading a remembered state
+    again does not move it. (An OrderedDict: deleting a plain dict's first
+    key, one at a time, makes each next search for it step over every key
+    deleted before, 5 us per state past the limit.)"""
 
-    #: Whether states are kept (the load path tests this once per hit).
-    keeps = True
+    #: Whether states are remembered (the load path tests this once per
+    #: hit).
+    remembers = True
 
     def remember(self, oid, value):
         """Keep *value*, ``(state, tid)``, the very tuple the shared cache
@@ -70,10 +71,10 @@ class RecentStates(OrderedDict):
 
 class NoStates:
     """History-preserving: every revision stays in the database, where
-    conflict resolution reads it; nothing is kept."""
+    conflict resolution reads it; nothing is remembered."""
 
     __slots__ = ()
-    keeps = False
+    remembers = False
 
     def get(self, oid, default=None):
         return default
@@ -94,8 +95,8 @@ class NoStates:
         return 0
 
 
-def kept_states(keep_history):
-    """The states an instance keeps in its mode."""
+def remembered_states(keep_history):
+    """The states an instance remembers in its mode."""
     return NoStates() if keep_history else RecentStates()
 
 
@@ -143,21 +144,21 @@ class View:
     that begins a ZODB transaction begins its snapshot exactly at the view
     (see poll_invalidations); *exact* (history-free) makes every other
     poll do so too, since the revisions a newer snapshot would hide are
-    gone. *kept* are the
-    instance's kept states (see RecentStates), forgotten as polls find
+    gone. *remembered* are the
+    instance's remembered states (see RecentStates), forgotten as polls find
     them changed. A root storage (*is_root*, used directly rather than
     through ZODB connections) polls before every read.
     """
 
-    def __init__(self, adapter, cache, kept, readahead, metrics, options,
+    def __init__(self, adapter, cache, remembered, readahead, metrics, options,
                  name, is_root, seen):
         self.adapter = adapter
         #: Shared by the instances of one storage (see Seen).
         self.seen = seen
         self.zaps = seen.zaps
         self.cache = cache
-        self.kept = kept
-        self.exact = kept.keeps
+        self.remembered = remembered
+        self.exact = remembered.remembers
         self.readahead = readahead
         self.metrics = metrics
         self.poll_interval = options.poll_interval
@@ -287,7 +288,7 @@ class View:
         self.poll_forced = False
         self.poll_failed = False
         self.fresh = not self.is_root
-        self.kept.forget(oids)
+        self.remembered.forget(oids)
         self.seen.saw(new)
         self.metrics.polled(started, oids)
         return oids
@@ -298,7 +299,7 @@ class View:
         commit) and the storage *floor* (see Seen.went_back). A database
         older than what this storage has seen lost the
         transactions in between (see Seen): no cache may serve them, so
-        the shared cache and the kept states are dropped, and the poll
+        the shared cache and the remembered states are dropped, and the poll
         after this one invalidates every object (the poll counts as
         failed); an instance that had seen them says so with
         StaleDatabase, once, since no later poll can tell that they ever
@@ -321,7 +322,7 @@ class View:
                 self.name, new, lost, new)
         if not 0 < new < own:
             return
-        self.kept.forget(None)
+        self.remembered.forget(None)
         self.tid = new
         self.poll_base = None
         del self.own_changes[:]
@@ -459,7 +460,7 @@ class View:
             self.seen.saw(tid)
         cache = self.cache
         # One (state, tid) tuple per object, held by both the shared cache
-        # and the kept states.
+        # and the remembered states.
         if serials:
             committed = [(oid, (state, serials[oid]))
                          for oid, _, state in rows]
@@ -469,7 +470,7 @@ class View:
             cache.store_committed_many(committed)
             if checked:
                 self.own_tids.add(tid)
-            self.kept.remember_many(committed)
+            self.remembered.remember_many(committed)
             base = self.poll_base or self.tid
             if base is not None and previous == base:
                 self.poll_base = tid

@@ -578,26 +578,26 @@ def test_history_free_instance_keeps_the_newest_states(monkeypatch):
             storage.tpc_vote(meta)
             tid = storage.tpc_finish(meta)
             committed += [(oid, tid) for oid in oids]
-        seen = storage._view.kept
+        seen = storage._view.remembered
         assert len(seen) == 50
         assert list(seen) == [int.from_bytes(oid, 'big')
                               for oid, _ in committed[-50:]]
         oid, tid = committed[-1]
         assert storage.loadSerial(oid, tid) == b'state of %r' % oid
-        # An instance (a ZODB connection's) keeps what it reads; reading
-        # a kept state again, from the shared cache, leaves it in place.
+        # An instance (a ZODB connection's) remembers what it reads; reading
+        # a remembered state again, from the shared cache, leaves it in place.
         instance = storage.new_instance()
         try:
             instance.poll_invalidations()
             for oid, tid in committed[-50:]:
                 assert instance.load(oid) == (b'state of %r' % oid, tid)
-            kept = list(instance._view.kept.items())
-            assert [oid for oid, _ in kept] == list(seen)
+            remembered = list(instance._view.remembered.items())
+            assert [oid for oid, _ in remembered] == list(seen)
             hits = instance._cache.hits
             for oid, tid in reversed(committed[-50:]):
                 assert instance.load(oid) == (b'state of %r' % oid, tid)
             assert instance._cache.hits == hits + 50
-            assert list(instance._view.kept.items()) == kept
+            assert list(instance._view.remembered.items()) == remembered
         finally:
             instance.release()
     finally:

@@ -22,7 +22,7 @@ ones, knowing the references of all of them:
   or not a RelStorage) is read whole, one current record after another
   (``record_iternext``; every revision, from its transactions, where it
   cannot list records): everything its records refer to elsewhere is
-  kept, as if those records were all alive.
+  spared, as if those records were all alive.
 - A chosen storage that is not a RelStorage (a FileStorage) is packed by
   its own pack(); when another database refers to any of its objects,
   without garbage collection, so that none of them is removed.
@@ -404,19 +404,19 @@ def pack_databases(storages, t, referencesf, chosen=None, gc=None,
                 fixed.update(_all(read_cross_references(name,
                                                         storages[name])))
                 continue
-        kept = {}
+        spared = {}
         while True:
             wanted = _by_database(fixed | together.outgoing())
             more = False
             for name, oids in wanted.items():
-                new = oids - kept.setdefault(name, set())
+                new = oids - spared.setdefault(name, set())
                 if new:
-                    kept[name] |= new
+                    spared[name] |= new
                     together.spare(name, new)
                     more = True
             if not more:
                 break
-        _warn_unknown(kept, storages)
+        _warn_unknown(spared, storages)
         results.update(together.settle())
         for name in names:
             if name in together.packs:
@@ -426,7 +426,7 @@ def pack_databases(storages, t, referencesf, chosen=None, gc=None,
                 # garbage collection only when nothing refers into it.
                 results[name] = _pack_alone(
                     name, storages[name], packs, t, referencesf,
-                    False if kept.get(name) else gc)
+                    False if spared.get(name) else gc)
     finally:
         together.close()
         newer.close()
@@ -459,8 +459,8 @@ def _pack_alone(name, storage, packs, t, referencesf, gc):
     return None
 
 
-def _warn_unknown(kept, storages):
-    for name, oids in sorted(kept.items()):
+def _warn_unknown(spared, storages):
+    for name, oids in sorted(spared.items()):
         if name not in storages:
             log.warning(
                 '%s of the databases packed %s to objects of '
