@@ -4,17 +4,10 @@ An adapter builds load sessions (read-only, one snapshot at a time) and
 store sessions (vote and commit) out of the shared mover, locker and
 schema, with the pieces a database overrides.
 """
-import contextlib
-import logging
-import secrets
 
 from zope.interface import implementer
 
-from ..exceptions import CacheKeyUnavailable
-from ..exceptions import NoSchema
-from ..exceptions import PermissionDenied
 from ..exceptions import ReadOnlyError
-from ..exceptions import SchemaError
 from .dbiter import HistoryFreeIterator
 from .dbiter import HistoryPreservingIterator
 from .inspect import HistoryFreeInspector
@@ -34,13 +27,11 @@ from .packsession import PackSession
 from .relstorage4 import RelStorage4Reader
 from . import replicas
 from .schema import Schema
-from .session import first_line as _first_line
+from .schema import SchemaSetup
 from .schema import Types
-from .sql import EMPTY_TABLE
 from .votes import VoteClaims
 from .votes import VoteWatch
 
-log = logging.getLogger(__name__)
 
 @implementer(IRelStorageAdapter)
 class Adapter:
@@ -124,7 +115,12 @@ class Adapter:
         self.inspector = (HistoryPreservingInspector if self.keep_history
                           else HistoryFreeInspector)(self)
         self.oids = self.oid_allocator_class(self)
-        self._prepared = False
+        self.setup = SchemaSetup(
+            self.schema, self.locker, self.oids, self.packer, self.connect,
+            self.describe, options, self.schema_begin_sql,
+            self.wrote_outside_commits)
+        self.prepare = self.setup.prepare
+        self.cache_key = self.setup.cache_key
         if self.replicas is None:
             self.replicas = replicas.Replicas.configure(self, options)
         #: The highest oid this process knows to be allocated or stored;
@@ -213,171 +209,17 @@ class Adapter:
         """Refresh what the query planner knows before the pre-pack's
         big reads (a nightly pack often follows heavy writes)."""
 
-    # Schema
-
-    def prepare(self):
-        if self._prepared:
-            return
-        if not self._schema_made():
-            self._prepare_taking_turns()
-        self._prepared = True
-
-    def _schema_made(self):
-        """Whether the schema is there, complete, and of this release and
-        mode, looked at without the schema lock (by which processes
-        opening a new database take turns: many opening a made one at
-        once, processes or greenlets, would queue on it for nothing).
-        False when it is missing or being made (see
-        _prepare_taking_turns); an error when it cannot be used."""
-        try:
-            with self._schema_transaction(False) as session:
-                meta = self.schema.read_meta(session)
-        except SchemaError:
-            return False  # made as we looked, or to be told of in turn
-        if not meta or not ({'schema_version', 'upgrade_step'} & set(meta)):
-            return False
-        self.schema.verify(meta)
-        return True
-
-    def _prepare_taking_turns(self):
-        may_create = (self.options.create_schema
-                      and not self.options.read_only)
-        with self._schema_transaction(may_create) as session:
-            meta = self.schema.read_meta(session)
-            if meta is None:
-                if not may_create:
-                    raise NoSchema(
-                        '%s holds no relstorage schema, and %s'
-                        % (self.describe(),
-                           'the storage is read-only' if self.options.read_only
-                           else 'create-schema is false'))
-                log.info('creating the relstorage schema in %s',
-                         self.describe())
-                try:
-                    self.schema.create(session)
-                except PermissionDenied as e:
-                    session.rollback_quietly()
-                    lacking = session.missing_create_privilege(
-                        e.__cause__ or e)
-                    raise PermissionDenied(
-                        'the database user may not create the relstorage '
-                        'schema in %s: %s' % (self.describe(), lacking)
-                    ) from e
-            else:
-                self.schema.verify(meta)
-            session.commit()
-            if meta is None:
-                self.wrote_outside_commits(session)
-
-    @contextlib.contextmanager
-    def _schema_transaction(self, may_create):
-        """A transaction on the read-write server in which, with
-        *may_create*, the schema (or a relstorage_meta row) may be
-        created: processes that start together on a new database take
-        turns, so that one creates and the others find it made. The
-        caller commits; anything else is rolled back."""
-        session = self.connect(for_store=True)
-        try:
-            session.begin(self.schema_begin_sql if may_create else None)
-            if may_create:
-                # Taken before the first look (PostgreSQL would remember,
-                # for the rest of the transaction, that the table was
-                # missing).
-                self.locker.hold_schema_lock(session)
-            yield session
-        finally:
-            session.rollback_quietly()
-            if may_create:
-                try:
-                    self.locker.release_schema_lock(session)
-                except Exception:  # noqa: BLE001 -- a lost connection
-                    pass           # has released it already
-            session.close()
-
-    def cache_key(self):
-        """The persistent cache's key (see IRelStorageAdapter): read from
-        relstorage_meta, and created there by the first process that
-        needs it (taking turns, as for the schema)."""
-        where = self.describe()
-        try:
-            value = self._read_cache_key()
-            if value is None and not self.options.read_only:
-                try:
-                    with self._schema_transaction(True) as session:
-                        value = self.schema.read_cache_key(session)
-                        if value is None:
-                            value = secrets.token_hex(32)
-                            self.schema.store_cache_key(session, value)
-                            session.commit()
-                except Exception:
-                    # Another process may have made it meanwhile (where
-                    # no schema lock makes creators take turns).
-                    value = self._read_cache_key()
-                    if value is None:
-                        raise
-        except PermissionDenied as e:
-            raise CacheKeyUnavailable(
-                'the database user may not create the cache key in %s (%s); '
-                'a storage whose user may write creates it once for all'
-                % (where, _first_line(e.__cause__ or e))) from e
-        except Exception as e:  # noqa: BLE001 -- reported as the reason
-            raise CacheKeyUnavailable(
-                'could not read or create the cache key in %s: %s: %s'
-                % (where, type(e).__name__, _first_line(e))) from e
-        if value is None:
-            raise CacheKeyUnavailable(
-                '%s holds no cache key yet, and the storage is read-only '
-                '(a storage that may write creates it)' % where)
-        try:
-            key = bytes.fromhex(value)
-        except ValueError:
-            key = b''
-        if len(key) < 16:
-            raise CacheKeyUnavailable(
-                'the cache key in %s is malformed (relstorage_meta row %r)'
-                % (where, self.schema.cache_key_name))
-        return key
-
-    def _read_cache_key(self):
-        with self._schema_transaction(False) as session:
-            return self.schema.read_cache_key(session)
-
-    def _in_transaction(self, func):
-        if self.options.read_only:
-            raise ReadOnlyError()
-        session = self.connect(for_store=True)
-        try:
-            session.begin()
-            func(session)
-            session.commit()
-            self.wrote_outside_commits(session)
-        finally:
-            session.rollback_quietly()
-            session.close()
+    # Schema: see schema.SchemaSetup (prepare and cache_key are its).
 
     def zap_all(self):
         replicas.forget(self.location())
-        self._in_transaction(self.empty_tables)
+        self.setup.zap_all()
+        self.max_known_oid = 0
 
     def drop_all(self):
         """Remove the relstorage schema entirely (both modes' tables)."""
         replicas.forget(self.location())
-        self._in_transaction(self.schema.drop)
-        self._prepared = False
-        self.oids.reset_after_drop()
-
-    def empty_tables(self, session):
-        for table in self.schema.tables:
-            session.execute(EMPTY_TABLE.format(table=table))
-        if not self.keep_history:
-            session.execute(
-                'INSERT INTO last_transaction (id, tid) VALUES (0, 0)')
-        self.oids.reset(session)
-        self.max_known_oid = 0
-        self.packer.forget_prepack(session)
-        self.packer.forget_pack(session)
-        if session.table_exists('state_refs'):
-            session.execute(EMPTY_TABLE.format(table='state_refs'))
+        self.setup.drop_all()
 
     # Sessions
 

@@ -4,14 +4,26 @@ Each adapter supplies its column types (``Types``); the statements here name
 them with ``{bigint}``, ``{blob}``, ``{bool}`` and ``{text}`` placeholders,
 which are filled once when the adapter is built -- never with user data.
 """
+import contextlib
+import logging
+import secrets
+
 from zope.interface import implementer
 
+from ..exceptions import CacheKeyUnavailable
 from ..exceptions import HistoryModeMismatch
+from ..exceptions import NoSchema
+from ..exceptions import PermissionDenied
+from ..exceptions import ReadOnlyError
 from ..exceptions import RelStorage4Database
 from ..exceptions import SchemaError
+from .session import first_line
 from .sql import DROP_TABLE
+from .sql import EMPTY_TABLE
 from .sql import SQL
 from .components import ISchema
+
+log = logging.getLogger(__name__)
 
 #: Bumped whenever a table changes shape; stored in ``relstorage_meta``.
 SCHEMA_VERSION = 2
@@ -280,6 +292,16 @@ class Schema:
         if not session.table_exists('state_refs'):
             session.execute(self.state_refs_ddl)
 
+    def empty(self, session):
+        """Empty the tables of the mode (and state_refs)."""
+        for table in self.tables:
+            session.execute(EMPTY_TABLE.format(table=table))
+        if not self.keep_history:
+            session.execute(
+                'INSERT INTO last_transaction (id, tid) VALUES (0, 0)')
+        if session.table_exists('state_refs'):
+            session.execute(EMPTY_TABLE.format(table='state_refs'))
+
     def drop_table(self, session, table):
         session.execute(DROP_TABLE.format(table=table))
 
@@ -289,3 +311,186 @@ class Schema:
             self.drop_table(session, table)
         for stmt in self.drop_extra_ddl:
             session.execute(stmt)
+
+
+class SchemaSetup:
+    """What makes a database ready for the storage and starts it again:
+    prepare() (the schema made once, processes that open a new database
+    together taking turns), cache_key(), and emptying or dropping it all
+    (zap_all, drop_all), each in a transaction of its own on a session
+    from *connect* (``connect(for_store)``). The adapter assembles it
+    from its schema, locker, oid allocator and packer."""
+
+    def __init__(self, schema, locker, oids, packer, connect, describe,
+                 options, begin_sql, wrote_outside_commits):
+        self.schema = schema
+        self.locker = locker
+        self.oids = oids
+        self.packer = packer
+        self.connect = connect
+        self.describe = describe
+        self.options = options
+        #: Starts the transaction that reads, and may create, the schema
+        #: (None: the session's usual BEGIN).
+        self.begin_sql = begin_sql
+        #: Called on a session that changed the database without a new
+        #: tid (see IRelStorageAdapter.wrote_outside_commits).
+        self.wrote_outside_commits = wrote_outside_commits
+        self.prepared = False
+
+    def prepare(self):
+        if self.prepared:
+            return
+        if not self._schema_made():
+            self._prepare_taking_turns()
+        self.prepared = True
+
+    def _schema_made(self):
+        """Whether the schema is there, complete, and of this release and
+        mode, looked at without the schema lock (by which processes
+        opening a new database take turns: many opening a made one at
+        once, processes or greenlets, would queue on it for nothing).
+        False when it is missing or being made (see
+        _prepare_taking_turns); an error when it cannot be used."""
+        try:
+            with self._transaction(False) as session:
+                meta = self.schema.read_meta(session)
+        except SchemaError:
+            return False  # made as we looked, or to be told of in turn
+        if not meta or not ({'schema_version', 'upgrade_step'} & set(meta)):
+            return False
+        self.schema.verify(meta)
+        return True
+
+    def _prepare_taking_turns(self):
+        options = self.options
+        may_create = options.create_schema and not options.read_only
+        with self._transaction(may_create) as session:
+            meta = self.schema.read_meta(session)
+            if meta is None:
+                if not may_create:
+                    raise NoSchema(
+                        '%s holds no relstorage schema, and %s'
+                        % (self.describe(),
+                           'the storage is read-only' if options.read_only
+                           else 'create-schema is false'))
+                log.info('creating the relstorage schema in %s',
+                         self.describe())
+                try:
+                    self.schema.create(session)
+                except PermissionDenied as e:
+                    session.rollback_quietly()
+                    lacking = session.missing_create_privilege(
+                        e.__cause__ or e)
+                    raise PermissionDenied(
+                        'the database user may not create the relstorage '
+                        'schema in %s: %s' % (self.describe(), lacking)
+                    ) from e
+            else:
+                self.schema.verify(meta)
+            session.commit()
+            if meta is None:
+                self.wrote_outside_commits(session)
+
+    @contextlib.contextmanager
+    def _transaction(self, may_create):
+        """A transaction on the read-write server in which, with
+        *may_create*, the schema (or a relstorage_meta row) may be
+        created: processes that start together on a new database take
+        turns, so that one creates and the others find it made. The
+        caller commits; anything else is rolled back."""
+        session = self.connect(for_store=True)
+        try:
+            session.begin(self.begin_sql if may_create else None)
+            if may_create:
+                # Taken before the first look (PostgreSQL would remember,
+                # for the rest of the transaction, that the table was
+                # missing).
+                self.locker.hold_schema_lock(session)
+            yield session
+        finally:
+            session.rollback_quietly()
+            if may_create:
+                try:
+                    self.locker.release_schema_lock(session)
+                except Exception:  # noqa: BLE001 -- a lost connection
+                    pass           # has released it already
+            session.close()
+
+    def cache_key(self):
+        """The persistent cache's key (see IRelStorageAdapter): read from
+        relstorage_meta, and created there by the first process that
+        needs it (taking turns, as for the schema)."""
+        where = self.describe()
+        try:
+            value = self.read_cache_key()
+            if value is None and not self.options.read_only:
+                try:
+                    with self._transaction(True) as session:
+                        value = self.schema.read_cache_key(session)
+                        if value is None:
+                            value = secrets.token_hex(32)
+                            self.schema.store_cache_key(session, value)
+                            session.commit()
+                except Exception:
+                    # Another process may have made it meanwhile (where
+                    # no schema lock makes creators take turns).
+                    value = self.read_cache_key()
+                    if value is None:
+                        raise
+        except PermissionDenied as e:
+            raise CacheKeyUnavailable(
+                'the database user may not create the cache key in %s (%s); '
+                'a storage whose user may write creates it once for all'
+                % (where, first_line(e.__cause__ or e))) from e
+        except Exception as e:  # noqa: BLE001 -- reported as the reason
+            raise CacheKeyUnavailable(
+                'could not read or create the cache key in %s: %s: %s'
+                % (where, type(e).__name__, first_line(e))) from e
+        if value is None:
+            raise CacheKeyUnavailable(
+                '%s holds no cache key yet, and the storage is read-only '
+                '(a storage that may write creates it)' % where)
+        try:
+            key = bytes.fromhex(value)
+        except ValueError:
+            key = b''
+        if len(key) < 16:
+            raise CacheKeyUnavailable(
+                'the cache key in %s is malformed (relstorage_meta row %r)'
+                % (where, self.schema.cache_key_name))
+        return key
+
+    def read_cache_key(self):
+        """The cache key as stored (hex text), or None; creates nothing."""
+        with self._transaction(False) as session:
+            return self.schema.read_cache_key(session)
+
+    def _in_transaction(self, func):
+        if self.options.read_only:
+            raise ReadOnlyError()
+        session = self.connect(for_store=True)
+        try:
+            session.begin()
+            func(session)
+            session.commit()
+            self.wrote_outside_commits(session)
+        finally:
+            session.rollback_quietly()
+            session.close()
+
+    def zap_all(self):
+        """Empty the database: no object, no transaction, no oid used."""
+        self._in_transaction(self._empty)
+
+    def _empty(self, session):
+        self.schema.empty(session)
+        self.oids.reset(session)
+        self.packer.forget_prepack(session)
+        self.packer.forget_pack(session)
+
+    def drop_all(self):
+        """Remove the relstorage schema entirely (both modes' tables)."""
+        self._in_transaction(self.schema.drop)
+        self.prepared = False
+        self.oids.reset_after_drop()

@@ -365,7 +365,7 @@ def test_an_older_database_gets_its_key_when_first_needed(sqlite_pg,
     # A storage without cache-local-dir leaves the database as it was.
     ZODB.DB(sqlite_pg.storage()).close()
     adapter = sqlite_pg.adapter(read_only=True)
-    assert adapter._read_cache_key() is None
+    assert adapter.setup.read_cache_key() is None
     path = _warm_file(sqlite_pg, tmp_path / 'cache')
     key = adapter.cache_key()
     adapter.close()

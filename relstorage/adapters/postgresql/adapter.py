@@ -48,7 +48,6 @@ from .upgrade import PostgreSQLUpgrade
 
 log = logging.getLogger(__name__)
 
-TRUNCATE = SQL('TRUNCATE {tables}')
 ANALYZE = SQL('ANALYZE {tables}')
 #: Those of a list of tables (of the current schema) never analyzed, or
 #: with more than a tenth of their rows changed since.
@@ -94,8 +93,6 @@ class PostgreSQLAdapter(Adapter):
     supports_commit_announcements = True
     load_begin_sql = 'BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY'
     store_begin_sql = 'BEGIN ISOLATION LEVEL READ COMMITTED'
-    #: zap_all truncates the tables larger than this (see empty_tables).
-    truncate_above_bytes = 8 << 20
 
     def __new__(cls, dsn='', driver='auto', options=None, pooler='none',
                 password_command=None):
@@ -283,27 +280,6 @@ class PostgreSQLAdapter(Adapter):
 
     def prepare_store_session(self, session):
         session.execute(TEMP_STORE_DDL)
-
-    def empty_tables(self, session):
-        # DELETE leaves the old rows' space behind until a vacuum, and a
-        # table that was just emptied has no statistics for the rows that
-        # come next: the planner then guesses from its size on disk (a
-        # poll after zapping a large table took a sequential scan and JIT
-        # compilation, 0.8 s). Large tables are truncated instead, unless
-        # another connection holds a lock on them (a reader in a
-        # snapshot), in which case DELETE, which does not wait for it.
-        big = [name for name, size in session.fetchall(
-            'SELECT name, pg_relation_size(name::regclass) '
-            'FROM unnest(%s::text[]) AS name',
-            (list(self.schema.tables),)) if size > self.truncate_above_bytes]
-        if big:
-            session.execute("SET LOCAL lock_timeout = '2s'; "
-                            'SAVEPOINT rs_zap')
-            try:
-                session.execute(TRUNCATE.format(tables=', '.join(big)))
-            except self.driver.errors.LockNotAvailable:
-                session.execute('ROLLBACK TO SAVEPOINT rs_zap')
-        super().empty_tables(session)
 
     def before_pack(self, session):
         # Only the tables whose statistics are stale, as autovacuum would
