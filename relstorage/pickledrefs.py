@@ -66,6 +66,38 @@ _CROSS_HINTS = tuple(re.compile(prefix + rb'[mn]') for prefix in (
     rb'X\x01\x00\x00\x00', rb'\x8c\x01', rb'U\x01'))
 
 
+#: What each of _CROSS_HINTS has in it: a length of 1 (little-endian, in
+#: one byte or four) before 'm' or 'n'. One scan for it over many states
+#: at once costs a quarter of the three scans of each.
+_ANY_HINT = re.compile(rb'\x01(?:\x00\x00\x00)?[mn]')
+#: The bytes of states scanned at once (their copy joined for the scan).
+_SCAN_BYTES = 1 << 20
+
+
+def any_refers_elsewhere(states):
+    """Whether any of the record *states* (None for a deletion) refers
+    to another database (see refers_elsewhere()): the states a commit
+    writes are scanned together for what every cross-database reference
+    has in it, and only where that is found is each read on its own."""
+    lot = []
+    size = 0
+    for state in states:
+        if state:
+            lot.append(state)
+            size += len(state)
+            if size >= _SCAN_BYTES:
+                if _lot_refers_elsewhere(lot):
+                    return True
+                lot = []
+                size = 0
+    return _lot_refers_elsewhere(lot)
+
+
+def _lot_refers_elsewhere(lot):
+    return (_ANY_HINT.search(b''.join(lot)) is not None
+            and any(map(refers_elsewhere, lot)))
+
+
 def refers_elsewhere(state):
     """Whether the record *state* holds a cross-database reference (see
     cross_references()); true also when it does not unpickle."""

@@ -328,3 +328,32 @@ def test_references_elsewhere_in_python_2_pickles(kind):
              + b'cpersistent.mapping\nPersistentMapping\ntlQs.')
     assert pickledrefs.cross_references(state) == [('catalog', 1)]
     assert pickledrefs.refers_elsewhere(state)
+
+
+@pytest.mark.parametrize('scan_bytes', [1, 300, 1 << 20])
+def test_a_commit_s_states_are_scanned_together(scan_bytes, monkeypatch):
+    # What a vote asks of the states it writes: the same answer as
+    # asking each, in lots of any size, deletions (None) among them.
+    from zodbpickle.pickle import Pickler
+    monkeypatch.setattr(pickledrefs, '_SCAN_BYTES', scan_bytes)
+    marker = object()
+
+    def state(value, pid=None):
+        out = io.BytesIO()
+        pickler = Pickler(out, 3)
+        pickler.persistent_id = lambda obj: pid if obj is marker else None
+        pickler.dump((PersistentMapping, None))
+        pickler.dump({'data': value})
+        return out.getvalue()
+    far = state(marker, ['m', ('catalog', b'\0' * 7 + b'\1',
+                               PersistentMapping)])
+    # The letters on their own (a false hint), and plain states.
+    near = [state({'m': 'n'}), state('plain' * 40), None, b'',
+            state(b'\x01m\x01\x00\x00\x00n')]
+    assert not pickledrefs.any_refers_elsewhere(near)
+    assert not pickledrefs.any_refers_elsewhere([])
+    for at in range(len(near) + 1):
+        states = near[:at] + [far] + near[at:]
+        assert pickledrefs.any_refers_elsewhere(states)
+        assert pickledrefs.any_refers_elsewhere(states) == any(
+            pickledrefs.refers_elsewhere(s) for s in states)

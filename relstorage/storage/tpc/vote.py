@@ -4,7 +4,7 @@ from ZODB.POSException import ReadConflictError
 from ZODB.utils import p64
 
 from ...exceptions import OidOutOfRange
-from ...pickledrefs import refers_elsewhere
+from ...pickledrefs import any_refers_elsewhere
 from ..load import MAX_ID
 from .finish import commit_args
 
@@ -73,7 +73,7 @@ def vote(commit, tpc):
             resolved.append(p64(oid))
             commit.metrics.conflict_resolved(p64(oid), state)
         rows.append((oid, actual, state))
-    if any(refers_elsewhere(state) for _, _, state in rows):
+    if any_refers_elsewhere([state for _, _, state in rows]):
         # Until this commit ends, a pack of the databases it refers to
         # waits (see adapters.votes).
         session.claim_other_databases()
