@@ -21,9 +21,9 @@ from .mover import HistoryFreeMover
 from .mover import HistoryPreservingMover
 from .packer import HistoryFreePacker
 from .packer import HistoryPreservingPacker
-from .packsession import PackKeeper
-from .packsession import PackReads
-from .packsession import PackSession
+from .packwork import PackKeeper
+from .packwork import PackReads
+from .packwork import PackWriter
 from .relstorage4 import RelStorage4Reader
 from . import replicas
 from .schema import Schema
@@ -46,8 +46,8 @@ class Adapter:
     locker_class = None
     #: The claims of commits voted and not finished (adapters.votes).
     vote_claims_class = VoteClaims
-    #: The IPackSession class (a cluster's may run a batch again).
-    pack_session_class = PackSession
+    #: The IPackWriter class (a cluster's may run a batch again).
+    pack_writer_class = PackWriter
     oid_allocator_class = None
     #: What the server says of itself, for zodbinfo.
     statistics_class = ServerStatistics
@@ -237,10 +237,10 @@ class Adapter:
             return replicas.ReplicaStoreSession(self)
         return StoreSession(self)
 
-    def open_pack_session(self):
-        """The IPackSession a pack writes (and holds the pack lock)
+    def open_pack_writer(self):
+        """The IPackWriter a pack writes (and holds the pack lock)
         with."""
-        return self.pack_session_class(self)
+        return self.pack_writer_class(self)
 
     def open_pack_keeper(self):
         """The IPackKeeper a pre-pack keeps references with."""

@@ -120,7 +120,7 @@ class ILocker(Interface):
 
 
 class IPacker(Interface):
-    """The pack's statements; see IPackSession and IPackReads, which run
+    """The pack's statements; see IPackWriter and IPackReads, which run
     them on their sessions."""
 
     checks_kept_references = Attribute(
@@ -143,10 +143,10 @@ class IPacker(Interface):
         """Create or empty the scratch tables."""
 
     def add_roots(session, oids):
-        """As IPackSession.add_roots."""
+        """As IPackWriter.add_roots."""
 
     def add_references(session, pairs):
-        """As IPackSession.add_references."""
+        """As IPackWriter.add_references."""
 
     def keep_references(session, rows, stale=()):
         """As IPackKeeper.keep_references, in the transaction open on
@@ -156,31 +156,31 @@ class IPacker(Interface):
         """Remove the references kept for *oids*."""
 
     def add_garbage(session, oids):
-        """As IPackSession.add_garbage."""
+        """As IPackWriter.add_garbage."""
 
     def mark(session):
-        """As IPackSession.mark."""
+        """As IPackWriter.mark."""
 
     def find_garbage(session, pack_tid, gc, deleted=None):
-        """As IPackSession.find_garbage."""
+        """As IPackWriter.find_garbage."""
 
     def garbage_count(session):
-        """As IPackSession.garbage_count."""
+        """As IPackWriter.garbage_count."""
 
     def garbage_after(session, after, limit):
-        """As IPackSession.garbage_after."""
+        """As IPackWriter.garbage_after."""
 
     def still_garbage(session, oids):
-        """As IPackSession.still_garbage."""
+        """As IPackWriter.still_garbage."""
 
     def spare(session, oids):
-        """As IPackSession.spare."""
+        """As IPackWriter.spare."""
 
     def save_prepack(session, pack_tid, checked_tid):
         """Keep the garbage for a later pack."""
 
     def load_prepack(session):
-        """As IPackSession.load_prepack."""
+        """As IPackWriter.load_prepack."""
 
     def forget_prepack(session):
         """Drop a kept pre-pack."""
@@ -195,13 +195,13 @@ class IPacker(Interface):
         """Forget every recorded pack."""
 
     def remove_garbage(session, oids):
-        """As IPackSession.remove_garbage."""
+        """As IPackWriter.remove_garbage."""
 
     def old_revisions_after(session, pack_tid, after, limit):
-        """As IPackSession.old_revisions_after."""
+        """As IPackWriter.old_revisions_after."""
 
     def remove_old_revisions(session, keep):
-        """As IPackSession.remove_old_revisions."""
+        """As IPackWriter.remove_old_revisions."""
 
     def finish(session, pack_tid):
         """What the last batch does; the transactions removed."""

@@ -9,7 +9,7 @@ the methods below on them:
   read only;
 - a *store session* (IStoreSession): the connection that votes and
   commits;
-- for a pack, a *pack session* (IPackSession), which holds the pack lock,
+- for a pack, a *pack writer* (IPackWriter), which holds the pack lock,
   fills scratch tables and removes in short transactions under the commit
   lock, and the *pack reads* (IPackReads), the snapshot the pre-pack
   reads (both declared in pack_interfaces).
@@ -127,8 +127,8 @@ class IRelStorageAdapter(Interface):
         """Return a new IStoreSession; ReadOnlyError when the storage is
         read-only."""
 
-    def open_pack_session():
-        """Return a new IPackSession (the connection a pack writes and
+    def open_pack_writer():
+        """Return a new IPackWriter (the connection a pack writes and
         holds the pack lock with)."""
 
     def open_pack_keeper():

@@ -2,7 +2,7 @@
 adapter (see interfaces): the snapshot a pre-pack reads (IPackReads),
 where it keeps the references it read (IPackKeeper), and the session
 that holds the pack lock, fills the scratch tables and removes in short
-transactions under the commit lock (IPackSession)."""
+transactions under the commit lock (IPackWriter)."""
 from zope.interface import Attribute
 from zope.interface import Interface
 
@@ -58,7 +58,7 @@ class IPackKeeper(Interface):
         """Close the connection."""
 
 
-class IPackSession(Interface):
+class IPackWriter(Interface):
     """The connection a pack writes with. It holds the pack lock for its
     life; it fills the pack's scratch tables in one transaction, and then
     removes in batches, each a transaction of its own under the commit

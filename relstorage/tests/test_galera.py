@@ -181,14 +181,14 @@ def test_a_pack_batch_the_cluster_refuses_is_done_again(cluster):
     """A pack batch on node 1 whose commit the cluster refuses (node 2
     committed the commit row after node 1 had locked its own copy:
     certification refuses node 1's commit whole) is aborted and run
-    again by the node's pack session; the second one commits."""
+    again by the node's pack writer; the second one commits."""
     first, second = cluster.nodes[:2]
     storage = DatabaseFactory('mysql', False, server=first).storage(
         zap=True)
     storage.close()
     adapter = DatabaseFactory('mysql', False, server=first).adapter()
     other = second.connect('relstoragetest_hf')
-    session = adapter.open_pack_session()
+    session = adapter.open_pack_writer()
     calls = []
     serial = ("SELECT serial FROM cluster_lock WHERE name = 'commit'")
     try:

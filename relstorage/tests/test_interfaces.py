@@ -17,8 +17,8 @@ from relstorage.adapters import components as C
 from relstorage.adapters import interfaces as I
 from relstorage.adapters import pack_interfaces as P
 from relstorage.adapters.loadstore import StoreSession
-from relstorage.adapters.packsession import PackReads
-from relstorage.adapters.packsession import PackSession
+from relstorage.adapters.packwork import PackReads
+from relstorage.adapters.packwork import PackWriter
 from relstorage.adapters.relstorage4 import RelStorage4Reader
 from relstorage.adapters.replicas import ReplicaLoadSession
 from relstorage.adapters.replicas import ReplicaStoreSession
@@ -82,7 +82,7 @@ def test_adapter_sessions_and_components_keep_the_contract(
         for iface, open_ in [(I.ILoadSession, adapter.open_load_session),
                              (I.IStoreSession, adapter.open_store_session),
                              (P.IPackReads, adapter.open_pack_reads),
-                             (P.IPackSession, adapter.open_pack_session),
+                             (P.IPackWriter, adapter.open_pack_writer),
                              (P.IPackKeeper, adapter.open_pack_keeper)]:
             session = open_()
             opened.append(session)
@@ -111,7 +111,7 @@ def test_oracle_as_far_as_it_is_built_without_a_server(keep_history):
 
 
 @pytest.mark.parametrize('iface, cls', [
-    (I.IStoreSession, StoreSession), (P.IPackSession, PackSession),
+    (I.IStoreSession, StoreSession), (P.IPackWriter, PackWriter),
     (P.IPackReads, PackReads), (I.IRelStorage4Reader, RelStorage4Reader),
     (I.ILoadSession, ReplicaLoadSession),
     (I.IStoreSession, ReplicaStoreSession)])

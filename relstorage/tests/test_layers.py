@@ -586,19 +586,19 @@ def test_the_pack_is_one_package():
 
 def test_the_pack_leaves_database_features_to_its_session():
     """What a kind of database adds to a batch (a cluster that refuses
-    one, the pause between batches) is the pack session's
-    (IPackSession.run_batch, pause_between_batches), not the pack's."""
+    one, the pause between batches) is the pack writer's
+    (IPackWriter.run_batch, pause_between_batches), not the pack's."""
     for path in (SOURCE / 'storage' / 'pack').glob('*.py'):
         text = path.read_text()
         assert 'ClusterConflict' not in text, path.name
         assert 'pack_pause_between_batches' not in text, path.name
     from relstorage.adapters.mysql import galera
     from relstorage.adapters.mysql.server import SingleServer
-    from relstorage.adapters.packsession import PackSession
-    assert SingleServer.pack_session_class is PackSession
-    assert issubclass(galera.GaleraNode.pack_session_class, PackSession)
-    assert (galera.GaleraNode.pack_session_class.run_batch
-            is not PackSession.run_batch)
+    from relstorage.adapters.packwork import PackWriter
+    assert SingleServer.pack_writer_class is PackWriter
+    assert issubclass(galera.GaleraNode.pack_writer_class, PackWriter)
+    assert (galera.GaleraNode.pack_writer_class.run_batch
+            is not PackWriter.run_batch)
 
 
 #: The most lines a library module may have: one concern per module.
@@ -968,14 +968,14 @@ def test_the_adapters_import_scan_resolves_relative_imports():
         from ..adapters.session import chunks
         from .. import adapters
         import relstorage.adapters.sqlite
-        from relstorage.adapters.interfaces import IPackSession
+        from relstorage.adapters.interfaces import IPackWriter
         ''')
     assert adapters_imports(sample, 'relstorage.storage') == [
         (2, 'relstorage.adapters.interfaces'),
         (3, 'relstorage.adapters.session.chunks'),
         (4, 'relstorage.adapters'),
         (5, 'relstorage.adapters.sqlite'),
-        (6, 'relstorage.adapters.interfaces.IPackSession')]
+        (6, 'relstorage.adapters.interfaces.IPackWriter')]
 
 
 def test_storage_meets_adapters_only_through_the_interfaces():

@@ -198,8 +198,8 @@ def test_one_pack_at_a_time_through_the_pooler():
     first, second = _storage(pooler), _storage(pooler)
     try:
         _commit_some(first, 2)
-        one = first.adapter.open_pack_session()
-        other = second.adapter.open_pack_session()
+        one = first.adapter.open_pack_writer()
+        other = second.adapter.open_pack_writer()
         try:
             assert one.lock_pack()
             assert not other.lock_pack()
@@ -214,7 +214,7 @@ def test_one_pack_at_a_time_through_the_pooler():
         # the lease lapses.
         other.session.pack_lease.stop()
         other.session.pack_lease = None
-        third = first.adapter.open_pack_session()
+        third = first.adapter.open_pack_writer()
         try:
             assert not third.lock_pack()
             _backend_rows(pooler, "UPDATE relstorage_meta SET value = "

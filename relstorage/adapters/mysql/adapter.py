@@ -103,7 +103,7 @@ class MySQLAdapter(Adapter):
         #: What the kind of server decides (see server.SingleServer).
         self.kind = kind(self.server)
         self.locker_class = self.kind.locker_class
-        self.pack_session_class = self.kind.pack_session_class
+        self.pack_writer_class = self.kind.pack_writer_class
         self.load_begin_sql = self.kind.load_begin_sql
         super().__init__(options)
 

@@ -32,7 +32,7 @@ import time
 from ...exceptions import ClusterConflict
 from ...exceptions import PackLockLost
 from ...exceptions import SchemaError
-from ..packsession import PackSession
+from ..packwork import PackWriter
 from ..sql import script
 from .drivers import error_code
 from .locker import GET_COMMIT_LOCK
@@ -262,7 +262,7 @@ class GaleraLocker(MySQLLocker):
         return holder
 
 
-class GaleraPackSession(PackSession):
+class GaleraPackWriter(PackWriter):
     """A pack's session on a node: a batch the cluster refuses (nothing
     of it happened) is done again, up to BATCH_ATTEMPTS times."""
 
@@ -288,7 +288,7 @@ class GaleraNode(SingleServer):
     locker_class = GaleraLocker
     session_class = GaleraSession
     store_session_class = GaleraStoreSession
-    pack_session_class = GaleraPackSession
+    pack_writer_class = GaleraPackWriter
     load_begin_sql = LOAD_BEGIN
     # Only the row just inserted: two nodes deleting the same rows would
     # conflict.

@@ -4,7 +4,7 @@ of a Galera cluster (SingleServer here; galera.GaleraNode there), chosen
 once, after the adapter's probe, among SERVER_KINDS of the adapter."""
 import re
 
-from ..packsession import PackSession
+from ..packwork import PackWriter
 from .locker import MySQLLocker
 from .session import MySQLSession
 
@@ -58,8 +58,8 @@ class SingleServer:
     locker_class = MySQLLocker
     #: The sessions of load sessions, and of store sessions.
     session_class = store_session_class = MySQLSession
-    #: The session a pack writes with (IPackSession).
-    pack_session_class = PackSession
+    #: The session a pack writes with (IPackWriter).
+    pack_writer_class = PackWriter
     #: Starts the snapshot transaction of a load session.
     load_begin_sql = 'START TRANSACTION WITH CONSISTENT SNAPSHOT, READ ONLY'
     #: Deletes the rows of new_oid below the one just inserted.

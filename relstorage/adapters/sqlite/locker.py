@@ -22,7 +22,7 @@ class SQLiteLocker(Locker):
         return session.scalar(last_tid_sql)
 
     def begin_with_commit_lock(self, session, last_tid_sql, wait=0):
-        # The pack session waits for the writer slot only when asked to.
+        # The pack writer waits for the writer slot only when asked to.
         session.writer_wait = wait
         try:
             session.begin(self.adapter.store_begin_sql)

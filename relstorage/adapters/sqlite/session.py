@@ -112,7 +112,7 @@ class SQLiteSession(Session):
 
     _cache = {}
     #: Seconds BEGIN IMMEDIATE waits for another writer: the adapter sets
-    #: commit-lock-timeout; 0 (the pack session) fails at once.
+    #: commit-lock-timeout; 0 (the pack writer) fails at once.
     writer_wait = 0.0
     #: The first and the longest pause between tries for the write lock.
     first_pause = 0.0002

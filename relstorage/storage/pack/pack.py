@@ -156,7 +156,7 @@ class Pack:
         adapter = self.adapter
         started = time.monotonic()
         # The session that removes also holds the pack lock throughout.
-        writer = adapter.open_pack_session()
+        writer = adapter.open_pack_writer()
         try:
             if not writer.lock_pack():
                 raise PackAlreadyRunning(
@@ -500,7 +500,7 @@ class Pack:
         """One short transaction under the commit lock, taking its work
         from pack_gc and then the old revisions; the last one also marks
         transactions packed. The session runs it (see
-        IPackSession.run_batch): again, from where it began, where a
+        IPackWriter.run_batch): again, from where it began, where a
         cluster refused its commit."""
         saved = (self.garbage_after, self.old_after, self.left,
                  dict(self.result))

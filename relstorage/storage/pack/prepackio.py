@@ -60,10 +60,10 @@ def read_pages(session, pack_tid, deleted=None, checked=False):
 
 class ReferenceWriter(threading.Thread):
     """Adds the pre-pack's references to pack_ref, on *writer*, and those
-    kept for the next pack to state_refs, on a pack session of its own
-    (from *open_keeper*, once there is any to keep), in a thread of its
-    own, so that the database takes one lot in while the next pages are
-    read. A context manager: on leaving, the thread has ended (and its
+    kept for the next pack to state_refs, on a session of its own (a
+    pack keeper from *open_keeper*, once there is any to keep), in a
+    thread of its own, so that the database takes one lot in while the
+    next pages are read. A context manager: on leaving, the thread has ended (and its
     error, if any, is raised unless another is on its way)."""
 
     def __init__(self, writer, open_keeper):

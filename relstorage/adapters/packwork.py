@@ -1,5 +1,5 @@
 """The sessions a pack runs on: PackReads reads the pre-pack's snapshot,
-PackSession fills the scratch tables and removes in batches, each a
+PackWriter fills the scratch tables and removes in batches, each a
 transaction of its own under the commit lock.
 
 The storage's pack (relstorage.storage.pack) decides what to remove and
@@ -12,7 +12,7 @@ from zope.interface import implementer
 
 from .pack_interfaces import IPackKeeper
 from .pack_interfaces import IPackReads
-from .pack_interfaces import IPackSession
+from .pack_interfaces import IPackWriter
 from .loadstore import LoadSession
 from .locker import Locker
 
@@ -71,9 +71,9 @@ class PackKeeper:
         self.session.close()
 
 
-@implementer(IPackSession)
-class PackSession:
-    """The connection a pack writes with (see IPackSession)."""
+@implementer(IPackWriter)
+class PackWriter:
+    """The connection a pack writes with (see IPackWriter)."""
 
     #: What begin_batch() returns when the commit lock stays busy.
     BUSY = Locker.BUSY
@@ -154,7 +154,7 @@ class PackSession:
             time.sleep(pause)
 
     def run_batch(self, attempt):
-        """As IPackSession.run_batch: a single server refuses nothing."""
+        """As IPackWriter.run_batch: a single server refuses nothing."""
         return attempt()
 
     def abort_batch(self):
