@@ -128,10 +128,13 @@ class Adapter:
         self.max_known_oid = 0
 
     # Connections: the database module supplies open_connection() and
-    # describe(); with replicas, server_params() and is_read_only_server().
+    # describe(); with replicas, a replication (its replication.py).
 
     #: Whether replica-conf and ro-replica-conf apply (see replicas).
     supports_replicas = False
+    #: What replicas need of the database (IReplication), made by the
+    #: database's adapter where it supports them.
+    replication = None
     #: The Replicas of replica-conf / ro-replica-conf, or None.
     replicas = None
 
@@ -164,24 +167,6 @@ class Adapter:
     @property
     def polls_may_lag(self):
         return self.replicas is not None and self.replicas.ro is not None
-
-    def server_params(self, line):
-        """The connection parameters of one line of a server file."""
-        raise NotImplementedError
-
-    def is_read_only_server(self, session):
-        """Whether the server of *session* refuses writes (a standby)."""
-        return False
-
-    def write_position(self, session):
-        """Where the read-write server of *session* has written up to
-        (a WAL position, a GTID set), for replayed()."""
-        raise NotImplementedError
-
-    def replayed(self, session, position):
-        """Whether the replica of *session* has replayed up to
-        *position*."""
-        raise NotImplementedError
 
     def wrote_outside_commits(self, session):
         """Called on the read-write *session* after it changed the

@@ -325,3 +325,22 @@ class IHistoryPreservingIterator(IIterator):
 
     def states_before(session, tid):
         """As IReads.states_before."""
+
+
+class IReplication(Interface):
+    """What replica-conf and ro-replica-conf need of a database that has
+    replicas (see adapters.replicas): its package's replication.py."""
+
+    def server_params(line):
+        """The connection parameters of one line of a server file."""
+
+    def is_read_only_server(session):
+        """Whether the server of *session* refuses writes (a standby)."""
+
+    def write_position(session):
+        """Where the read-write server of *session* has written up to
+        (a WAL position, a GTID set), for replayed()."""
+
+    def replayed(session, position):
+        """Whether the replica of *session* has replayed up to
+        *position*."""

@@ -16,9 +16,10 @@ received everything) is *stale*: StaleDatabase (a ReadConflictError)
 until it catches up, or with ``revert_when_stale`` a logged warning and
 a view that goes back, with every cache of it dropped.
 
-The database module says how a line of the file becomes connection
-parameters (``Adapter.server_params``) and whether a server takes writes
-(``Adapter.is_read_only_server``); nothing here writes SQL. A line may
+The database package's replication (an IReplication: its
+replication.py) says how a line of the file becomes connection
+parameters and whether a server takes writes, and reads the positions
+replicas have replayed up to; nothing here writes SQL. A line may
 hold a password (a PostgreSQL connection string): messages name a server
 by its line number and the adapter's description, never by its text.
 """
@@ -100,7 +101,7 @@ class Server:
         #: Its line number in the file.
         self.number = number
         self.line = line
-        self.params = adapter.server_params(line)
+        self.params = adapter.replication.server_params(line)
         #: The option whose file lists it.
         self.option = option
 
@@ -211,7 +212,8 @@ class ServerList:
                 continue
             if writable:
                 try:
-                    read_only = adapter.is_read_only_server(session)
+                    read_only = adapter.replication.is_read_only_server(
+                        session)
                 except DatabaseUnavailable as e:
                     session.close()
                     problems.append('line %d: %s' % (server.number, e))
@@ -240,7 +242,7 @@ class _Seen:
     """What this process has seen of one database: the newest tid
     (polled or committed) and the read-write server it was seen on (None:
     the only one there is); and what a replica must also have replayed
-    (the adapter's write_position) after this process changed the
+    (the replication's write_position) after this process changed the
     database without a tid (None: nothing)."""
 
     def __init__(self):
@@ -305,7 +307,7 @@ class Replicas:
         """Replicas for *options*, or None when no server file is set."""
         if not (options.replica_conf or options.ro_replica_conf):
             return None
-        if not adapter.supports_replicas:
+        if adapter.replication is None:
             option = ('replica-conf' if options.replica_conf
                       else 'ro-replica-conf')
             raise ConfigurationError(
@@ -349,7 +351,8 @@ class Replicas:
 
     def mark_position(self, session):
         if self.ro is not None:
-            self.position = self.adapter.write_position(session)
+            self.position = self.adapter.replication.write_position(
+                session)
 
     def ask(self, session, prepare, last_tid_sql):
         """``(newest tid, position)`` on the replica *session* after
@@ -359,7 +362,7 @@ class Replicas:
         it holds."""
         position = self.position
         if position is not None:
-            if not self.adapter.replayed(session, position):
+            if not self.adapter.replication.replayed(session, position):
                 # (It may not even hold the tables yet.)
                 return 0, position
             if self.position is position:

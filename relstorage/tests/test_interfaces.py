@@ -49,6 +49,10 @@ def verify_components(adapter):
         verifyObject(iface, getattr(adapter, name))
     if adapter.keep_history:
         verifyObject(C.IHistoryPreservingIterator, adapter.iterator)
+    # What replicas need, where the database has them.
+    assert (adapter.replication is not None) == adapter.supports_replicas
+    if adapter.replication is not None:
+        verifyObject(C.IReplication, adapter.replication)
 
 
 def build(db, driver, keep_history):

@@ -477,6 +477,26 @@ def test_every_database_package_has_the_role_modules():
     assert missing == []
 
 
+def test_what_replicas_need_is_the_replication_module_s():
+    """A database with replicas has them served by its replication.py
+    (an IReplication), not by methods of its adapter."""
+    from relstorage.adapters.adapter import Adapter
+    from relstorage.adapters.components import IReplication
+    from relstorage.adapters.mysql.adapter import MySQLAdapter
+    from relstorage.adapters.mysql.replication import MySQLReplication
+    from relstorage.adapters.postgresql.adapter import PostgreSQLAdapter
+    from relstorage.adapters.postgresql.replication import (
+        PostgreSQLReplication)
+    for cls in (MySQLReplication, PostgreSQLReplication):
+        assert IReplication.implementedBy(cls)
+    for adapter in (Adapter, MySQLAdapter, PostgreSQLAdapter):
+        assert not any(hasattr(adapter, name) for name in IReplication)
+    with_replicas = sorted(
+        str(path.parent.relative_to(SOURCE)) + '/'
+        for path in SOURCE.glob('adapters/*/replication.py'))
+    assert with_replicas == ['adapters/mysql/', 'adapters/postgresql/']
+
+
 #: What a driver's error means, asked of a session.
 ERROR_QUESTIONS = ('is_disconnect', 'is_full_error', 'is_permission_error',
                    'missing_create_privilege')

@@ -13,6 +13,7 @@ import sqlglot
 
 from relstorage.adapters.mysql.adapter import MySQLAdapter
 from relstorage.adapters.mysql.galera import GaleraNode
+from relstorage.adapters.mysql.replication import MySQLReplication
 from relstorage.adapters.mysql.server import ServerInfo
 from relstorage.adapters.mysql.server import SingleServer
 from relstorage.testing.dbs import DatabaseFactory
@@ -43,6 +44,7 @@ def adapter_for(version, galera=False):
     kind = GaleraNode if galera else SingleServer
     adapter.server = ServerInfo(version, kind.label)
     adapter.kind = kind(adapter.server)
+    adapter.replication = MySQLReplication(adapter)
     return adapter
 
 
@@ -51,11 +53,11 @@ def test_position_statements_are_pinned(version):
     adapter = adapter_for(version.split()[-1] if 'MySQL' in version
                           else version)
     session = Recording('0-1-5')
-    assert adapter.write_position(session) == '0-1-5'
+    assert adapter.replication.write_position(session) == '0-1-5'
     session.answer = 1
-    assert adapter.replayed(session, '0-1-5') is True
+    assert adapter.replication.replayed(session, '0-1-5') is True
     session.answer = 0
-    assert adapter.replayed(session, '0-1-6') is False
+    assert adapter.replication.replayed(session, '0-1-6') is False
     sent = [stmt for stmt, _ in session.sent]
     assert sent == [PINNED[version][0]] + [PINNED[version][1]] * 2
     assert session.sent[1][1] == ('0-1-5',)
@@ -67,9 +69,11 @@ def test_position_statements_are_pinned(version):
 def test_a_galera_node_counts_in_seqnos():
     adapter = adapter_for('10.11.6-MariaDB', galera=True)
     session = Recording('42')
-    assert adapter.write_position(session) == '42'
-    assert adapter.replayed(session, '41') and adapter.replayed(session, 42)
-    assert not adapter.replayed(session, '43')
+    assert adapter.replication.write_position(session) == '42'
+    replication = adapter.replication
+    assert replication.replayed(session, '41')
+    assert replication.replayed(session, 42)
+    assert not adapter.replication.replayed(session, '43')
     assert {stmt for stmt, _ in session.sent} == {
         'SELECT VARIABLE_VALUE FROM information_schema.GLOBAL_STATUS '
         "WHERE VARIABLE_NAME = 'WSREP_LAST_COMMITTED'"}
@@ -83,8 +87,8 @@ def test_mariadb_statements_run_on_mariadb():
         assert adapter.server.mariadb
         session = adapter.connect(for_store=False)
         try:
-            position = adapter.write_position(session)
-            assert adapter.replayed(session, position)
+            position = adapter.replication.write_position(session)
+            assert adapter.replication.replayed(session, position)
         finally:
             session.close()
     finally:

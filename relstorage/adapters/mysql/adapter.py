@@ -22,6 +22,7 @@ from .mover import MySQLHPMover
 from .oidallocator import MySQLOIDAllocator
 from .packer import MySQLHFPacker
 from .packer import MySQLHPPacker
+from .replication import MySQLReplication
 from .schema import TEMP_STORE_DDL
 from .schema import MySQLSchema
 from .schema import MySQLTypes
@@ -84,6 +85,7 @@ class MySQLAdapter(Adapter):
         self.server = None
         options = options if options is not None else Options()
         self.options = options
+        self.replication = MySQLReplication(self)
         # The server's flavour decides some SQL; learn it before building
         # the shared pieces (from the first server that answers).
         self.replicas = replicas.Replicas.configure(self, options)
@@ -119,27 +121,6 @@ class MySQLAdapter(Adapter):
             except DatabaseUnavailable:
                 continue
         return self._connect_raw(servers[-1])
-
-    def server_params(self, line):
-        """A replica file's line is ``host`` or ``host:port``; the other
-        parameters are the section's."""
-        host, port = replicas.split_host_port(line)
-        params = {key: value for key, value in self.params.items()
-                  if key not in ('unix_socket', 'port', 'named_pipe')}
-        params['host'] = host
-        if port is not None:
-            params['port'] = port
-        return params
-
-    def is_read_only_server(self, session):
-        return (bool(int(session.scalar('SELECT @@read_only')))
-                or not self.kind.takes_writes(session))
-
-    def write_position(self, session):
-        return self.kind.write_position(session)
-
-    def replayed(self, session, position):
-        return self.kind.replayed(session, position)
 
     def describe(self, server=None):
         server = server or self.current_server()

@@ -3,7 +3,6 @@ locker, mover and packer with the driver, the dsn (and its password
 command), the transaction pooler mode, replicas and the connection's
 bounds; opens connections and sets each session up."""
 import logging
-import re
 
 from ...exceptions import ConfigurationError
 from ...exceptions import DatabaseUnavailable
@@ -12,7 +11,6 @@ from ..credentials import command_argv
 from ..credentials import run_password_command
 from ..keepalive import Keepalive
 from ..redact import scrub
-from ..replicas import split_host_port
 from ..sql import SQL
 from ..sql import script
 from .votes import PostgreSQLVoteClaims
@@ -32,6 +30,7 @@ from .mover import PostgreSQLHPMover
 from .oidallocator import PostgreSQLOIDAllocator
 from .packer import PostgreSQLHFPacker
 from .packer import PostgreSQLHPPacker
+from .replication import PostgreSQLReplication
 from .pooled import PooledParts
 from .pooler import pooler_mode
 from .schema import TEMP_STORE_DDL
@@ -123,6 +122,7 @@ class PostgreSQLAdapter(Adapter):
         self.pooler_unchecked = self.pooler == 'none'
         # A misspelt keyword, say: named now, not at the first connect.
         self.check_dsn(self.dsn, 'dsn: ')
+        self.replication = PostgreSQLReplication(self)
         super().__init__(options)
         self.keepalive = Keepalive.for_options(self.options)
         #: libpq keywords the dsn leaves to network-timeout.
@@ -159,35 +159,6 @@ class PostgreSQLAdapter(Adapter):
         server = server or self.current_server()
         return 'PostgreSQL database (%s)' % describe_dsn(
             self.dsn if server is None else server.params)
-
-    def server_params(self, line):
-        """A replica file's line is ``host``, ``host:port`` or a libpq
-        connection string (key=value or URI); what it leaves out comes
-        from the dsn."""
-        params = parse_dsn(self.dsn)
-        if '=' in line or re.match(r'postgres(ql)?://', line):
-            self.check_dsn(line, '')
-            params.update(parse_dsn(line))
-        else:
-            host, port = split_host_port(line)
-            params.pop('hostaddr', None)
-            params['host'] = host
-            if port is not None:
-                params['port'] = str(port)
-            else:
-                params.pop('port', None)
-        return make_dsn(params)
-
-    def is_read_only_server(self, session):
-        return bool(session.scalar('SELECT pg_is_in_recovery()'))
-
-    def write_position(self, session):
-        return session.scalar('SELECT pg_current_wal_lsn()::text')
-
-    def replayed(self, session, position):
-        return session.scalar(
-            'SELECT coalesce(pg_last_wal_replay_lsn() >= %s::pg_lsn, true)',
-            (position,))
 
     def location(self):
         return ('postgresql',) + dsn_location(self.dsn)
