@@ -347,11 +347,22 @@ def test_a_commit_s_states_are_scanned_together(scan_bytes, monkeypatch):
         return out.getvalue()
     far = state(marker, ['m', ('catalog', b'\0' * 7 + b'\1',
                                PersistentMapping)])
-    # The letters on their own (a false hint), and plain states.
+    # The letters on their own (a false hint), oids whose bytes spell a
+    # hint's end, and plain states.
     near = [state({'m': 'n'}), state('plain' * 40), None, b'',
-            state(b'\x01m\x01\x00\x00\x00n')]
+            state(b'\x01m\x01\x00\x00\x00n'),
+            state(marker, (b'\0' * 6 + b'\x01m', None)),
+            state(marker, (b'\0' * 6 + b'\x01n', PersistentMapping))]
     assert not pickledrefs.any_refers_elsewhere(near)
     assert not pickledrefs.any_refers_elsewhere([])
+    # Only a state holding a hint is read on its own.
+    read = []
+    refers = pickledrefs.refers_elsewhere
+    monkeypatch.setattr(pickledrefs, 'refers_elsewhere',
+                        lambda s: read.append(s) or refers(s))
+    assert not pickledrefs.any_refers_elsewhere(near * 50)
+    assert len(read) == 50
+    monkeypatch.setattr(pickledrefs, 'refers_elsewhere', refers)
     for at in range(len(near) + 1):
         states = near[:at] + [far] + near[at:]
         assert pickledrefs.any_refers_elsewhere(states)
