@@ -85,18 +85,17 @@ def any_refers_elsewhere(states):
     to another database (see refers_elsewhere()): the states a commit
     writes are scanned together for the hints of _CROSS_HINTS, and only
     a state holding one is read on its own."""
-    lot = []
-    size = 0
-    for state in states:
-        if state:
-            lot.append(state)
-            size += len(state)
-            if size >= _SCAN_BYTES:
-                if _lot_refers_elsewhere(lot):
-                    return True
-                lot = []
-                size = 0
-    return bool(lot) and _lot_refers_elsewhere(lot)
+    lot = [state for state in states if state]
+    ends = list(accumulate(map(len, lot)))
+    first = 0
+    while first < len(lot):
+        # At most _SCAN_BYTES joined at once (one state, if larger).
+        last = max(bisect_right(ends, (ends[first - 1] if first else 0)
+                                + _SCAN_BYTES), first + 1)
+        if _lot_refers_elsewhere(lot[first:last]):
+            return True
+        first = last
+    return False
 
 
 def _lot_refers_elsewhere(lot):
