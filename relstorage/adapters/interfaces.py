@@ -427,6 +427,12 @@ class IStoreSession(IReads):
         it, which holds its row while it waits for the commit lock, is
         not waited for. upload() then writes the rows in place."""
 
+    claims_other_databases = Attribute(
+        """Whether claim_other_databases() claims anything (False where
+        the commit transaction is claim enough, SQLite's, or where the
+        database cannot tell): only then need a vote look for references
+        to other databases.""")
+
     def claim_other_databases():
         """Claim, until the commit transaction ends, that it refers to
         objects of other databases (see adapters.votes)."""

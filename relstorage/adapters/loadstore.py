@@ -251,6 +251,9 @@ class StoreSession(_SessionWrapper):
     def __init__(self, adapter):
         super().__init__(adapter)
         self.locker = adapter.locker
+        self.claims = adapter.vote_claims
+        #: Whether claim_other_databases() claims anything.
+        self.claims_other_databases = self.claims.takes_claims
         #: The newest tid before the last commit (set by commit()).
         self.previous_tid = None
         #: The tid chosen at upload, when the rows were written in place.
@@ -292,7 +295,7 @@ class StoreSession(_SessionWrapper):
         return self._outside_commit(self._lock_commit, oids)
 
     def claim_other_databases(self):
-        self.adapter.vote_claims.claim(self.session)
+        self.claims.claim(self.session)
 
     def _lock_commit(self, oids):
         if not self.session.in_transaction:

@@ -13,6 +13,7 @@ ROLLBACK, or a connection the server closes because its process died.
 The pack of another database asks (VoteWatch.pending) before each batch
 of removals, and waits while one is held.
 """
+from zope.interface import Attribute
 from zope.interface import Interface
 from zope.interface import implementer
 
@@ -20,6 +21,11 @@ from zope.interface import implementer
 class IVoteClaims(Interface):
     """What a database package implements for the claims (the role
     ``adapter.vote_claims``)."""
+
+    takes_claims = Attribute(
+        """Whether claim() takes anything: where it does not (the commit
+        transaction is claim enough, or the database cannot tell), a
+        vote need not look for references to other databases.""")
 
     def claim(session):
         """Claim, in the commit transaction open on *session* (which has
@@ -36,6 +42,8 @@ class IVoteClaims(Interface):
 class VoteClaims:
     """A database that cannot tell (its packs then cannot wait for such
     commits; see the multi-database pack's warning)."""
+
+    takes_claims = False
 
     def __init__(self, adapter):
         self.adapter = adapter

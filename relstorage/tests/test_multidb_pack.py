@@ -667,6 +667,11 @@ def test_a_vote_referring_elsewhere_is_seen_until_its_commit_ends(factory):
         watch = db.storage.adapter.open_vote_watch()
         try:
             assert watch.pending() is False
+            # Only where a claim is taken does a vote look for references
+            # to other databases (SQLite's writer is claim enough).
+            store = db.storage.adapter.open_store_session()
+            assert store.claims_other_databases is (factory.db != 'sqlite')
+            store.close()
             for oid, claims, end in ((p64(0), True, writer.tpc_finish),
                                      (near._p_oid, False, writer.tpc_finish),
                                      (p64(0), True, writer.tpc_abort)):

@@ -22,6 +22,8 @@ NOWAIT_ERROR = 3572
 
 class MySQLVoteClaims(VoteClaims):
 
+    takes_claims = True
+
     def __init__(self, adapter):
         super().__init__(adapter)
         self.claim_sql = SELECT_ROW.format(lock=adapter.locker.shared_clause)

@@ -23,6 +23,8 @@ SELECT EXISTS (
 
 class PostgreSQLVoteClaims(VoteClaims):
 
+    takes_claims = True
+
     def claim(self, session):
         session.execute(CLAIM, (VOTE_CLAIM_KEY,))
 

@@ -73,9 +73,11 @@ def vote(commit, tpc):
             resolved.append(p64(oid))
             commit.metrics.conflict_resolved(p64(oid), state)
         rows.append((oid, actual, state))
-    if any_refers_elsewhere([state for _, _, state in rows]):
+    if session.claims_other_databases and any_refers_elsewhere(
+            [state for _, _, state in rows]):
         # Until this commit ends, a pack of the databases it refers to
-        # waits (see adapters.votes).
+        # waits (see adapters.votes). (Where the commit transaction is
+        # claim enough, SQLite's only writer, nothing is looked for.)
         session.claim_other_databases()
     blobs = commit.blobs
     blob_ids = blobs.vote(session, tpc, current) if blobs is not None else {}
