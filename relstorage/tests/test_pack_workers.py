@@ -294,25 +294,32 @@ def test_state_references_agree_with_zodb():
     db.close()
 
 
+#: Stands where state() writes its persistent id.
+MARKER = object()
+
+
+def state(value, pid=None):
+    """A PersistentMapping's record in protocol 3 (as ZODB writes it)
+    holding *value* as 'data', MARKER in it pickled as the persistent id
+    *pid*."""
+    from zodbpickle.pickle import Pickler
+    out = io.BytesIO()
+    pickler = Pickler(out, 3)
+    pickler.persistent_id = lambda obj: pid if obj is MARKER else None
+    pickler.dump((PersistentMapping, None))
+    pickler.dump({'data': value})
+    return out.getvalue()
+
+
 @pytest.mark.parametrize('kind', ['m', 'n'])
 def test_references_elsewhere_in_the_protocol_zodb_writes(kind):
     # Protocol 3. A state holding the letters on their own, not as a
     # persistent id, refers elsewhere no more than a state without them.
-    from zodbpickle.pickle import Pickler
     oid = b'\0' * 7 + b'\1'
     ref = [kind, ('catalog', oid, PersistentMapping) if kind == 'm'
            else ('catalog', oid)]
-    marker = object()
-
-    def state(value, pid=None):
-        out = io.BytesIO()
-        pickler = Pickler(out, 3)
-        pickler.persistent_id = lambda obj: pid if obj is marker else None
-        pickler.dump((PersistentMapping, None))
-        pickler.dump({'data': value})
-        return out.getvalue()
-    assert pickledrefs.refers_elsewhere(state(marker, ref))
-    assert pickledrefs.cross_references(state(marker, ref)) == [
+    assert pickledrefs.refers_elsewhere(state(MARKER, ref))
+    assert pickledrefs.cross_references(state(MARKER, ref)) == [
         ('catalog', 1)]
     assert not pickledrefs.refers_elsewhere(state({kind: kind}))
     assert not pickledrefs.refers_elsewhere(state('plain'))
@@ -334,25 +341,15 @@ def test_references_elsewhere_in_python_2_pickles(kind):
 def test_a_commit_s_states_are_scanned_together(scan_bytes, monkeypatch):
     # What a vote asks of the states it writes: the same answer as
     # asking each, in lots of any size, deletions (None) among them.
-    from zodbpickle.pickle import Pickler
     monkeypatch.setattr(pickledrefs, '_SCAN_BYTES', scan_bytes)
-    marker = object()
-
-    def state(value, pid=None):
-        out = io.BytesIO()
-        pickler = Pickler(out, 3)
-        pickler.persistent_id = lambda obj: pid if obj is marker else None
-        pickler.dump((PersistentMapping, None))
-        pickler.dump({'data': value})
-        return out.getvalue()
-    far = state(marker, ['m', ('catalog', b'\0' * 7 + b'\1',
+    far = state(MARKER, ['m', ('catalog', b'\0' * 7 + b'\1',
                                PersistentMapping)])
     # The letters on their own (a false hint), oids whose bytes spell a
     # hint's end, and plain states.
     near = [state({'m': 'n'}), state('plain' * 40), None, b'',
             state(b'\x01m\x01\x00\x00\x00n'),
-            state(marker, (b'\0' * 6 + b'\x01m', None)),
-            state(marker, (b'\0' * 6 + b'\x01n', PersistentMapping))]
+            state(MARKER, (b'\0' * 6 + b'\x01m', None)),
+            state(MARKER, (b'\0' * 6 + b'\x01n', PersistentMapping))]
     assert not pickledrefs.any_refers_elsewhere(near)
     assert not pickledrefs.any_refers_elsewhere([])
     # Only a state holding a hint is read on its own.
