@@ -41,7 +41,7 @@ def test_zap_truncates_large_tables(factory):
     try:
         oid, _ = _first_revision(storage)
         before = _filenode(factory.keep_history)
-        storage._adapter.schema.truncate_above_bytes = 0  # every table is large
+        storage.adapter.schema.truncate_above_bytes = 0  # every table is large
         storage.zap_all()
         # TRUNCATE gives the table new storage (DELETE keeps the old).
         assert _filenode(factory.keep_history) != before
@@ -63,7 +63,7 @@ def test_zap_deletes_when_a_reader_holds_the_table(factory):
         # A reader in a transaction: TRUNCATE would wait for it to end.
         reader.cursor().execute('SELECT count(*) FROM object_state')
         before = _filenode(factory.keep_history)
-        storage._adapter.schema.truncate_above_bytes = 0
+        storage.adapter.schema.truncate_above_bytes = 0
         started = time.monotonic()
         storage.zap_all()
         # It gave up on TRUNCATE long before commit-lock-timeout.
