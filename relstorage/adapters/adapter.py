@@ -127,9 +127,13 @@ class Adapter:
         #: storing above it means raising the allocator first.
         self.max_known_oid = 0
 
-    # Connections: the database module supplies open_connection() and
-    # describe(); with replicas, a replication (its replication.py).
+    # Connections: the database package's connector (an IConnector, in
+    # its session.py) opens them; with replicas, on the servers of its
+    # replication (its replication.py).
 
+    #: The IConnector, made by the database's adapter before anything
+    #: else (the replicas' configuration asks for its location()).
+    connector = None
     #: Whether replica-conf and ro-replica-conf apply (see replicas).
     supports_replicas = False
     #: What replicas need of the database (IReplication), made by the
@@ -147,12 +151,12 @@ class Adapter:
     def open_connection(self, for_store, server=None):
         """A new session on *server* (a replicas.Server), or on the
         server the adapter's own parameters name."""
-        raise NotImplementedError
+        return self.connector.open(for_store, server)
 
     def describe(self, server=None):
         """The database, for messages: on *server*, or on the read-write
         server in use."""
-        raise NotImplementedError
+        return self.connector.describe(server or self.current_server())
 
     @classmethod
     def section_from_uri(cls, uri):
@@ -178,7 +182,7 @@ class Adapter:
     def location(self):
         """A hashable key naming the database this adapter opens: two
         adapters with equal keys open one database (see config)."""
-        raise NotImplementedError
+        return self.connector.location()
 
     def prepare_store_session(self, session):
         """Per-connection setup of a store session (temp tables...)."""
@@ -256,16 +260,6 @@ class Adapter:
         ``(oid, prev_tid, state, blob_id)`` rows it wrote and its tid."""
         if self.replicas is not None:
             self.replicas.saw(tid)
-
-    def announce_commit(self):
-        """Statements, run with each commit, that tell listening load
-        sessions a commit happened (see commits_announced)."""
-        return []
-
-    def commits_announced(self, session):
-        """Whether a commit was announced to the load *session* since the
-        last call; None: this database announces nothing."""
-        return None
 
     def reserve_commit(self, session):
         """Called at vote, in the store *session*, when the commit is

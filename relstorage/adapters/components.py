@@ -327,6 +327,25 @@ class IHistoryPreservingIterator(IIterator):
         """As IReads.states_before."""
 
 
+class IConnector(Interface):
+    """How a database's sessions begin: its connection parameters, the
+    driver's connect within the bounds of network-timeout (a password
+    command run for each), and what each new session sets for as long as
+    it lasts. Its package's session.py."""
+
+    def open(for_store, server=None):
+        """A new ISession, set up for loads and polls or (*for_store*)
+        for storing: on *server* (a replicas.Server), or on the server
+        the parameters name. DatabaseUnavailable, naming the database
+        and never a secret, when it cannot be opened."""
+
+    def describe(server=None):
+        """The database (on *server*), for messages: never a secret."""
+
+    def location():
+        """As IRelStorageAdapter.location."""
+
+
 class IReplication(Interface):
     """What replica-conf and ro-replica-conf need of a database that has
     replicas (see adapters.replicas): its package's replication.py."""

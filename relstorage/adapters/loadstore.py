@@ -196,7 +196,7 @@ class LoadSession(_SessionWrapper):
         """Whether the database announced a commit since the last call:
         True or False where it announces them (without a round trip),
         None where it cannot tell."""
-        return self.adapter.commits_announced(self.session)
+        return self.session.commits_announced()
 
     def _read(self, func, *args):
         if self.session.in_transaction:
@@ -400,7 +400,7 @@ class StoreSession(_SessionWrapper):
                 script += self.mover.after_copy(tid)
         if max_oid is not None:
             script += self.oids.raise_to(max_oid)
-        script += self.adapter.announce_commit()
+        script += self.session.commit_announcements
         return tid, script
 
     def _write(self, tid, script, before_commit):

@@ -43,6 +43,11 @@ class Session:
     #: sends the next rows when asked), rather than a read of what it
     #: sends unasked.
     fetches_ask_server = False
+    #: Whether the database tells this session of others' commits
+    #: (commits_announced), and what this session sends with each of its
+    #: own commits to tell the others.
+    hears_commits = False
+    commit_announcements = ()
 
     def __init__(self, adapter, conn):
         self.adapter = adapter
@@ -64,6 +69,12 @@ class Session:
 
     def describe(self):
         return self.adapter.describe(self.server)
+
+    def commits_announced(self):
+        """Whether another session committed since the last call (see
+        ILoadSession.commits_announced); None: this session is not told
+        of commits."""
+        return None
 
     # Statement execution
 

@@ -456,7 +456,7 @@ def test_open_postgresql(closing):
     assert adapter.keep_history is True
     assert options.poll_interval == 2.0
     assert options == Options(name='main', poll_interval=2.0)
-    assert adapter.dsn == dsn
+    assert adapter.connector.dsn == dsn
     # driver "auto" picks psycopg2.
     assert adapter.driver.name == 'psycopg2'
     assert 'dbname=%s_hp ' % dbs.PG_DB_PREFIX in adapter.describe()
@@ -494,7 +494,7 @@ def test_open_postgresql_empty_dsn(monkeypatch):
     assert factory.options.name is None
     adapter = factory.adapter_factory().create(factory.options)
     assert isinstance(adapter, PostgreSQLAdapter)
-    assert adapter.dsn == ''
+    assert adapter.connector.dsn == ''
     assert adapter.options is factory.options
     assert adapter.driver.name == 'psycopg2'
     assert adapter.describe() == (
@@ -541,7 +541,7 @@ def test_open_without_adapter_uses_embedded_sqlite(closing, monkeypatch,
     assert isinstance(adapter, SQLiteAdapter)
     assert adapter.data_dir == os.path.join(
         str(tmp_path), 'relstorage', 'default')
-    assert adapter.pragmas == SQLITE_DEFAULT_PRAGMAS
+    assert adapter.connector.pragmas == SQLITE_DEFAULT_PRAGMAS
     assert adapter.options == Options()
     assert adapter.options is storage._options
     assert storage.getName() == adapter.describe()
@@ -569,7 +569,7 @@ def test_open_sqlite3_section(closing, monkeypatch, tmp_path):
     adapter = storage._adapter
     assert isinstance(adapter, SQLiteAdapter)
     assert adapter.data_dir == str(data_dir)
-    assert adapter.pragmas == dict(SQLITE_DEFAULT_PRAGMAS,
+    assert adapter.connector.pragmas == dict(SQLITE_DEFAULT_PRAGMAS,
                                    journal_mode='wal', synchronous='FULL')
     assert adapter.options is storage._options
     assert adapter.options.keep_history is False
@@ -588,7 +588,7 @@ def test_open_sqlite3_section(closing, monkeypatch, tmp_path):
     assert storage._adapter.data_dir == default_sqlite_data_dir('x')
     assert storage._adapter.data_dir == os.path.join(
         str(tmp_path), 'xdg', 'relstorage', 'x')
-    assert storage._adapter.pragmas == SQLITE_DEFAULT_PRAGMAS
+    assert storage.adapter.connector.pragmas == SQLITE_DEFAULT_PRAGMAS
     assert_sqlite_files(storage._adapter)
 
 
@@ -632,7 +632,7 @@ def test_open_mysql(closing, driver_line, driver_name):
     assert storage.getName() == 'main (%s)' % storage.describe()
     adapter = storage._adapter
     assert isinstance(adapter, MySQLAdapter)
-    assert adapter.params == params
+    assert adapter.connector.params == params
     assert adapter.driver.name == driver_name
     assert adapter.options is storage._options
     assert adapter.options == Options(name='main', poll_interval=1.0)
@@ -684,7 +684,7 @@ def test_storage_from_file_postgresql(closing, tmp_path):
                     '</relstorage>\n')
     storage = closing(rsconfig.storage_from_file(str(path)))
     assert isinstance(storage._adapter, PostgreSQLAdapter)
-    assert storage._adapter.dsn == dsn
+    assert storage.adapter.connector.dsn == dsn
     assert storage._options.keep_history is True
 
 

@@ -45,6 +45,7 @@ COMPONENTS = [('mover', C.IMover), ('locker', C.ILocker),
 
 def verify_components(adapter):
     verifyObject(I.IRelStorageAdapter, adapter)
+    verifyObject(C.IConnector, adapter.connector)
     for name, iface in COMPONENTS:
         verifyObject(iface, getattr(adapter, name))
     if adapter.keep_history:

@@ -532,6 +532,38 @@ def test_a_session_tells_what_its_drivers_errors_mean():
                 'is_permission_error'} <= answered, package
 
 
+#: What opening a session takes: the connector's (IConnector), in the
+#: database package's session.py.
+CONNECTION_WORDS = ('def open_connection', 'def describe', 'def location',
+                    'def set_up', 'def commits_announced', '.connect(',
+                    'DatabaseUnavailable', 'password_command(')
+
+
+def test_sessions_open_through_the_database_s_connector():
+    """Each database package's session.py has the connector that opens
+    and sets up its sessions (and answers describe() and location());
+    its adapter.py only assembles, opening nothing itself."""
+    import importlib
+    from relstorage.adapters.components import IConnector
+    for package in DATABASE_PACKAGES:
+        module = importlib.import_module(
+            'relstorage.' + package.replace('/', '.') + 'session')
+        connectors = [value for value in vars(module).values()
+                      if isinstance(value, type)
+                      and value.__module__ == module.__name__
+                      and IConnector.implementedBy(value)]
+        assert connectors, package
+    found = sorted(
+        '%s: %s' % (package, word) for package in DATABASE_PACKAGES
+        for word in CONNECTION_WORDS
+        if word in (SOURCE / package / 'adapter.py').read_text())
+    assert found == []
+    # The shared adapter hands these to the connector.
+    from relstorage.adapters.adapter import Adapter
+    for name in ('open_connection', 'describe', 'location'):
+        assert 'self.connector.' in inspect.getsource(getattr(Adapter, name))
+
+
 def _patched_in(node):
     """A part patched in at run time: ``setattr`` on an adapter or a
     session, or a class made by ``type(name, bases, namespace)``."""

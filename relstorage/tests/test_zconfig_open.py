@@ -37,7 +37,7 @@ def test_sqlite_section(tmp_path):
         ''' % tmp_path)
     storage = _roundtrip(db)
     assert isinstance(storage, RelStorage)
-    assert storage._adapter.pragmas['cache_size'] == '-4000'
+    assert storage.adapter.connector.pragmas['cache_size'] == '-4000'
     assert not storage._adapter.keep_history
     assert (tmp_path / 'relstorage.sqlite3').exists()
 

@@ -19,7 +19,8 @@ class MySQLReplication:
         """A replica file's line is ``host`` or ``host:port``; the other
         parameters are the section's."""
         host, port = split_host_port(line)
-        params = {key: value for key, value in self.adapter.params.items()
+        given = self.adapter.connector.params
+        params = {key: value for key, value in given.items()
                   if key not in ('unix_socket', 'port', 'named_pipe')}
         params['host'] = host
         if port is not None:

@@ -1,13 +1,9 @@
-"""The Oracle adapter: assembles the session, schema, locker, mover,
-packer and oid allocator of this package (see their modules for what
-Oracle does differently) with the driver and the connection's bounds."""
+"""The Oracle adapter: assembles the connector (in session.py), schema,
+locker, mover, packer and oid allocator of this package (see their
+modules for what Oracle does differently) with the driver."""
 from ...exceptions import ConfigurationError
 from ...options import warn_ignored
 from ..adapter import Adapter
-from ..keepalive import Keepalive
-from .drivers import DSN
-from .drivers import bounded_connect
-from .drivers import connect_error
 from .drivers import select_driver
 from .inspect import OracleStatistics
 from .locker import OracleLocker
@@ -19,7 +15,7 @@ from .packer import OracleHPPacker
 from .schema import OracleSchema
 from .schema import OracleTypes
 from .session import BEGIN_SNAPSHOT
-from .session import OracleSession
+from .session import OracleConnector
 
 class OracleAdapter(Adapter):
 
@@ -63,60 +59,7 @@ class OracleAdapter(Adapter):
     def __init__(self, user=None, password=None, dsn=None, driver='auto',
                  options=None):
         from ...options import Options
-        if not dsn:
-            raise ConfigurationError(
-                'dsn: required for <oracle> (an Easy Connect string such as '
-                'db.example.org:1521/ORCLPDB1, or a TNS alias)')
         self.driver = select_driver(driver)
-        self.user = user
-        self.password = password
-        self.dsn = DSN(dsn)
-        super().__init__(options if options is not None else Options())
-        self.keepalive = Keepalive.for_options(self.options)
-
-    def describe(self, server=None):
-        return 'Oracle database (%s user=%s)' % (self.dsn.describe(),
-                                                 self.user_name())
-
-    def user_name(self):
-        """The user, as the section or the DSN (``user/password@``) names
-        it; never a password (cx_Oracle took ``user/password`` as the
-        user)."""
-        return (self.user or self.dsn.user or '<none>').split('/')[0]
-
-    def location(self):
-        # Each Oracle user has a schema of its own.
-        return ('oracle',) + self.dsn.location() + (
-            (self.user or self.dsn.user or '').upper(),)
-
-    def open_connection(self, for_store, server=None):
-        driver = self.driver
-        keepalive = self.keepalive
-        seconds = keepalive.timeout if keepalive is not None else None
-        error = None
-        try:
-            conn = bounded_connect(
-                lambda: driver.connect(self.user, self.password,
-                                       self.dsn.text, keepalive),
-                seconds, self.describe)
-        except (driver.Error, OSError) as e:
-            error = connect_error(e, self.dsn.describe(), self.user_name(),
-                                  (self.password, self.dsn.password))
-        if error is not None:
-            # (Raised outside the handler: the driver's error is not its
-            # context.)
-            raise error
-        # Each call (one round trip) gets an answer within network-timeout,
-        # or within it plus commit-lock-timeout, for calls that wait for a
-        # lock.
-        call_timeout_ms = 0
-        if keepalive is not None:
-            call_timeout_ms = int(1000 * (keepalive.timeout
-                                          + self.options.commit_lock_timeout))
-        try:
-            driver.setup(conn, call_timeout_ms)
-        except Exception:
-            conn.close()
-            raise
-        return OracleSession(self, conn)
-
+        self.options = options if options is not None else Options()
+        self.connector = OracleConnector(self, user, password, dsn)
+        super().__init__(self.options)

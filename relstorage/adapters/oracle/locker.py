@@ -84,7 +84,7 @@ class OracleLocker(Locker):
                 'privilege: GRANT EXECUTE ON SYS.DBMS_LOCK TO %s); the '
                 'commit and pack locks fall back to LOCK TABLE, which '
                 'waits in whole seconds', adapter.describe(),
-                adapter.user or '<user>')
+                adapter.connector.user_name())
             return None
         self.dbms_lock = True
         if status == LOCK_DEADLOCK:

@@ -1,8 +1,17 @@
-"""Oracle sessions: named binds, no BEGIN (a transaction begins with its
-first statement), COMMIT and ROLLBACK as the connection's calls, and a
-read-only transaction as a load snapshot."""
+"""Oracle sessions: how they open (user, password and DSN, the connect
+and each call bounded by network-timeout), named binds, no BEGIN (a
+transaction begins with its first statement), COMMIT and ROLLBACK as the
+connection's calls, and a read-only transaction as a load snapshot."""
+from zope.interface import implementer
+
+from ...exceptions import ConfigurationError
+from ..components import IConnector
+from ..keepalive import Keepalive
 from ..session import Session
+from .drivers import DSN
 from .drivers import DISCONNECT_ERRORS
+from .drivers import bounded_connect
+from .drivers import connect_error
 from .drivers import PRIVILEGE_ERRORS
 from .drivers import error_codes
 from .drivers import is_full
@@ -91,3 +100,68 @@ class OracleSession(Session):
             binds['status'] = status
             self.execute(block, binds)
             return status.getvalue()
+
+
+@implementer(IConnector)
+class OracleConnector:
+    """Opens the Oracle sessions of an adapter: the user, the password
+    and the DSN (an Easy Connect string or a TNS alias)."""
+
+    def __init__(self, adapter, user, password, dsn):
+        if not dsn:
+            raise ConfigurationError(
+                'dsn: required for <oracle> (an Easy Connect string such as '
+                'db.example.org:1521/ORCLPDB1, or a TNS alias)')
+        self.adapter = adapter
+        self.driver = adapter.driver
+        self.options = adapter.options
+        self.user = user
+        self.password = password
+        self.dsn = DSN(dsn)
+        self.keepalive = Keepalive.for_options(self.options)
+
+    def describe(self, server=None):
+        return 'Oracle database (%s user=%s)' % (self.dsn.describe(),
+                                                 self.user_name())
+
+    def user_name(self):
+        """The user, as the section or the DSN (``user/password@``) names
+        it; never a password (cx_Oracle took ``user/password`` as the
+        user)."""
+        return (self.user or self.dsn.user or '<none>').split('/')[0]
+
+    def location(self):
+        # Each Oracle user has a schema of its own.
+        return ('oracle',) + self.dsn.location() + (
+            (self.user or self.dsn.user or '').upper(),)
+
+    def open(self, for_store, server=None):
+        driver = self.driver
+        keepalive = self.keepalive
+        seconds = keepalive.timeout if keepalive is not None else None
+        error = None
+        try:
+            conn = bounded_connect(
+                lambda: driver.connect(self.user, self.password,
+                                       self.dsn.text, keepalive),
+                seconds, self.describe)
+        except (driver.Error, OSError) as e:
+            error = connect_error(e, self.dsn.describe(), self.user_name(),
+                                  (self.password, self.dsn.password))
+        if error is not None:
+            # (Raised outside the handler: the driver's error is not its
+            # context.)
+            raise error
+        # Each call (one round trip) gets an answer within network-timeout,
+        # or within it plus commit-lock-timeout, for calls that wait for a
+        # lock.
+        call_timeout_ms = 0
+        if keepalive is not None:
+            call_timeout_ms = int(1000 * (keepalive.timeout
+                                          + self.options.commit_lock_timeout))
+        try:
+            driver.setup(conn, call_timeout_ms)
+        except Exception:
+            conn.close()
+            raise
+        return OracleSession(self.adapter, conn)

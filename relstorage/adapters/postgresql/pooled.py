@@ -21,13 +21,14 @@ from .pooler import TAKE_LEASE
 from .pooler import LeaseKeeper
 from .schema import POOLED_TEMP_STORE_DDL
 from .session import LOCAL_BYTEA_OUTPUT
+from .session import PostgreSQLConnector
 
 log = logging.getLogger(__name__)
 
 #: What each pooled transaction sets for itself, in the message that
 #: begins it.
 LOCK_TIMEOUT = SQL('SET LOCAL lock_timeout = {ms}')
-#: Loads and polls are short index lookups (see open_connection).
+#: Loads and polls are short index lookups (see PostgreSQLConnector.set_up).
 LOAD_SETTINGS = ('SET LOCAL jit = off; '
                  'SET LOCAL max_parallel_workers_per_gather = 0')
 
@@ -111,6 +112,17 @@ class PooledLocker(PostgreSQLLocker):
         session.execute(DROP_LEASE, (LEASE_NAME, keeper.token))
 
 
+class PooledConnector(PostgreSQLConnector):
+    """Sets nothing in a server session (each transaction makes its own
+    settings), and listens for nothing: a LISTEN would stay with
+    whichever server session the pooler ran it on."""
+
+    may_listen = False
+
+    def set_up(self, session, for_store, server):
+        session.begin_sql = self.adapter.pooled_begin_sql
+
+
 class PooledParts:
     """What the adapter behind a transaction pooler has instead of its
     own parts (see PostgreSQLAdapter.__new__)."""
@@ -120,6 +132,7 @@ class PooledParts:
     hp_packer_class = PooledHPPacker
     hf_packer_class = PooledHFPacker
     locker_class = PooledLocker
+    connector_class = PooledConnector
     # A load session's snapshot holds a server session until it ends:
     # ended before the vote takes the store session's, and new oids taken
     # in the snapshot's transaction, each committing instance needs one
@@ -147,11 +160,6 @@ class PooledParts:
                      'instances poll at most every poll-interval (%ss) and '
                      "may see other processes' commits that much later",
                      self.describe(), options.poll_interval)
-
-    def set_up(self, session, for_store, server):
-        # Nothing set in the server session: each transaction makes its
-        # own settings.
-        session.begin_sql = self.pooled_begin_sql
 
     def prepare_store_session(self, session):
         pass  # each store transaction creates temp_store

@@ -22,9 +22,9 @@ class PostgreSQLReplication:
         """A replica file's line is ``host``, ``host:port`` or a libpq
         connection string (key=value or URI); what it leaves out comes
         from the dsn."""
-        params = parse_dsn(self.adapter.dsn)
+        params = parse_dsn(self.adapter.connector.dsn)
         if '=' in line or re.match(r'postgres(ql)?://', line):
-            self.adapter.check_dsn(line, '')
+            self.adapter.connector.check_dsn(line, '')
             params.update(parse_dsn(line))
         else:
             host, port = split_host_port(line)

@@ -1,7 +1,18 @@
-"""PostgreSQL sessions: what each sets when it opens (the lock timeout,
-the server's keepalives, a writer's synchronous_commit), scripts sent as
-one message, and LISTEN/NOTIFY, by which load sessions learn of commits
-without polling."""
+"""PostgreSQL sessions: how they open (the dsn, its password command,
+libpq's bounds from network-timeout, the check for a transaction pooler)
+and what each sets then (the lock timeout, the server's keepalives, a
+writer's synchronous_commit), scripts sent as one message, and
+LISTEN/NOTIFY, by which load sessions learn of commits without
+polling."""
+from zope.interface import implementer
+
+from ...exceptions import ConfigurationError
+from ...exceptions import DatabaseUnavailable
+from ..components import IConnector
+from ..credentials import command_argv
+from ..credentials import run_password_command
+from ..keepalive import Keepalive
+from ..redact import scrub
 from ..session import Session
 from ..session import Stream
 from ..sql import SQL
@@ -9,6 +20,11 @@ from ..sql import Identifier
 from ..sql import script
 from ..sql import without_parameters
 from . import errors
+from . import pooler
+from .dsn import describe_dsn
+from .dsn import dsn_location
+from .dsn import parse_dsn
+from .dsn import scrub_dsn
 
 
 #: Every commit notifies this channel (NOTIFY is scoped to the database);
@@ -70,6 +86,9 @@ class PostgreSQLSession(Session):
     #: Whether the session's own synchronous_commit is local, its
     #: transactions setting the server's (see WRITER_SETUP).
     commits_locally = False
+    #: Sent with each commit: listening load sessions are told of it
+    #: once it is done.
+    commit_announcements = ((NOTIFY_COMMIT, ()),)
 
     is_permission_error = errors.is_permission_error
     is_full_error = errors.is_full_error
@@ -81,6 +100,15 @@ class PostgreSQLSession(Session):
             return True
         return (isinstance(error, driver.OperationalError)
                 and (self.conn is None or bool(self.conn.closed)))
+
+    def commits_announced(self):
+        if not self.hears_commits:
+            return None
+        try:
+            # Reads what the server sent, without a round trip.
+            return self.adapter.driver.notified(self.conn)
+        except self.adapter.driver.Error:
+            return True     # a real poll finds out (and reconnects)
 
     def begin(self, sql=None):
         if self.commits_locally:
@@ -169,3 +197,132 @@ class PsycopgSession(PostgreSQLSession):
             while cursor.nextset():
                 pass
             return cursor
+
+
+@implementer(IConnector)
+class PostgreSQLConnector:
+    """Opens the PostgreSQL sessions of an adapter: libpq's dsn (a
+    misspelt keyword refused at once, not at the first connect), a
+    password command run for each connection, the keywords the dsn
+    leaves to network-timeout, and what each session sets."""
+
+    #: Whether load sessions may LISTEN for commits (given an interval).
+    may_listen = True
+
+    def __init__(self, adapter, dsn, password_command, pooler_mode):
+        self.adapter = adapter
+        self.driver = adapter.driver
+        self.options = adapter.options
+        self.dsn = dsn
+        #: Run for each new connection: its output is the password.
+        self.password_command = password_command
+        if password_command is not None:
+            command_argv(password_command)  # refused now if unusable
+        #: Whether load sessions LISTEN for commits.
+        self.listens = self.may_listen and bool(self.options.poll_interval)
+        #: Whether open() still has to look for a transaction pooler.
+        self.pooler_unchecked = pooler_mode == 'none'
+        self.check_dsn(dsn, 'dsn: ')
+        self.keepalive = Keepalive.for_options(self.options)
+        self.own_bounds = self.bounds(dsn)
+
+    def check_dsn(self, dsn, where):
+        """ConfigurationError, starting with *where*, when libpq cannot
+        parse *dsn*. libpq's message may quote a part of a password (an
+        unquoted one with a space): that part is left out."""
+        problem = None
+        try:
+            self.driver.parse_dsn(dsn)
+        except self.driver.ProgrammingError as e:
+            problem = scrub_dsn(str(e).strip(), dsn)
+        if problem is not None:
+            # (Raised outside the handler, without the driver's error as
+            # its context.)
+            raise ConfigurationError(where + problem)
+
+    def describe(self, server=None):
+        return 'PostgreSQL database (%s)' % describe_dsn(
+            self.dsn if server is None else server.params)
+
+    def location(self):
+        return ('postgresql',) + dsn_location(self.dsn)
+
+    def bounds(self, dsn):
+        """The libpq keywords network-timeout sets that *dsn* does not."""
+        if self.keepalive is None:
+            return {}
+        given = parse_dsn(dsn)
+        return {key: value
+                for key, value in self.keepalive.libpq_keywords().items()
+                if key not in given}
+
+    def raw(self, server=None):
+        """A session on *server* (None: the dsn's) with nothing set."""
+        driver = self.driver
+        if server is None:
+            dsn, bounds = self.dsn, self.own_bounds
+        else:
+            dsn = server.params
+            bounds = self.bounds(dsn)
+        problem = None
+        secrets = []
+        if self.password_command is not None:
+            secrets.append(run_password_command(self.password_command))
+            bounds = dict(bounds, password=secrets[0])
+        try:
+            conn = driver.connect(dsn, **bounds)
+        except driver.OperationalError as e:
+            problem = scrub(scrub_dsn(str(e).strip(), dsn), secrets)
+        if problem is not None:
+            # (Raised outside the handler: the driver's error, which may
+            # quote the connection string, is not its context.)
+            raise DatabaseUnavailable('cannot connect to the %s: %s'
+                                      % (self.describe(server), problem))
+        session = (PsycopgSession if driver.results_from_first
+                   else PostgreSQLSession)(self.adapter, conn)
+        session.server = server
+        return session
+
+    def open(self, for_store, server=None):
+        session = self.raw(server)
+        if self.pooler_unchecked:
+            try:
+                pooler.refuse_unannounced_transaction_pooler(
+                    self.adapter, session, lambda: self.raw(server))
+            except BaseException:
+                session.close()
+                raise
+            self.pooler_unchecked = False
+        self.set_up(session, for_store, server)
+        return session
+
+    def set_up(self, session, for_store, server):
+        """What a new session sets for as long as it lasts."""
+        timeout_ms = int(self.options.commit_lock_timeout * 1000)
+        setup, params = SESSION_SETUP, (timeout_ms,)
+        keepalive = self.keepalive
+        if keepalive is not None:
+            # The server's end too: a session whose client went silent
+            # (mid-commit, holding row locks and the commit lock) ends
+            # within the bound. (Ignored on a Unix socket.)
+            setup = KEEPALIVE_SETUP
+            params += (keepalive.idle, keepalive.interval, keepalive.count,
+                       keepalive.user_timeout_ms)
+        if for_store:
+            setup = script(setup, WRITER_SETUP)
+            session.commits_locally = True
+        session.execute(setup, params)
+        if not for_store:
+            # Loads and polls are short index lookups: compiling one, or
+            # starting workers for it, is never worth it, even when stale
+            # statistics make it look so.
+            setup = LOAD_SETUP
+            if self.listens and not (
+                    server is not None and server.read_only):
+                # Told of every commit, an instance within its interval
+                # polls only when there is something to see. (Not without
+                # an interval: nothing would read the notifications, which
+                # the driver keeps in a list. A standby takes no LISTEN.)
+                setup = LISTENING_LOAD_SETUP
+                session.hears_commits = True
+            session.execute(setup)

@@ -2,19 +2,12 @@
 readers never block the writer, the single writer as the lock taken at
 vote, and a separate small file for handing out oids (see this package's
 session, schema, locker, mover and oidallocator, which it assembles)."""
-import logging
 import os
-import sqlite3
 import threading
 
-from ...exceptions import CommitLockTimeout
 from ...exceptions import ConfigurationError
-from ...exceptions import DatabaseMissing
-from ...exceptions import DatabaseUnavailable
 from .. import cooperative
 from ..adapter import Adapter
-from . import errors
-from . import files
 from . import room
 from .checkpoint import Checkpointer
 from .files import MAIN_FILE
@@ -26,12 +19,9 @@ from .oidallocator import SQLiteOIDAllocator
 from .schema import TEMP_STORE_DDL
 from .schema import SQLiteSchema
 from .schema import SQLiteTypes
-from .session import connection_pragmas
 from .session import WriterQueue
-from .session import SQLiteSession
+from .session import SQLiteConnector
 from .votes import SQLiteVoteClaims
-
-log = logging.getLogger(__name__)
 
 
 def yield_interval(interval, cooperating):
@@ -95,8 +85,6 @@ class SQLiteAdapter(Adapter):
     requires_snapshot_end_at_vote = True
     #: Every commit of another connection changes PRAGMA data_version.
     supports_commit_announcements = True
-    # SQLite's limit before 3.32 (32766 since); read from each connection.
-    max_params = 999
     # SQLite queues nobody: a waiting writer's busy handler retries after
     # sleeps of up to 100 ms, so a pack that took the lock again at once
     # would keep it from that writer for the whole pack.
@@ -104,10 +92,6 @@ class SQLiteAdapter(Adapter):
     #: The store session's page cache, in pages: the vote writes all but
     #: this much to the WAL, and reserves room for the rest.
     store_cache_pages = 128
-
-    #: With gevent in use, long statements yield every this many VM
-    #: steps (RelStorage's gevent_yield_interval); None: they do not.
-    yield_interval = None
 
     def __init__(self, data_dir, pragmas=None, driver='auto', options=None,
                  gevent_yield_interval=None):
@@ -119,22 +103,23 @@ class SQLiteAdapter(Adapter):
                 % driver)
         self.cooperative = cooperative.cooperating(asked)
         if gevent_yield_interval is not None:
-            self.yield_interval = yield_interval(gevent_yield_interval,
-                                                 self.cooperative)
+            gevent_yield_interval = yield_interval(gevent_yield_interval,
+                                                   self.cooperative)
         if not data_dir:
             raise ConfigurationError('data-dir: an SQLite data directory '
                                      'is required')
         self.data_dir = os.path.abspath(os.path.expanduser(data_dir))
-        self.pragmas = connection_pragmas(pragmas or {})
         self.oid_lock = threading.Lock()
         self.main_path = os.path.join(self.data_dir, MAIN_FILE)
         #: The writer queue's key: one file, however its path is spelled.
         self._queue_key = os.path.realpath(self.main_path)
-        super().__init__(options if options is not None else Options())
+        self.options = options if options is not None else Options()
+        self.connector = SQLiteConnector(self, pragmas, gevent_yield_interval)
+        super().__init__(self.options)
         #: Without an automatic checkpoint chosen by the user, commits
         #: leave checkpoints to a thread (see Checkpointer).
         self.checkpointer = None
-        if 'wal_autocheckpoint' not in self.pragmas:
+        if 'wal_autocheckpoint' not in self.connector.pragmas:
             self.checkpointer = Checkpointer(
                 self.main_path, self.options.commit_lock_timeout)
 
@@ -144,58 +129,9 @@ class SQLiteAdapter(Adapter):
         database write (shared with every adapter of the same file)."""
         return WriterQueue.for_file(self._queue_key)
 
-    def describe(self, server=None):
-        return 'SQLite database in %s' % self.data_dir
-
-    def writer_timeout(self):
-        return CommitLockTimeout(
-            'the %s stayed locked by another writer longer than '
-            'commit-lock-timeout (%ss)'
-            % (self.describe(), self.options.commit_lock_timeout))
-
-    def raise_classified(self, error):
-        """Raise what the SQLite *error* means to the storage, when it
-        means more than itself: CommitLockTimeout for another writer's
-        lock, DatabaseFull for no room."""
-        kind = errors.kind(error)
-        if kind == errors.BUSY:
-            raise self.writer_timeout() from None
-        if kind == errors.FULL:
-            raise errors.database_full(self.describe(), error) from None
-
-    def location(self):
-        return ('sqlite', os.path.realpath(self.data_dir))
-
-    def open_connection(self, for_store, server=None):
-        path = self.main_path
-        yielder = None
-        try:
-            if self.options.read_only:
-                # Connecting would create it: a read-only storage creates
-                # nothing.
-                if not os.path.exists(path):
-                    raise DatabaseMissing(
-                        'the %s does not exist (no %s there)'
-                        % (self.describe(), MAIN_FILE))
-                conn = files.connect_read_only(
-                    path, self.options.commit_lock_timeout,
-                    self.pragmas.items())
-            else:
-                files.make_data_dir(self.data_dir)
-                conn = files.connect(path, self.options.commit_lock_timeout,
-                                     self.pragmas.items())
-            if self.yield_interval:
-                yielder = cooperative.sqlite_yielder()
-                conn.set_progress_handler(yielder, self.yield_interval)
-            self.max_params = conn.getlimit(
-                sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER)
-        except (OSError, sqlite3.Error) as e:
-            raise DatabaseUnavailable(
-                'cannot open the %s: %s' % (self.describe(), e)) from None
-        session = SQLiteSession(self, conn)
-        session.writer_wait = self.options.commit_lock_timeout
-        session.yielder = yielder
-        return session
+    @property
+    def max_params(self):
+        return self.connector.max_params
 
     def prepare_store_session(self, session):
         session.execute(TEMP_STORE_DDL)
@@ -213,21 +149,6 @@ class SQLiteAdapter(Adapter):
     def reserve_commit(self, session):
         page_size, pages = session.commit_pages
         room.reserve(self.main_path, page_size, pages, self.describe())
-
-    def commits_announced(self, session):
-        if not self.options.poll_interval:
-            return None
-        # Changes when any other connection (another instance, another
-        # process) committed since this one last asked; read from the
-        # WAL index in shared memory, no disk read. Outside a snapshot:
-        # within one it keeps the snapshot's value.
-        try:
-            version = session.scalar('PRAGMA data_version')
-        except Exception:  # noqa: BLE001 -- a real poll finds out
-            return True
-        changed = version != getattr(session, 'data_version', None)
-        session.data_version = version
-        return changed
 
     def committed(self, rows, tid):
         if self.checkpointer is not None:

@@ -2,6 +2,7 @@
 code (``sqlite_errorcode``), never by the wording of its message."""
 import sqlite3
 
+from ...exceptions import CommitLockTimeout
 from ...exceptions import DatabaseFull
 
 #: Another connection holds the lock this one needs (SQLITE_BUSY: another
@@ -42,3 +43,23 @@ def database_full(what, error):
         'the %s is full (no space left on its disk, or its max_page_count '
         'pragma reached): %s; nothing of this transaction was written'
         % (what, error))
+
+
+def writer_timeout(what, seconds):
+    """The CommitLockTimeout of a writer that waited *seconds*
+    (commit-lock-timeout) for the lock of *what*."""
+    return CommitLockTimeout(
+        'the %s stayed locked by another writer longer than '
+        'commit-lock-timeout (%ss)' % (what, seconds))
+
+
+def raise_classified(error, what, seconds):
+    """Raise what the SQLite *error* met on *what* means to the storage,
+    when it means more than itself: the writer_timeout() for another
+    writer's lock (*seconds*: commit-lock-timeout), DatabaseFull for no
+    room."""
+    found = kind(error)
+    if found == BUSY:
+        raise writer_timeout(what, seconds) from None
+    if found == FULL:
+        raise database_full(what, error) from None

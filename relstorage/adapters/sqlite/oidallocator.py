@@ -6,6 +6,7 @@ import sqlite3
 
 from ..oidallocator import OID_BLOCK
 from ..oidallocator import OIDAllocator
+from . import errors
 from . import files
 from .files import OID_FILE
 
@@ -44,7 +45,8 @@ class SQLiteOIDAllocator(OIDAllocator):
         try:
             yield
         except sqlite3.Error as e:
-            self.adapter.raise_classified(e)
+            errors.raise_classified(e, self.adapter.describe(),
+                                    self.adapter.options.commit_lock_timeout)
             raise
 
     def new_blocks(self, session, blocks):

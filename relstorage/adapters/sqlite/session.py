@@ -9,11 +9,20 @@ import sqlite3
 import threading
 import time
 
+from zope.interface import implementer
+
 from ...exceptions import CommitLockTimeout
 from ...exceptions import ConfigurationError
+from ...exceptions import DatabaseMissing
+from ...exceptions import DatabaseUnavailable
+from .. import cooperative
+from ..components import IConnector
 from ..session import Session
 from ..sql import qmark
+from . import errors
+from . import files
 from .checkpoint import retry
+from .files import MAIN_FILE
 
 
 #: Pragma names a user may set; values are checked before use because
@@ -131,7 +140,7 @@ class SQLiteSession(Session):
         # trying again could lose to the others for the whole timeout).
         started = time.monotonic()
         if not self.adapter.writers.acquire(self.writer_wait):
-            raise self.adapter.writer_timeout()
+            raise self.writer_timeout()
         self._writer_turn = True
         try:
             checkpointer = self.adapter.checkpointer
@@ -209,5 +218,87 @@ class SQLiteSession(Session):
         except sqlite3.Error as e:
             if self.yielder is not None:
                 self.yielder.raise_stopped()
-            self.adapter.raise_classified(e)
+            errors.raise_classified(e, self.describe(),
+                                    self.adapter.options.commit_lock_timeout)
             raise
+
+    def writer_timeout(self):
+        """The CommitLockTimeout of a writer that waited its turn longer
+        than commit-lock-timeout."""
+        return errors.writer_timeout(self.describe(),
+                                     self.adapter.options.commit_lock_timeout)
+
+    #: PRAGMA data_version when commits_announced() last asked.
+    data_version = None
+
+    def commits_announced(self):
+        if not self.hears_commits:
+            return None
+        # Changes when any other connection (another instance, another
+        # process) committed since this one last asked; read from the
+        # WAL index in shared memory, no disk read. Outside a snapshot:
+        # within one it keeps the snapshot's value.
+        try:
+            version = self.scalar('PRAGMA data_version')
+        except Exception:  # noqa: BLE001 -- a real poll finds out
+            return True
+        changed = version != self.data_version
+        self.data_version = version
+        return changed
+
+
+@implementer(IConnector)
+class SQLiteConnector:
+    """Opens the SQLite sessions of an adapter on its main file (created
+    with its data directory, unless read-only), with the pragmas (the
+    defaults and the ``<pragmas>`` given, each checked), the busy wait
+    of commit-lock-timeout and, under gevent, the progress handler."""
+
+    #: The most parameters one statement may carry: SQLite's limit
+    #: before 3.32 (32766 since), until a connection tells its own.
+    max_params = 999
+
+    def __init__(self, adapter, pragmas, yield_interval):
+        self.adapter = adapter
+        self.options = adapter.options
+        self.pragmas = connection_pragmas(pragmas or {})
+        #: With gevent in use, long statements yield every this many VM
+        #: steps (gevent_yield_interval); None: they do not.
+        self.yield_interval = yield_interval
+
+    def describe(self, server=None):
+        return 'SQLite database in %s' % self.adapter.data_dir
+
+    def location(self):
+        return ('sqlite', os.path.realpath(self.adapter.data_dir))
+
+    def open(self, for_store, server=None):
+        path = self.adapter.main_path
+        timeout = self.options.commit_lock_timeout
+        yielder = None
+        try:
+            if self.options.read_only:
+                # Connecting would create it: a read-only storage creates
+                # nothing.
+                if not os.path.exists(path):
+                    raise DatabaseMissing(
+                        'the %s does not exist (no %s there)'
+                        % (self.describe(), MAIN_FILE))
+                conn = files.connect_read_only(path, timeout,
+                                               self.pragmas.items())
+            else:
+                files.make_data_dir(self.adapter.data_dir)
+                conn = files.connect(path, timeout, self.pragmas.items())
+            if self.yield_interval:
+                yielder = cooperative.sqlite_yielder()
+                conn.set_progress_handler(yielder, self.yield_interval)
+            self.max_params = conn.getlimit(
+                sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER)
+        except (OSError, sqlite3.Error) as e:
+            raise DatabaseUnavailable(
+                'cannot open the %s: %s' % (self.describe(), e)) from None
+        session = SQLiteSession(self.adapter, conn)
+        session.writer_wait = timeout
+        session.yielder = yielder
+        session.hears_commits = bool(self.options.poll_interval)
+        return session
