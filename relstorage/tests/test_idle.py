@@ -36,7 +36,11 @@ def _open_transactions(factory):
             factory.db, factory.keep_history,
             "SELECT trx_mysql_thread_id, trx_state "
             "FROM information_schema.innodb_trx "
-            "WHERE trx_mysql_thread_id <> CONNECTION_ID()")
+            "WHERE trx_mysql_thread_id <> CONNECTION_ID() "
+            # (innodb_trx is the server's: other databases' connections,
+            # another run's, are not this test's.)
+            "AND trx_mysql_thread_id IN (SELECT id FROM "
+            "information_schema.processlist WHERE db = DATABASE())")
     # SQLite: a reader inside a transaction keeps the WAL from being
     # copied back in full; a complete passive checkpoint proves none.
     from relstorage.adapters.sqlite.files import MAIN_FILE
