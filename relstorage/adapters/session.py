@@ -66,22 +66,9 @@ class Session:
         self.holds_commit_lock = False
         #: Callables run when the session closes (releasing file locks).
         self.on_close = []
-        #: The kind of work the session does now (one of traffic.KINDS),
-        #: and what it sent for each (see count_round_trip).
-        self.kind = 'other'
-        self.sent = adapter.traffic.opened()
 
     def describe(self):
         return self.adapter.describe(self.server)
-
-    def count_round_trip(self, statements=1):
-        """Count one message sent (its answer waited for) carrying
-        *statements*, as work of the session's kind. (Under the session's
-        lock.)"""
-        self.round_trips += 1
-        counts = self.sent[self.kind]
-        counts[0] += 1
-        counts[1] += statements
 
     def commits_announced(self):
         """Whether another session committed since the last call (see
@@ -163,12 +150,12 @@ class Session:
             cursor = self.cursor
             if cursor is None:
                 self.lost()
+            self.round_trips += 1
             if self.pending:
                 stmt = self.pending + self.translate(stmt)
                 self.pending = ''
             else:
                 stmt = self.translate(stmt)
-            self.count_round_trip(stmt.count('; ') + 1)
             try:
                 cursor.execute(stmt, params)
             except Exception as e:
@@ -212,26 +199,14 @@ class Session:
         with self.lock, self.guarded():
             if self.pending:
                 cursor = self.live_cursor()
-                self.count_round_trip(self.pending.count('; '))
+                self.round_trips += 1
                 cursor.execute(self.pending)
                 self.pending = ''
 
-    #: Whether the driver's executemany() sends each row's statement in
-    #: a message of its own (psycopg2), rather than all in one message or
-    #: a pipeline of them.
-    executes_many_one_by_one = False
-
     def executemany(self, stmt, seq):
-        seq = list(seq)
-        if not seq:
-            return  # (the drivers send nothing)
         with self.lock, self.guarded():
             self.flush()
-            if self.executes_many_one_by_one:
-                for _ in seq:
-                    self.count_round_trip()
-            else:
-                self.count_round_trip(len(seq))
+            self.round_trips += 1
             self.live_cursor().executemany(self.translate(stmt), seq)
 
     def execute_script(self, statements):
@@ -265,7 +240,7 @@ class Session:
             cursor = self.stream_cursor()
             if cursor is None:
                 return None
-            self.count_round_trip()
+            self.round_trips += 1
             try:
                 cursor.execute(self.translate(stmt), params)
             except BaseException:
@@ -359,7 +334,6 @@ class Session:
         for func in self.on_close:
             func()
         self.on_close = []
-        self.adapter.traffic.closed(self.sent)
         for thing in (self.cursor, self.conn):
             _close_quietly(thing)
         self.cursor = self.conn = None
@@ -401,7 +375,7 @@ class Stream:
             if session.closed:
                 session.lost()
             if session.fetches_ask_server:
-                session.count_round_trip(0)
+                session.round_trips += 1
             rows = cursor.fetchmany(size)
         if not rows:
             self.close()

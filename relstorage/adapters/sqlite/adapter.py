@@ -172,7 +172,6 @@ class SQLiteAdapter(Adapter):
         session.execute('PRAGMA wal_checkpoint(PASSIVE)')
 
     def close(self):
-        super().close()
         self.oids.close()
         if self.checkpointer is not None:
             self.checkpointer.close()
