@@ -278,12 +278,12 @@ def registry_for(storages, interval):
     what the directory holds; with the database figures."""
     from prometheus_client import REGISTRY
     from prometheus_client import CollectorRegistry
-    from prometheus_client import multiprocess
 
     from .metrics.recorder import MULTIPROCESS
+    from .metrics.recorder import MultiProcessCollector
     if MULTIPROCESS:
         registry = CollectorRegistry()
-        multiprocess.MultiProcessCollector(registry)
+        MultiProcessCollector(registry)
     else:
         registry = REGISTRY
     registry.register(DatabaseFigures(storages, interval))

@@ -21,7 +21,9 @@ second when an instance polls, and when a storage closes.
 Storages of one process that share a name share their series: counts of
 closed storages are kept, so that counters never go back.
 """
+import glob
 import logging
+import os
 import threading
 import time
 import weakref
@@ -33,6 +35,7 @@ from prometheus_client import Histogram
 from prometheus_client import values
 from prometheus_client.core import CounterMetricFamily
 from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.multiprocess import MultiProcessCollector as _Files
 from ZODB.POSException import ReadConflictError
 from ZODB.utils import u64
 
@@ -273,6 +276,30 @@ def flush():
     now (a no-op otherwise)."""
     if _flusher is not None:
         _flusher.flush()
+
+
+class MultiProcessCollector(_Files):
+    """prometheus_client's MultiProcessCollector (what a multiprocess
+    directory holds, added up), but for the files of no bytes: one being
+    created at that moment (prometheus_client makes it before it sizes
+    it) or left so by a worker killed at that moment. As read they
+    would fail the whole scrape, every later one too for a file left;
+    they hold nothing yet, so they are passed over."""
+
+    def collect(self):
+        files = []
+        for path in glob.glob(os.path.join(self._path, '*.db')):
+            try:
+                if os.path.getsize(path) >= _HEADER_BYTES:
+                    files.append(path)
+            except OSError:
+                pass  # (removed meanwhile: nothing of it to add)
+        return self.merge(files, accumulate=True)
+
+
+#: The bytes at the head of a multiprocess file (how much of it is used,
+#: and padding) that it has once prometheus_client sized it.
+_HEADER_BYTES = 8
 
 
 def _class_label(name):
