@@ -54,7 +54,13 @@ class _SessionWrapper:
         #: new connection's temp table is new).
         self.temp_rows = False
         if self.for_store:
-            self.adapter.prepare_store_session(self.session)
+            try:
+                self.adapter.prepare_store_session(self.session)
+            except BaseException:
+                # (A user that may not make temporary tables, say: the
+                # connection goes now, not when the error is dropped.)
+                self.session.close()
+                raise
 
     def at_boundary(self, func, *args):
         """Run *func* at a point where no transaction of ours is pending

@@ -9,6 +9,7 @@ stops midway leaves whole commits behind, each ending with a source
 transaction, so an incremental copy can resume after the destination's
 last one.
 """
+import contextlib
 import os
 import time
 
@@ -27,6 +28,22 @@ from ..exceptions import CopyError  # re-exported too
 
 def tid_time(tid):
     return TimeStamp(tid).timeTime()
+
+
+@contextlib.contextmanager
+def transactions_of(source, start=None, stop=None):
+    """``source.iterator(start, stop)``, closed on the way out however it
+    is left: a copy that fails half-way (a damaged record, a destination
+    refusing) does not keep the source's connection, and its snapshot,
+    while the error is kept (a traceback shown, logged, held by a caller)
+    until the garbage collector frees the iterator."""
+    transactions = source.iterator(start, stop)
+    try:
+        yield transactions
+    finally:
+        close = getattr(transactions, 'close', None)
+        if close is not None:
+            close()
 
 
 class CopyResult(dict):
@@ -48,7 +65,8 @@ def resume_point(source, destination):
     last = destination.lastTransaction()
     if last in (None, z64):
         return None
-    found = next(iter(source.iterator(last, last)), None)
+    with transactions_of(source, last, last) as transactions:
+        found = next(iter(transactions), None)
     if found is None or found.tid != last:
         raise CopyError(
             'the destination ends with transaction %s, which the source '
@@ -106,47 +124,49 @@ def copy_transactions(source, destination, after=None, progress=None,
             del group[:]
         group_records = group_bytes = 0
 
-    for trans in source.iterator(start):
-        records = []
-        with_blobs = False
-        size = 0
-        for record in trans:
-            data = record.data
-            size += len(data or b'')
-            blob = None
-            if blobs_in and data and is_blob_record(data):
-                blob = _source_blob(source, record)
-                if blob is None:
-                    # Nothing to copy; the record goes as it is, as
-                    # ZODB's own copy does, and the summary says so.
-                    result['missing_blobs'] += 1
-            if blob is not None:
-                with_blobs = True
-                result['blobs'] += 1
-                size += os.path.getsize(blob)
-                if not blobs_out:
-                    raise CopyError(
-                        'the source holds blobs but the destination '
-                        'has no blob directory; configure blob-dir '
-                        '(first blob: oid %s in transaction %s)'
-                        % (u64(record.oid), tid_repr(trans.tid)))
-            records.append((record.oid, record.tid, data, record.data_txn,
-                            blob))
-        result['records'] += len(records)
-        result['bytes'] += size
-        if dry_run:
+    with transactions_of(source, start) as transactions:
+        for trans in transactions:
+            records = []
+            with_blobs = False
+            size = 0
+            for record in trans:
+                data = record.data
+                size += len(data or b'')
+                blob = None
+                if blobs_in and data and is_blob_record(data):
+                    blob = _source_blob(source, record)
+                    if blob is None:
+                        # Nothing to copy; the record goes as it is, as
+                        # ZODB's own copy does, and the summary says so.
+                        result['missing_blobs'] += 1
+                if blob is not None:
+                    with_blobs = True
+                    result['blobs'] += 1
+                    size += os.path.getsize(blob)
+                    if not blobs_out:
+                        raise CopyError(
+                            'the source holds blobs but the destination '
+                            'has no blob directory; configure blob-dir '
+                            '(first blob: oid %s in transaction %s)'
+                            % (u64(record.oid), tid_repr(trans.tid)))
+                records.append((record.oid, record.tid, data,
+                                record.data_txn, blob))
+            result['records'] += len(records)
+            result['bytes'] += size
+            if dry_run:
+                done(1, trans.tid)
+                continue
+            if grouped and not with_blobs:
+                group.append((trans, records))
+                group_records += len(records)
+                group_bytes += size
+                if (group_records >= GROUP_RECORDS
+                        or group_bytes >= GROUP_BYTES):
+                    flush()
+                continue
+            flush()
+            _restore(destination, trans, records)
             done(1, trans.tid)
-            continue
-        if grouped and not with_blobs:
-            group.append((trans, records))
-            group_records += len(records)
-            group_bytes += size
-            if group_records >= GROUP_RECORDS or group_bytes >= GROUP_BYTES:
-                flush()
-            continue
-        flush()
-        _restore(destination, trans, records)
-        done(1, trans.tid)
     flush()
     result['seconds'] = time.monotonic() - started
     return result

@@ -284,6 +284,20 @@ def test_full_sqlite_database_is_a_clear_error_and_loses_nothing(
 RO_USER = 'relstoragetest_ro'
 
 
+def _sessions_held_by(tb):
+    """The database sessions the frames of traceback *tb* refer to (as
+    locals, or as a local's ``session``)."""
+    from relstorage.adapters.session import Session
+    found = []
+    while tb is not None:
+        for value in tb.tb_frame.f_locals.values():
+            for candidate in (value, getattr(value, 'session', None)):
+                if isinstance(candidate, Session):
+                    found.append(candidate)
+        tb = tb.tb_next
+    return found
+
+
 @pytest.mark.parametrize('db_name', ['postgresql', 'mysql'])
 def test_read_only_database_user(db_name):
     """A user that may only read (made by scripts/testdb.sh) can use the
@@ -345,6 +359,10 @@ def test_read_only_database_user(db_name):
         assert db.storage._adapter.describe() in message
     finally:
         db.close()
+    # The error, kept (as a traceback shown or logged keeps it), holds
+    # no connection open: the one refused is closed.
+    assert _sessions_held_by(exc.tb)
+    assert [s for s in _sessions_held_by(exc.tb) if not s.closed] == []
     db = ZODB.DB(factory.storage())
     try:
         with db.transaction() as conn:

@@ -176,3 +176,28 @@ def test_snapshot_after_idle_sees_only_the_view(factory, explicit):
         conn.close()
     finally:
         db.close()
+
+
+def test_a_copy_that_fails_half_way_holds_no_snapshot(factory, tmp_path):
+    """A copy out of the storage (zodbconvert's, copyTransactionsFrom's)
+    stopped by an error, the error kept (as a traceback shown or logged
+    keeps it): the source's iterator holds no connection in a
+    transaction meanwhile."""
+    from ZODB.FileStorage import FileStorage
+    from ZODB.POSException import ReadOnlyError
+
+    from relstorage.storage.copy import copy_transactions
+    path = str(tmp_path / 'Data.fs')
+    FileStorage(path).close()
+    db = ZODB.DB(factory.storage())
+    destination = FileStorage(path, read_only=True)
+    try:
+        _write(db, 'a', 1)
+        with pytest.raises(ReadOnlyError) as caught:
+            copy_transactions(db.storage, destination)
+        _write(db, 'a', 2)  # (for SQLite: a commit after the snapshot)
+        assert caught.traceback
+        assert _open_transactions(factory) == []
+    finally:
+        destination.close()
+        db.close()
