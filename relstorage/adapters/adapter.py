@@ -5,6 +5,8 @@ store sessions (vote and commit) out of the shared mover, locker and
 schema, with the pieces a database overrides.
 """
 
+import functools
+
 from zope.interface import implementer
 
 from ..exceptions import ReadOnlyError
@@ -29,6 +31,7 @@ from . import replicas
 from .schema import Schema
 from .schema import SchemaSetup
 from .schema import Types
+from .traffic import Traffic
 from .votes import VoteClaims
 from .votes import VoteWatch
 
@@ -99,6 +102,12 @@ class Adapter:
     #: Servers queue lock waiters, so no pause is needed there.
     pack_pause_between_batches = 0.0
     reconnects = 0  # lost connections reopened (at_boundary)
+
+    @functools.cached_property
+    def traffic(self):
+        """What this adapter's sessions sent (a traffic.Traffic), made
+        when the first one opens."""
+        return Traffic()
 
     def __init__(self, options):
         self.options = options
@@ -273,3 +282,4 @@ class Adapter:
 
     def close(self):
         """Release resources held by the adapter itself (not sessions)."""
+        self.traffic.retire()

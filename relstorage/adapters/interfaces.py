@@ -80,6 +80,10 @@ class IRelStorageAdapter(Interface):
         where the server queues lock waiters).""")
     reconnects = Attribute(
         "How many lost connections this adapter's sessions reopened.")
+    traffic = Attribute(
+        """What this adapter's sessions sent the database (an
+        adapters.traffic.Traffic: round trips and statements by kind of
+        work), open sessions and closed.""")
     max_known_oid = Attribute(
         """The highest oid this process knows to be allocated or stored;
         storing above it means raising the allocator first.""")

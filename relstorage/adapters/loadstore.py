@@ -4,6 +4,7 @@ A load session reads (one snapshot at a time); a store session votes and
 commits. Both wrap one connection and reopen it at transaction
 boundaries; the database module supplies the connection and the SQL.
 """
+import functools
 import logging
 import time
 
@@ -22,6 +23,25 @@ from .interfaces import IStoreSession
 log = logging.getLogger(__name__)
 
 
+def working_as(kind):
+    """A session wrapper's method whose statements count as *kind* of
+    work (see adapters.traffic), rather than as the wrapper's own (but
+    for a pack's, which counts all it sends as the pack's)."""
+    def decorate(method):
+        @functools.wraps(method)
+        def counted(self, *args, **kw):
+            if self.kind == 'pack':
+                return method(self, *args, **kw)
+            before = self.current_kind
+            self.count_as(kind)
+            try:
+                return method(self, *args, **kw)
+            finally:
+                self.count_as(before)
+        return counted
+    return decorate
+
+
 def tid_for_now(last_tid):
     """A tid for the current time that is greater than *last_tid*."""
     now = time.time()
@@ -38,6 +58,9 @@ class _SessionWrapper:
     latest, locked view while an undo is prepared)."""
 
     for_store = False
+    #: The kind of work its statements count as (see adapters.traffic),
+    #: but where a method says otherwise (working_as).
+    kind = 'load'
 
     def __init__(self, adapter):
         self.adapter = adapter
@@ -46,10 +69,22 @@ class _SessionWrapper:
         self.iterator = adapter.iterator
         self.inspector = adapter.inspector
         self.oids = adapter.oids
+        self.current_kind = self.kind
         self._open()
+
+    def count_as(self, kind):
+        """Count what the sessions held send from now on as *kind*."""
+        self.current_kind = kind
+        for session in self.held():
+            session.kind = kind
+
+    def held(self):
+        """The sessions this wrapper holds open."""
+        return [self.session] if self.session is not None else []
 
     def _open(self):
         self.session = self.adapter.connect(for_store=self.for_store)
+        self.session.kind = self.current_kind
         #: Whether temp_store may hold rows of an earlier transaction (a
         #: new connection's temp table is new).
         self.temp_rows = False
@@ -160,6 +195,7 @@ class LoadSession(_SessionWrapper):
     any transaction, the first read after it begins a snapshot (which may
     be newer than the poll), and :meth:`end_snapshot` ends it."""
 
+    @working_as('poll')
     def restart(self):
         """Begin a snapshot now; return the newest tid in it."""
         return self.at_boundary(self._restart)
@@ -169,6 +205,7 @@ class LoadSession(_SessionWrapper):
         session.restart(self.adapter.load_begin_sql)
         return session.scalar(self.mover.last_tid_sql) or 0
 
+    @working_as('poll')
     def poll(self):
         """End the snapshot, if any; return the newest committed tid."""
         return self.at_boundary(self._poll)
@@ -183,6 +220,7 @@ class LoadSession(_SessionWrapper):
         return self._read(
             lambda session: session.scalar(self.mover.last_tid_sql) or 0)
 
+    @working_as('poll')
     def poll_changes(self, after_tid):
         """``(newest tid, [(oid, tid)])``: the objects changed after
         *after_tid*, read with the newest tid in one statement."""
@@ -198,6 +236,7 @@ class LoadSession(_SessionWrapper):
     def end_snapshot(self):
         self.session.end_read()
 
+    @working_as('poll')
     def commits_announced(self):
         """Whether the database announced a commit since the last call:
         True or False where it announces them (without a round trip),
@@ -215,6 +254,7 @@ class LoadSession(_SessionWrapper):
             return func(self.session, *args)
         return self.at_boundary(begin_and_read)
 
+    @working_as('poll')
     def changes(self, after_tid, upto_tid):
         """(oid, tid) of changes in (after_tid, upto_tid]: bounded, so
         correct outside a snapshot too."""
@@ -253,6 +293,7 @@ class LoadSession(_SessionWrapper):
 class StoreSession(_SessionWrapper):
 
     for_store = True
+    kind = 'store'
 
     def __init__(self, adapter):
         super().__init__(adapter)
@@ -418,6 +459,7 @@ class StoreSession(_SessionWrapper):
             self.mover.copy_into_place(self.session, self.direct_rows, tid)
         self.session.execute_script(script)
 
+    @working_as('commit')
     def prepare(self, meta, restore_tid=None, packed=False, empty=False,
                 max_oid=None, before_commit=None, first_row_tid=None):
         """Where the commit transaction is the only writer from vote on
@@ -433,6 +475,7 @@ class StoreSession(_SessionWrapper):
         self.prepared_tid = tid
         return tid
 
+    @working_as('commit')
     def commit(self, meta, restore_tid=None, packed=False, empty=False,
                max_oid=None, before_commit=None, first_row_tid=None,
                probe_oid=None):

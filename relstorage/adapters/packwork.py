@@ -22,6 +22,8 @@ class PackReads(LoadSession):
     """A load session on the read-write server whose snapshot the
     pre-pack reads (see IPackReads)."""
 
+    kind = 'pack'
+
     def __init__(self, adapter):
         super().__init__(adapter)
         self.packer = adapter.packer
@@ -56,6 +58,7 @@ class PackKeeper:
         self.packer = adapter.packer
         self.begin_sql = adapter.store_begin_sql
         self.session = adapter.connect(for_store=True)
+        self.session.kind = 'pack'
 
     def keep_references(self, rows, stale=()):
         session = self.session
@@ -86,6 +89,7 @@ class PackWriter:
         self.schema = adapter.schema
         self.mover = adapter.mover
         self.session = adapter.connect(for_store=True)
+        self.session.kind = 'pack'
         self.locked = False
         adapter.prepare_pack_session(self.session)
 

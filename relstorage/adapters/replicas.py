@@ -456,11 +456,19 @@ class ReplicaLoadSession(LoadSession):
             self.replica = self.replicas.connect_replica()
             if self.replica is None:
                 self.retry_at = time.monotonic() + RETRY_REPLICA
+            else:
+                self.replica.kind = self.current_kind
 
     def _primary(self):
         if self.primary is None or self.primary.closed:
             self.primary = self.replicas.connect(for_store=False)
+            self.primary.kind = self.current_kind
         return self.primary
+
+    def held(self):
+        return [session for session in {self.replica, self.primary,
+                                        self.session}
+                if session is not None]
 
     def at_boundary(self, func, *args):
         replicas = self.replicas

@@ -66,9 +66,22 @@ class Session:
         self.holds_commit_lock = False
         #: Callables run when the session closes (releasing file locks).
         self.on_close = []
+        #: The kind of work the session does now (one of traffic.KINDS),
+        #: and what it sent for each (see count_round_trip).
+        self.kind = 'other'
+        self.sent = adapter.traffic.opened()
 
     def describe(self):
         return self.adapter.describe(self.server)
+
+    def count_round_trip(self, statements=1):
+        """Count one message sent (its answer waited for) carrying
+        *statements*, as work of the session's kind. (Under the session's
+        lock.)"""
+        self.round_trips += 1
+        counts = self.sent[self.kind]
+        counts[0] += 1
+        counts[1] += statements
 
     def commits_announced(self):
         """Whether another session committed since the last call (see
@@ -150,12 +163,12 @@ class Session:
             cursor = self.cursor
             if cursor is None:
                 self.lost()
-            self.round_trips += 1
             if self.pending:
                 stmt = self.pending + self.translate(stmt)
                 self.pending = ''
             else:
                 stmt = self.translate(stmt)
+            self.count_round_trip(stmt.count('; ') + 1)
             try:
                 cursor.execute(stmt, params)
             except Exception as e:
@@ -199,14 +212,26 @@ class Session:
         with self.lock, self.guarded():
             if self.pending:
                 cursor = self.live_cursor()
-                self.round_trips += 1
+                self.count_round_trip(self.pending.count('; '))
                 cursor.execute(self.pending)
                 self.pending = ''
 
+    #: Whether the driver's executemany() sends each row's statement in
+    #: a message of its own (psycopg2), rather than all in one message or
+    #: a pipeline of them.
+    executes_many_one_by_one = False
+
     def executemany(self, stmt, seq):
+        seq = list(seq)
+        if not seq:
+            return  # (the drivers send nothing)
         with self.lock, self.guarded():
             self.flush()
-            self.round_trips += 1
+            if self.executes_many_one_by_one:
+                for _ in seq:
+                    self.count_round_trip()
+            else:
+                self.count_round_trip(len(seq))
             self.live_cursor().executemany(self.translate(stmt), seq)
 
     def execute_script(self, statements):
@@ -240,7 +265,7 @@ class Session:
             cursor = self.stream_cursor()
             if cursor is None:
                 return None
-            self.round_trips += 1
+            self.count_round_trip()
             try:
                 cursor.execute(self.translate(stmt), params)
             except BaseException:
@@ -334,6 +359,7 @@ class Session:
         for func in self.on_close:
             func()
         self.on_close = []
+        self.adapter.traffic.closed(self.sent)
         for thing in (self.cursor, self.conn):
             _close_quietly(thing)
         self.cursor = self.conn = None
@@ -375,7 +401,7 @@ class Stream:
             if session.closed:
                 session.lost()
             if session.fetches_ask_server:
-                session.round_trips += 1
+                session.count_round_trip(0)
             rows = cursor.fetchmany(size)
         if not rows:
             self.close()

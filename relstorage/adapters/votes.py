@@ -63,6 +63,7 @@ class VoteWatch:
     def __init__(self, adapter):
         self.claims = adapter.vote_claims
         self.session = adapter.connect(for_store=True)
+        self.session.kind = 'pack'  # (only packs watch votes)
         # Set up as a pack's session: on SQLite, trying to become the
         # writer fails at once instead of waiting.
         adapter.prepare_pack_session(self.session)

@@ -134,6 +134,15 @@ COUNTED = {
         None),
     'relstorage_reconnects': (
         'Database connections reopened after one was lost.', None),
+    'relstorage_round_trips': (
+        'Messages sent to the database and answered, by the kind of work '
+        'they were sent for: load (states, history, iteration), poll, '
+        'store (the vote: row locks, conflicts, the upload), commit (the '
+        'tid, the rows made current, COMMIT), pack, other (the schema, '
+        'oids, tools).', 'kind'),
+    'relstorage_statements': (
+        'SQL statements sent to the database (a round trip may carry '
+        'several), by kind of work as relstorage_round_trips.', 'kind'),
 }
 #: Gauges: name -> (help, how processes add up in multiprocess mode).
 LEVELS = {
@@ -413,7 +422,7 @@ class Recorder:
         stats = self._cache.stats()
         with self._loads_lock:
             loads = dict(self._loads)
-        return {
+        found = {
             ('relstorage_loads', 'instance'): loads['instance'],
             ('relstorage_loads', 'shared_cache'):
                 stats['hits'] + loads['shared_cache'],
@@ -422,6 +431,10 @@ class Recorder:
             ('relstorage_cache_evictions', None): stats['evictions'],
             ('relstorage_reconnects', None): self.adapter.reconnects,
         }
+        for kind, (trips, statements) in self.adapter.traffic.totals().items():
+            found[('relstorage_round_trips', kind)] = trips
+            found[('relstorage_statements', kind)] = statements
+        return found
 
     def levels(self):
         stats = self._cache.stats()

@@ -240,6 +240,14 @@ class RelStorage(ConflictResolvingStorage):
         directly (relstorage-metrics' figures, speedtest)."""
         return self._adapter
 
+    def traffic(self):
+        """What this storage sent its database, its instances' sessions
+        and its own, open and closed: ``{kind: {'round_trips': n,
+        'statements': n}}`` for the kinds of work ``load``, ``poll``,
+        ``store`` (the vote), ``commit``, ``pack`` and ``other`` (see
+        docs/metrics.rst)."""
+        return self._adapter.traffic.figures()
+
     def label(self):
         """The storage's own name: its section's, or, unnamed, its
         database's description (what metrics label it by)."""

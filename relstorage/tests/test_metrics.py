@@ -181,6 +181,17 @@ def test_loads_polls_reconnects_and_pack(factory, endpoint):
         cold = Scrape(endpoint)
         assert loads(cold, 'database') - loads(first, 'database') == 3
         assert loads(cold, 'shared_cache') == loads(first, 'shared_cache')
+
+        def trips(scrape, kind):
+            return scrape.get('relstorage_round_trips_total',
+                              storage=reader_name, kind=kind)
+
+        # Each load from the database is a round trip of its kind, which
+        # the storage tells as the scrape does.
+        assert trips(cold, 'load') - trips(first, 'load') >= 3
+        assert trips(cold, 'load') == \
+            reader.storage.traffic()['load']['round_trips']
+        assert trips(cold, 'store') == trips(cold, 'commit') == 0
         assert cold.get('relstorage_cache_entries', storage=reader_name) == 4
         assert cold.get('relstorage_cache_bytes', storage=reader_name) > \
             4 * ENTRY_OVERHEAD
@@ -192,6 +203,7 @@ def test_loads_polls_reconnects_and_pack(factory, endpoint):
         warm = Scrape(endpoint)
         assert loads(warm, 'shared_cache') - loads(cold, 'shared_cache') == 3
         assert loads(warm, 'database') == loads(cold, 'database')
+        assert trips(warm, 'load') == trips(cold, 'load')
         tm.abort()
 
         # Another storage commits a change of c: the reader's next poll
@@ -248,6 +260,13 @@ def test_loads_polls_reconnects_and_pack(factory, endpoint):
     assert packed.get('relstorage_pack_remaining_objects',
                       storage=writer_name) == 0
     assert packed.get('relstorage_commits_total', storage=writer_name) == 4
+    # The pack's work, and the writer's commits, each of its kind.
+    for kind in ('pack', 'store', 'commit'):
+        trips = packed.get('relstorage_round_trips_total',
+                           storage=writer_name, kind=kind)
+        assert trips >= 1, kind
+        assert packed.get('relstorage_statements_total',
+                          storage=writer_name, kind=kind) >= trips
     assert packed.get('relstorage_commits_total', storage=reader_name) == 0
 
 

@@ -93,7 +93,7 @@ class MySQLSession(Session):
             if self.pending:
                 verbs = self.pending.count('; ')
                 cursor = self.live_cursor()
-                self.round_trips += 1
+                self.count_round_trip(verbs)
                 # Without the last separator: an empty statement after it
                 # would be an error.
                 cursor.execute(self.pending[:-2])

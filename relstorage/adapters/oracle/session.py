@@ -64,7 +64,7 @@ class OracleSession(Session):
             conn = self.conn
             if conn is None:
                 self.lost()
-            self.round_trips += 1
+            self.count_round_trip()
             try:
                 if verb == 'COMMIT':
                     conn.commit()

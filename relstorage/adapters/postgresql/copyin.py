@@ -50,5 +50,8 @@ def binary_copy(rows, tid=None, with_prev=False):
 def copy_in(session, sql, data):
     with session.lock, session.guarded():
         session.flush()
-        session.round_trips += 1
+        # The statement, answered by the server's readiness; then the
+        # rows, answered by the outcome.
+        session.count_round_trip()
+        session.count_round_trip(0)
         session.adapter.driver.copy_in(session.live_cursor(), sql, data)

@@ -86,6 +86,8 @@ class PostgreSQLSession(Session):
     #: Whether the session's own synchronous_commit is local, its
     #: transactions setting the server's (see WRITER_SETUP).
     commits_locally = False
+    # psycopg2 sends each row's statement on its own.
+    executes_many_one_by_one = True
     #: Sent with each commit: listening load sessions are told of it
     #: once it is done.
     commit_announcements = ((NOTIFY_COMMIT, ()),)
@@ -190,6 +192,9 @@ class PsycopgSession(PostgreSQLSession):
     """psycopg leaves the cursor on the first result of a message of
     several statements (a deferred BEGIN and the statement after it, a
     script); the statement that matters is the last."""
+
+    # psycopg's executemany() sends the rows' statements in a pipeline.
+    executes_many_one_by_one = False
 
     def execute(self, stmt, params=()):
         with self.lock:

@@ -172,6 +172,7 @@ class SQLiteAdapter(Adapter):
         session.execute('PRAGMA wal_checkpoint(PASSIVE)')
 
     def close(self):
+        super().close()
         self.oids.close()
         if self.checkpointer is not None:
             self.checkpointer.close()

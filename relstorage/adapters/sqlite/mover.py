@@ -13,7 +13,7 @@ class SQLiteMoverMixin:
         # (an embedded database has no connection to lose, and a busy
         # writer does not block readers in WAL mode).
         with session.lock:
-            session.round_trips += 1
+            session.count_round_trip()
             return session.cursor.execute(
                 session.translate(self.load_current_sql), (oid,)).fetchone()
 
