@@ -223,10 +223,10 @@ class Session:
 
     def executemany(self, stmt, seq):
         seq = list(seq)
-        if not seq:
-            return  # (the drivers send nothing)
         with self.lock, self.guarded():
             self.flush()
+            if not seq:
+                return  # (the drivers send nothing)
             if self.executes_many_one_by_one:
                 for _ in seq:
                     self.count_round_trip()
@@ -296,7 +296,7 @@ class Session:
         with self.lock:
             if self.pending:
                 # Nothing ran since BEGIN: there is nothing to commit.
-                self.pending = ''
+                self._drop_pending()
                 return
             self.execute('COMMIT')
 
@@ -304,9 +304,19 @@ class Session:
         self.in_transaction = False
         with self.lock:
             if self.pending:
-                self.pending = ''
+                self._drop_pending()
                 return
             self.execute('ROLLBACK')
+
+    def _drop_pending(self):
+        """Forget the deferred verbs of a transaction in which nothing
+        ran; but an earlier transaction's end waiting with them (the
+        ROLLBACK of restart()) is sent now: else the server would hold
+        that transaction, and its snapshot, until the next statement."""
+        ended = self.pending.startswith('ROLLBACK')
+        self.pending = 'ROLLBACK; ' if ended else ''
+        if ended:
+            self.flush()
 
     def restart(self, begin_sql):
         """End the current transaction (holding no locks: a read-only

@@ -201,3 +201,31 @@ def test_a_copy_that_fails_half_way_holds_no_snapshot(factory, tmp_path):
     finally:
         destination.close()
         db.close()
+
+
+@pytest.mark.parametrize('end', ['commit', 'rollback'])
+@pytest.mark.parametrize('name', ['postgresql', 'mysql'])
+def test_a_transaction_of_verbs_alone_ends_the_one_before(name, end):
+    """A session restarted (the ROLLBACK of its transaction deferred to go
+    with the next BEGIN), then committed or rolled back with nothing run
+    since, ends the earlier transaction on the server at once: it does
+    not stay open, holding its snapshot, until the session's next
+    statement."""
+    from relstorage.testing.dbs import DatabaseFactory
+    from relstorage.testing.dbs import require
+    require(name)
+    factory = DatabaseFactory(name, True)
+    adapter = factory.adapter()
+    adapter.prepare()
+    session = adapter.open_connection(True)
+    try:
+        session.begin(adapter.store_begin_sql)
+        session.scalar(adapter.mover.last_tid_sql)
+        assert _open_transactions(factory), 'the check cannot see it'
+        session.restart(adapter.store_begin_sql)
+        getattr(session, end)()
+        assert _open_transactions(factory) == []
+    finally:
+        session.close()
+        adapter.close()
+        factory.cleanup()

@@ -173,3 +173,33 @@ def test_round_trips_by_kind_are_what_the_network_carried(proxied):
     final = storage.traffic()
     for kind, figures in final.items():
         assert process[kind][0] >= figures['round_trips']
+
+
+def test_prefetch_of_500_objects_takes_one_round_trip(factory):
+    """``Connection.prefetch`` of 500 objects no cache holds reads them in
+    one round trip (on SQLite: one statement), after which loading them
+    all asks the database nothing."""
+    db = ZODB.DB(factory.storage(cache_local_mb=10), cache_size=0)
+    try:
+        with db.transaction() as conn:
+            folder = conn.root()['folder'] = PersistentMapping()
+            for i in range(500):
+                folder[i] = PersistentMapping(title=i)
+        # Another storage of the database, its caches cold.
+        other = ZODB.DB(factory.storage(cache_local_mb=10), cache_size=0)
+        try:
+            conn = other.open()
+            folder = conn.root()['folder']
+            items = [folder[i] for i in range(500)]  # ghosts
+            storage = other.storage
+            before = storage.traffic()['load']['round_trips']
+            conn.prefetch(items)
+            fetched = storage.traffic()['load']['round_trips']
+            assert fetched - before == 1
+            assert sorted(item['title'] for item in items) == list(range(500))
+            assert storage.traffic()['load']['round_trips'] == fetched
+            conn.close()
+        finally:
+            other.close()
+    finally:
+        db.close()

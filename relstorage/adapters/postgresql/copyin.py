@@ -1,5 +1,7 @@
-"""Rows sent with COPY in PostgreSQL's binary format: one round trip, and
-the server neither parses SQL text nor decodes escaped bytes."""
+"""Rows sent with COPY in PostgreSQL's binary format: two round trips (the
+statement, answered by the server's readiness, then the rows) whatever
+their number, and the server neither parses SQL text nor decodes escaped
+bytes."""
 import struct
 
 

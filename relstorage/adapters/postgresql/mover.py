@@ -46,8 +46,9 @@ class PostgreSQLMoverMixin:
     def upload(self, session, rows):
         if not self.can_copy:
             return super().upload(session, rows)
-        # COPY in PostgreSQL's binary format: one round trip, and the
-        # server neither parses SQL text nor decodes escaped bytes.
+        # COPY in PostgreSQL's binary format: the server neither parses
+        # SQL text nor decodes escaped bytes (two round trips: the
+        # statement, then the rows).
         copy_in(session, 'COPY temp_store (zoid, prev_tid, state, blob_id) '
               'FROM STDIN WITH (FORMAT binary)', binary_copy(rows))
 

@@ -28,7 +28,8 @@ class PostgreSQLPackerMixin:
     def add_references(self, session, pairs):
         if not self.can_copy:
             return super().add_references(session, pairs)
-        # COPY: one round trip, no SQL to parse per row.
+        # COPY: two round trips for any number of rows, no SQL to parse
+        # per row.
         copy_in(session, 'COPY pack_ref (zoid, to_zoid) FROM STDIN',
               ''.join(['%d\t%d\n' % pair for pair in pairs]).encode())
 
