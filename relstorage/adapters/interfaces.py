@@ -361,8 +361,11 @@ class ILoadSession(IReads):
         """``(newest_tid, [(oid, tid)])``: the newest committed tid and
         every object changed after *after_tid* up to it, read together."""
 
-    def end_snapshot():
-        """End the current snapshot now, if one is open."""
+    def end_snapshot(now=True):
+        """End the current snapshot, if one is open: now, or (*now*
+        false, where the session defers verbs) with the next statement,
+        which must follow at once. With *now*, an end deferred so before
+        is sent too."""
 
     def commits_announced():
         """Whether the database announced a commit since the last call,

@@ -233,8 +233,8 @@ class LoadSession(_SessionWrapper):
                 changes.append((oid, tid))
         return newest, changes
 
-    def end_snapshot(self):
-        self.session.end_read()
+    def end_snapshot(self, now=True):
+        self.session.end_read(now)
 
     @working_as('poll')
     def commits_announced(self):

@@ -502,9 +502,9 @@ class ReplicaLoadSession(LoadSession):
     # Between a lost connection and a new one (no server answered yet)
     # there is no session: the next poll or read opens one.
 
-    def end_snapshot(self):
+    def end_snapshot(self, now=True):
         if self.session is not None:
-            super().end_snapshot()
+            super().end_snapshot(now)
 
     def commits_announced(self):
         if self.session is None:

@@ -334,6 +334,8 @@ class Session:
         deferred and *now* is false, the ROLLBACK goes out with the next
         statement; otherwise it is sent at once, if anything ran in it."""
         if not self.in_transaction:
+            if now:
+                self.flush()  # (an end deferred before)
             return
         self.in_transaction = False
         with self.lock:

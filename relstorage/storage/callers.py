@@ -42,6 +42,18 @@ def called_by_zodb(*names):
     return True
 
 
+def zodb_polls_next():
+    """Whether the function asking was called by ZODB's
+    Connection.afterCompletion for a connection whose transactions are
+    implicit: that polls (newTransaction) as soon as the storage's
+    afterCompletion returns, with nothing in between."""
+    frame = _frame(2)
+    if frame is None or _zodb_caller(2) != 'afterCompletion':
+        return False
+    connection = frame.f_locals.get('self')
+    return getattr(connection, 'explicit_transactions', True) is False
+
+
 def calling_db(storage):
     """The ZODB.DB whose own method called the function asking, when that
     DB's storage is *storage* (``DB.pack`` calling ``storage.pack``),

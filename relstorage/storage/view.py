@@ -18,6 +18,7 @@ from ZODB.utils import p64
 from ..exceptions import RelStorageError
 from ..exceptions import StaleDatabase
 from .callers import called_by_zodb
+from .callers import zodb_polls_next
 
 log = logging.getLogger(__name__)
 
@@ -340,6 +341,10 @@ class View:
         return self.session().changes(after_tid, upto_tid)
 
     def poll_invalidations(self):
+        # (Connection.afterCompletion polls, through newTransaction, so
+        # that invalidations apply early; a poll at open() or begin() is
+        # followed by reads, this one perhaps by nothing.)
+        ending = called_by_zodb('newTransaction', 'afterCompletion')
         with self.lock:
             interval = self.poll_interval
             if (interval and self.tid is not None
@@ -347,7 +352,10 @@ class View:
                     and time.monotonic() - self.last_poll < interval
                     and not self.session().commits_announced()):
                 # Within the interval, and no commit announced (or a
-                # database that announces none): keep the view.
+                # database that announces none): keep the view (and send
+                # the end of the snapshot that was to go with this poll).
+                if ending:
+                    self.end_snapshot()
                 return []
             # The poll begins the snapshot the transaction's reads use,
             # exactly at the view: history-free, the revisions a newer one
@@ -358,10 +366,6 @@ class View:
             # after the poll that ZODB makes as a transaction ends: the
             # connection may stay idle for long, and must not hold a
             # snapshot then.
-            # (Connection.afterCompletion polls, through newTransaction,
-            # so that invalidations apply early; a poll at open() or
-            # begin() is followed by reads, this one perhaps by nothing.)
-            ending = called_by_zodb('newTransaction', 'afterCompletion')
             try:
                 oids = self.poll(snapshot=not ending)
             except RelStorageError as e:
@@ -400,14 +404,16 @@ class View:
         nearly half had not reached the listener when the COMMIT returned.
         """
         with self.lock:
-            self.end_snapshot()
+            # A connection of implicit transactions polls next: the
+            # snapshot's end goes with that poll, in one round trip.
+            self.end_snapshot(now=not zodb_polls_next())
             if called_by_zodb('close'):
                 self.poll_forced = True
 
-    def end_snapshot(self):
+    def end_snapshot(self, now=True):
         if self.load is not None:
             try:
-                self.load.end_snapshot()
+                self.load.end_snapshot(now)
             except Exception:  # noqa: BLE001 -- a lost connection; the
                 # next poll reopens it
                 log.debug('ending the snapshot of %s failed', self.name,

@@ -203,3 +203,38 @@ def test_prefetch_of_500_objects_takes_one_round_trip(factory):
             other.close()
     finally:
         db.close()
+
+
+@pytest.mark.parametrize('explicit', [False, True])
+def test_a_page_view_from_the_caches_costs_its_polls_alone(factory,
+                                                           explicit):
+    """A transaction served from ZODB's cache costs two round trips: the
+    poll that begins its snapshot, and the end of the snapshot, which for
+    a connection of implicit transactions goes with ZODB's poll as the
+    transaction ends (so an idle connection holds no snapshot, and
+    sees every commit)."""
+    if factory.db == 'sqlite':
+        pytest.skip('SQLite: statements in process, no round trips')
+    db = ZODB.DB(factory.storage())
+    try:
+        with db.transaction() as conn:
+            conn.root()['page'] = PersistentMapping(title='a page')
+        tm = transaction.TransactionManager(explicit=explicit)
+        conn = db.open(transaction_manager=tm)
+        tm.begin()
+        assert conn.root()['page']['title'] == 'a page'
+        tm.abort()
+        storage = conn._storage
+        before = storage.traffic()
+        for _ in range(5):
+            tm.begin()
+            assert conn.root()['page']['title'] == 'a page'
+            tm.abort()
+        after = storage.traffic()
+        trips = {kind: after[kind]['round_trips'] - figures['round_trips']
+                 for kind, figures in before.items()}
+        assert sum(trips.values()) == 5 * 2, trips
+        assert trips['poll'] == 5 * (1 if explicit else 2), trips
+        conn.close()
+    finally:
+        db.close()
