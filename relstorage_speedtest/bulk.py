@@ -50,7 +50,9 @@ SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)),
 MODE_NAMES = {'hf': False, 'hp': True}
 #: The labels of the storages that have no history mode (nor another
 #: side), by database name.
-MODELESS = {'filestorage': 'FileStorage', 'mappingstorage': 'ZODB alone'}
+MODELESS = {'filestorage': 'FileStorage', 'mappingstorage': 'ZODB alone',
+            # (FileStorage behind a ZEO server: relstorage_speedtest.network)
+            'zeo': 'ZEO 6.2'}
 
 
 class Run:
@@ -84,6 +86,9 @@ class Run:
                 os.path.join(path, 'Data.fs'))
         if self.database == 'mappingstorage':
             return '<mappingstorage>\n</mappingstorage>'
+        if self.database == 'zeo':
+            raise PackBenchError('ZEO runs in relstorage_speedtest.network '
+                                 'only (which starts its server)')
         keep_history = MODE_NAMES[self.mode]
         if self.database == 'sqlite':
             adapter = '<sqlite3>\n data-dir %s\n</sqlite3>' % (

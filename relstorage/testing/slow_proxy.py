@@ -1,17 +1,20 @@
 """A TCP proxy that delays every message a client sends, standing in for
-a database server that answers slowly.
+a database server a network away (or one that answers slowly).
 
 Run in a process of its own (``start``), so that the process it slows
 down, blocked or not, cannot hold it up: ``python -m
 relstorage.testing.slow_proxy HOST PORT DELAY`` listens on a free port of
-127.0.0.1, prints that port, and forwards to HOST:PORT, each chunk a
-client sends DELAY seconds late (the server's answers go back at once).
-Connections are delayed independently of each other.
+127.0.0.1, prints that port, and forwards to HOST:PORT each chunk a
+client sends DELAY seconds after it came (the server's answers go back at
+once), as a network's latency delays it: chunks sent one after another
+arrive one after another, each DELAY late, not each DELAY after the one
+before. Connections are delayed independently of each other.
 
 It also counts round trips: on each connection, the server's answer to
-what the client sent since the server last spoke ends one. Each line written to its standard input is answered by a line on
-its standard output with the round trips of every connection so far and
-the connections made (``SlowProxy.counts``).
+what the client sent since the server last spoke ends one. Each line
+written to its standard input is answered by a line on its standard
+output with the round trips of every connection so far and the
+connections made (``SlowProxy.counts``).
 """
 import asyncio
 import subprocess
@@ -24,28 +27,66 @@ _round_trips = [0]
 _connections = [0]
 
 
-async def _forward(reader, writer, delay, turn=None, client=False):
+def _count(turn, client):
+    """The side that spoke: a round trip is counted when its answer comes
+    (before the client gets it), so a message that has none (a
+    connection's last, saying goodbye) is no round trip. *turn[0]*:
+    whether the client spoke last on this connection."""
+    if turn[0] != client:
+        turn[0] = client
+        if not client:
+            _round_trips[0] += 1
+
+
+async def _forward(reader, writer, turn, client):
+    """The server's answers, at once."""
     try:
         while True:
             data = await reader.read(1 << 16)
             if not data:
                 break
-            # turn[0]: whether the client spoke last on this connection.
-            # A round trip is counted when its answer comes (before the
-            # client gets it): a message that has none (a connection's
-            # last, saying goodbye) is no round trip.
-            if turn is not None and turn[0] != client:
-                turn[0] = client
-                if not client:
-                    _round_trips[0] += 1
-            if delay:
-                await asyncio.sleep(delay)
+            _count(turn, client)
             writer.write(data)
             await writer.drain()
     except (ConnectionError, OSError):
         pass
     finally:
         writer.close()
+
+
+async def _forward_late(reader, writer, delay, turn):
+    """What the client sends, each chunk *delay* seconds after it came."""
+    loop = asyncio.get_running_loop()
+    due = asyncio.Queue()
+
+    async def send():
+        try:
+            while True:
+                when, data = await due.get()
+                if data is None:
+                    break
+                wait = when - loop.time()
+                if wait > 0:
+                    await asyncio.sleep(wait)
+                writer.write(data)
+                await writer.drain()
+        except (ConnectionError, OSError):
+            pass
+        finally:
+            writer.close()
+    sender = asyncio.ensure_future(send())
+    try:
+        while True:
+            data = await reader.read(1 << 16)
+            if not data:
+                break
+            _count(turn, True)
+            due.put_nowait((loop.time() + delay, data))
+    except (ConnectionError, OSError):
+        pass
+    finally:
+        due.put_nowait((None, None))
+        await sender
 
 
 async def _serve(host, port, delay):
@@ -59,8 +100,8 @@ async def _serve(host, port, delay):
             return
         turn = [False]
         await asyncio.gather(
-            _forward(client_reader, server_writer, delay, turn, True),
-            _forward(server_reader, client_writer, 0, turn, False))
+            _forward_late(client_reader, server_writer, delay, turn),
+            _forward(server_reader, client_writer, turn, False))
 
     server = await asyncio.start_server(client, '127.0.0.1', 0)
     print(server.sockets[0].getsockname()[1], flush=True)
