@@ -38,24 +38,9 @@ def _count(turn, client):
             _round_trips[0] += 1
 
 
-async def _forward(reader, writer, turn, client):
-    """The server's answers, at once."""
-    try:
-        while True:
-            data = await reader.read(1 << 16)
-            if not data:
-                break
-            _count(turn, client)
-            writer.write(data)
-            await writer.drain()
-    except (ConnectionError, OSError):
-        pass
-    finally:
-        writer.close()
-
-
-async def _forward_late(reader, writer, delay, turn):
-    """What the client sends, each chunk *delay* seconds after it came."""
+async def _forward(reader, writer, turn, client, delay=0.0):
+    """What one side sends, to the other: at once, or each chunk *delay*
+    seconds after it came (*client*: whether the side is the client)."""
     loop = asyncio.get_running_loop()
     due = asyncio.Queue()
 
@@ -74,19 +59,26 @@ async def _forward_late(reader, writer, delay, turn):
             pass
         finally:
             writer.close()
-    sender = asyncio.ensure_future(send())
+    sender = asyncio.ensure_future(send()) if delay else None
     try:
         while True:
             data = await reader.read(1 << 16)
             if not data:
                 break
-            _count(turn, True)
-            due.put_nowait((loop.time() + delay, data))
+            _count(turn, client)
+            if sender is None:
+                writer.write(data)
+                await writer.drain()
+            else:
+                due.put_nowait((loop.time() + delay, data))
     except (ConnectionError, OSError):
         pass
     finally:
-        due.put_nowait((None, None))
-        await sender
+        if sender is None:
+            writer.close()
+        else:
+            due.put_nowait((None, None))
+            await sender
 
 
 async def _serve(host, port, delay):
@@ -100,7 +92,7 @@ async def _serve(host, port, delay):
             return
         turn = [False]
         await asyncio.gather(
-            _forward_late(client_reader, server_writer, delay, turn),
+            _forward(client_reader, server_writer, turn, True, delay),
             _forward(server_reader, client_writer, turn, False))
 
     server = await asyncio.start_server(client, '127.0.0.1', 0)
