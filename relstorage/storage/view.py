@@ -379,6 +379,7 @@ class View:
                 log.warning('polling %s after a transaction ended failed '
                             '(the next transaction polls again): %s',
                             self.name, e)
+                self.end_snapshot()  # (if its end was to go with the poll)
                 oids = None
         if oids is None:
             return None

@@ -229,3 +229,25 @@ def test_a_transaction_of_verbs_alone_ends_the_one_before(name, end):
         session.close()
         adapter.close()
         factory.cleanup()
+
+
+def test_idle_within_the_poll_interval_holds_no_snapshot(factory):
+    """With a poll-interval, the poll ZODB makes as a transaction ends is
+    skipped; the end of the snapshot, which was to go with it, is sent
+    all the same."""
+    db = ZODB.DB(factory.storage(poll_interval=60))
+    try:
+        _write(db, 'a', 1)
+        tm = transaction.TransactionManager()
+        conn = db.open(transaction_manager=tm)
+        for _ in range(2):  # (the first poll of a connection is real)
+            tm.begin()
+            assert conn.root()['a']['v'] == 1
+            tm.commit()
+        other = ZODB.DB(factory.storage())
+        _write(other, 'b', 2)  # (for SQLite: a commit after the snapshot)
+        other.close()
+        assert _open_transactions(factory) == []
+        conn.close()
+    finally:
+        db.close()
