@@ -295,8 +295,12 @@ class Session:
         self.in_transaction = False
         with self.lock:
             if self.pending:
-                # Nothing ran since BEGIN: there is nothing to commit.
+                # Nothing ran since BEGIN: there is nothing to commit; an
+                # earlier transaction's end is sent now (else the server
+                # would hold it, and its snapshot, until the next
+                # statement).
                 self._drop_pending()
+                self.flush()
                 return
             self.execute('COMMIT')
 
@@ -305,18 +309,16 @@ class Session:
         with self.lock:
             if self.pending:
                 self._drop_pending()
+                self.flush()  # (as in commit)
                 return
             self.execute('ROLLBACK')
 
     def _drop_pending(self):
         """Forget the deferred verbs of a transaction in which nothing
-        ran; but an earlier transaction's end waiting with them (the
-        ROLLBACK of restart()) is sent now: else the server would hold
-        that transaction, and its snapshot, until the next statement."""
+        ran but an earlier transaction's end waiting with them (the
+        ROLLBACK of restart()), which stays pending. (Under the lock.)"""
         ended = self.pending.startswith('ROLLBACK')
         self.pending = 'ROLLBACK; ' if ended else ''
-        if ended:
-            self.flush()
 
     def restart(self, begin_sql):
         """End the current transaction (holding no locks: a read-only
@@ -342,8 +344,7 @@ class Session:
             if self.pending:
                 # Nothing ran since BEGIN; only an earlier transaction
                 # (ROLLBACK; BEGIN) may still be waiting to end.
-                ended = self.pending.startswith('ROLLBACK')
-                self.pending = 'ROLLBACK; ' if ended else ''
+                self._drop_pending()
             elif self.defers_verbs:
                 self.pending = 'ROLLBACK; '
             else:
